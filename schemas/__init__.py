@@ -1,0 +1,80 @@
+"""Argus contracts: record types, Avro schemas, the wire codec and topic names.
+
+Nothing here does I/O; producers, streams and sinks all speak these types.
+"""
+
+from __future__ import annotations
+
+from ._codec import SCHEMAS, SchemaInfo, decode, encode, peek_schema_id
+from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
+from ._records import (
+    COLLECTIVE_COLUMNS,
+    PHASE_COLUMNS,
+    STEP_COLUMNS,
+    Anomaly,
+    DeadLetter,
+    GpuSample,
+    Heartbeat,
+    KernelNames,
+    KernelSketch,
+    Record,
+    StackSample,
+    StepBatch,
+    StepRecord,
+    StepSummary,
+)
+from ._topics import (
+    ALL_TOPICS,
+    ANOMALIES,
+    DEAD_LETTER,
+    GPU_SAMPLES,
+    HEARTBEATS,
+    KERNELS,
+    STACKS,
+    STEP_SUMMARIES,
+    STEPS,
+    job_key,
+    rank_key,
+    step_key,
+)
+from ._validate import LIMITS, validate
+
+__all__ = [
+    "ALL_TOPICS",
+    "ANOMALIES",
+    "COLLECTIVE_COLUMNS",
+    "DEAD_LETTER",
+    "GPU_SAMPLES",
+    "HEARTBEATS",
+    "KERNELS",
+    "LIMITS",
+    "PHASE_COLUMNS",
+    "SCHEMAS",
+    "STACKS",
+    "STEPS",
+    "STEP_COLUMNS",
+    "STEP_SUMMARIES",
+    "Anomaly",
+    "DeadLetter",
+    "DecodeError",
+    "GpuSample",
+    "Heartbeat",
+    "KernelNames",
+    "KernelSketch",
+    "Record",
+    "SchemaError",
+    "SchemaInfo",
+    "StackSample",
+    "StepBatch",
+    "StepRecord",
+    "StepSummary",
+    "UnknownSchemaError",
+    "ValidationError",
+    "decode",
+    "encode",
+    "job_key",
+    "peek_schema_id",
+    "rank_key",
+    "step_key",
+    "validate",
+]

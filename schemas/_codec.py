@@ -1,0 +1,141 @@
+"""Avro encode/decode in the Confluent wire format.
+
+A message is ``0x00`` (magic), the schema id as a 4-byte big-endian integer, then the
+record in Avro binary encoding. Schema ids are fixed in ``avro/registry.json`` so that
+they are stable without a schema registry; a record is always written with the newest
+version of its schema and read into the newest version (Avro schema resolution), so a
+reader with v2 reads what a v1 writer sent.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from ._errors import DecodeError, UnknownSchemaError, ValidationError
+from ._records import (
+    Anomaly,
+    DeadLetter,
+    GpuSample,
+    Heartbeat,
+    KernelNames,
+    KernelSketch,
+    Record,
+    StackSample,
+    StepBatch,
+    StepSummary,
+)
+from ._validate import validate
+
+__all__ = ["SCHEMAS", "SchemaInfo", "decode", "encode", "peek_schema_id"]
+
+MAGIC = 0
+_HEADER = struct.Struct(">bI")
+
+_TYPES: dict[str, type[Record]] = {
+    "step_batch": StepBatch,
+    "kernel_sketch": KernelSketch,
+    "kernel_names": KernelNames,
+    "stack_sample": StackSample,
+    "gpu_sample": GpuSample,
+    "heartbeat": Heartbeat,
+    "step_summary": StepSummary,
+    "anomaly": Anomaly,
+    "dead_letter": DeadLetter,
+}
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    """One registered schema version."""
+
+    id: int
+    name: str
+    version: int
+    record_type: type[Record]
+    schema: Any  # the parsed Avro schema
+    raw: dict[str, Any]
+
+
+def _load() -> dict[int, SchemaInfo]:
+    folder = resources.files("schemas") / "avro"
+    registry = json.loads((folder / "registry.json").read_text())
+    out: dict[int, SchemaInfo] = {}
+    for sid, ref in registry.items():
+        name, version = ref.rsplit(".v", 1)
+        raw = json.loads((folder / f"{ref}.avsc").read_text())
+        out[int(sid)] = SchemaInfo(
+            int(sid), name, int(version), _TYPES[name], parse_schema(raw, named_schemas={}), raw
+        )
+    return out
+
+
+SCHEMAS: dict[int, SchemaInfo] = _load()
+"""Every known schema version by its stable id."""
+
+_LATEST: dict[type[Record], SchemaInfo] = {}
+for _info in sorted(SCHEMAS.values(), key=lambda i: i.version):
+    _LATEST[_info.record_type] = _info
+
+
+def encode(record: Record, *, check: bool = True) -> bytes:
+    """Encode a record with the newest version of its schema.
+
+    Raises :class:`ValidationError` when ``check`` is set and the record is out of range.
+    """
+    info = _LATEST.get(type(record))
+    if info is None:
+        raise TypeError(f"not a record type: {type(record).__name__}")
+    if check:
+        validate(record)
+    buf = io.BytesIO()
+    buf.write(_HEADER.pack(MAGIC, info.id))
+    schemaless_writer(buf, info.schema, record.to_avro())
+    return buf.getvalue()
+
+
+def peek_schema_id(data: bytes) -> int:
+    """The schema id in the wire header, without decoding the body."""
+    if not isinstance(data, bytes | bytearray | memoryview) or len(data) < _HEADER.size:
+        raise DecodeError(f"message of {len(data) if data is not None else 0} bytes has no wire header")
+    magic, sid = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise DecodeError(f"magic byte {magic} is not the Confluent wire format (0)")
+    return int(sid)
+
+
+def decode(data: bytes, *, check: bool = True, expect: type[Record] | None = None) -> Any:
+    """Decode one message into its record type (the newest version of its schema).
+
+    Raises :class:`UnknownSchemaError` for an unknown schema id, :class:`DecodeError` for
+    bytes that are not valid Avro, and :class:`ValidationError` when ``check`` is set and the
+    values are out of range; ``expect`` rejects records of another type.
+    """
+    sid = peek_schema_id(data)
+    writer = SCHEMAS.get(sid)
+    if writer is None:
+        raise UnknownSchemaError(f"unknown schema id {sid}")
+    reader = _LATEST[writer.record_type]
+    if expect is not None and writer.record_type is not expect:
+        raise DecodeError(f"expected {expect.__name__}, got {writer.record_type.__name__}")
+    buf = io.BytesIO(data)
+    buf.seek(_HEADER.size)
+    try:
+        raw = schemaless_reader(buf, writer.schema, reader.schema if reader is not writer else None)
+    except Exception as exc:  # fastavro raises many types on garbage: EOF, UnicodeDecode, ...
+        raise DecodeError(f"{writer.name} v{writer.version}: body is not valid Avro ({exc!r})") from exc
+    if buf.tell() != len(data):
+        raise DecodeError(f"{writer.name}: {len(data) - buf.tell()} trailing bytes after the record")
+    try:
+        record = writer.record_type.from_avro(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValidationError(f"{writer.name}: {exc}") from exc
+    if check:
+        validate(record)
+    return record

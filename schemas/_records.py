@@ -1,0 +1,362 @@
+"""Record types of the contracts in DESIGN.md.
+
+Every record is a frozen dataclass whose fields are named as in its Avro schema
+(``schemas/avro/*.avsc``). Step records travel as :class:`StepBatch`, a columnar batch
+of one step of one job (one entry per rank), because per-record overhead is what limits
+a stream worker: detectors read its numpy columns directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "COLLECTIVE_COLUMNS",
+    "PHASE_COLUMNS",
+    "STEP_COLUMNS",
+    "Anomaly",
+    "DeadLetter",
+    "GpuSample",
+    "Heartbeat",
+    "KernelNames",
+    "KernelSketch",
+    "Record",
+    "StackSample",
+    "StepBatch",
+    "StepRecord",
+    "StepSummary",
+]
+
+
+class Record:
+    """Mixin: conversion between a dataclass and the dict fastavro reads and writes."""
+
+    def to_avro(self) -> dict[str, Any]:
+        """The record as the dict fastavro writes."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_avro(cls, data: Mapping[str, Any]) -> Record:
+        """Build the record from a dict fastavro read (unknown keys ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names}
+        return cls(**kwargs)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One rank's view of one training step: times in ms, wall clock in ns since the epoch."""
+
+    job: str
+    run: int
+    step: int
+    rank: int
+    host: str = ""
+    gpu_uuid: str = ""
+    dp: int = 0
+    tp: int = 0
+    pp: int = 0
+    ep: int = 0
+    cp: int = 0
+    start_ns: int = 0
+    end_ns: int = 0
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+    optimizer_ms: float = 0.0
+    dataloader_ms: float = 0.0
+    h2d_ms: float = 0.0
+    gc_ms: float = 0.0
+    compile_ms: float = 0.0
+    checkpoint_ms: float = 0.0
+    all_reduce_ms: float = 0.0
+    all_gather_ms: float = 0.0
+    reduce_scatter_ms: float = 0.0
+    all_to_all_ms: float = 0.0
+    broadcast_ms: float = 0.0
+    p2p_ms: float = 0.0
+    samples: int = 0
+    tokens: int = 0
+
+    @property
+    def step_ms(self) -> float:
+        """Wall time of the step."""
+        return (self.end_ns - self.start_ns) / 1e6
+
+
+_HEADER = ("job", "run", "step")
+STEP_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(StepRecord) if f.name not in _HEADER
+)
+"""Per-rank columns of a StepBatch, in schema order."""
+PHASE_COLUMNS = (
+    "forward_ms",
+    "backward_ms",
+    "optimizer_ms",
+    "dataloader_ms",
+    "h2d_ms",
+    "gc_ms",
+    "compile_ms",
+    "checkpoint_ms",
+)
+COLLECTIVE_COLUMNS = (
+    "all_reduce_ms",
+    "all_gather_ms",
+    "reduce_scatter_ms",
+    "all_to_all_ms",
+    "broadcast_ms",
+    "p2p_ms",
+)
+_STRING_COLUMNS = frozenset({"host", "gpu_uuid"})
+_DTYPES: dict[str, Any] = {
+    f.name: (object if f.name in _STRING_COLUMNS else np.float64 if f.type == "float" else np.int64)
+    for f in dataclasses.fields(StepRecord)
+    if f.name not in _HEADER
+}
+
+
+@dataclass(frozen=True, eq=False)
+class StepBatch(Record):
+    """Step records of one step of one job, as numpy columns (one entry per rank).
+
+    ``columns`` maps every name of :data:`STEP_COLUMNS` to an array of the same length.
+    """
+
+    job: str
+    run: int
+    step: int
+    columns: Mapping[str, np.ndarray]
+
+    def __post_init__(self) -> None:
+        lengths = {len(v) for v in self.columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"StepBatch columns differ in length: {sorted(lengths)}")
+        missing = set(STEP_COLUMNS) - set(self.columns)
+        if missing:
+            raise ValueError(f"StepBatch lacks columns: {sorted(missing)}")
+
+    def __len__(self) -> int:
+        return len(self.columns["rank"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    @property
+    def step_ms(self) -> np.ndarray:
+        """Wall time of the step per rank, ms."""
+        return (self.columns["end_ns"] - self.columns["start_ns"]) / 1e6
+
+    @classmethod
+    def from_records(cls, records: Sequence[StepRecord]) -> StepBatch:
+        """Columnize records of one step of one job."""
+        if not records:
+            raise ValueError("StepBatch.from_records needs at least one record")
+        head = records[0]
+        for r in records:
+            if (r.job, r.run, r.step) != (head.job, head.run, head.step):
+                raise ValueError("a StepBatch holds one step of one job and run")
+        columns = {
+            name: np.array([getattr(r, name) for r in records], dtype=_DTYPES[name])
+            for name in STEP_COLUMNS
+        }
+        return cls(head.job, head.run, head.step, columns)
+
+    @classmethod
+    def empty_columns(cls, n: int) -> dict[str, np.ndarray]:
+        """Zero-filled columns for ``n`` ranks, for builders that fill them in place."""
+        return {
+            name: (np.full(n, "", dtype=object) if dt is object else np.zeros(n, dtype=dt))
+            for name, dt in _DTYPES.items()
+        }
+
+    def records(self) -> list[StepRecord]:
+        """The batch as one StepRecord per rank."""
+        cols = {name: self.columns[name].tolist() for name in STEP_COLUMNS}
+        return [
+            StepRecord(self.job, self.run, self.step, **{k: cols[k][i] for k in STEP_COLUMNS})
+            for i in range(len(self))
+        ]
+
+    def take(self, index: np.ndarray | Sequence[int]) -> StepBatch:
+        """A batch of the selected rows."""
+        idx = np.asarray(index)
+        return StepBatch(self.job, self.run, self.step, {k: v[idx] for k, v in self.columns.items()})
+
+    def to_avro(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"job": self.job, "run": self.run, "step": self.step}
+        out.update({k: self.columns[k].tolist() for k in STEP_COLUMNS})
+        return out
+
+    @classmethod
+    def from_avro(cls, data: Mapping[str, Any]) -> StepBatch:
+        n = len(data["rank"])
+        columns: dict[str, np.ndarray] = {}
+        for name in STEP_COLUMNS:
+            values = data.get(name) or []
+            if len(values) == 0 and n:  # a column added by a later schema version
+                columns[name] = StepBatch.empty_columns(n)[name]
+            else:
+                columns[name] = np.array(values, dtype=_DTYPES[name])
+        return cls(data["job"], data["run"], data["step"], columns)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSketch(Record):
+    """Kernel activity of one rank in one step, as the kernel codec's payload."""
+
+    job: str
+    run: int
+    rank: int
+    step: int
+    codec: int
+    base_step: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class KernelNames(Record):
+    """Kernel-name dictionary entries of one rank (only names not sent before)."""
+
+    job: str
+    run: int
+    rank: int
+    ids: tuple[int, ...]
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StackSample(Record):
+    """Folded call stacks of one rank over one window, with sample counts."""
+
+    job: str
+    run: int
+    rank: int
+    step: int
+    start_ns: int
+    end_ns: int
+    stacks: tuple[str, ...]
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample(Record):
+    """One NVML reading of one GPU (fields named after DCGM's)."""
+
+    host: str
+    gpu_uuid: str
+    gpu_index: int
+    time_ns: int
+    gpu_util: float = 0.0
+    sm_clock_mhz: float = 0.0
+    power_w: float = 0.0
+    temp_c: float = 0.0
+    clock_event_reasons: int = 0
+    xid: int = 0
+    ecc_dbe: int = 0
+    remapped_rows: int = 0
+    nvlink_tx_bytes: int = 0
+    nvlink_rx_bytes: int = 0
+    nvlink_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Record):
+    """Where a rank is, sent every few seconds even when no step completes."""
+
+    job: str
+    run: int
+    rank: int
+    host: str
+    time_ns: int
+    last_step: int
+    groups: tuple[str, ...] = ()
+    seq_entered: tuple[int, ...] = ()
+    seq_finished: tuple[int, ...] = ()
+    kinds: tuple[str, ...] = ()
+    nbytes: tuple[int, ...] = ()
+    stack: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary(Record):
+    """Cross-rank statistics of one step of one job."""
+
+    job: str
+    run: int
+    step: int
+    end_ns: int
+    ranks: int
+    missing: tuple[int, ...]
+    step_ms_median: float
+    step_ms_p99: float
+    step_ms_max: float
+    compute_ms_median: float
+    collective_ms_median: float
+    dataloader_ms_median: float
+    checkpoint_ms_max: float
+    tokens: int
+    suspects: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly(Record):
+    """A diagnosis with its evidence (the figures that decided) and its cost."""
+
+    id: str
+    job: str
+    run: int
+    start_step: int
+    end_step: int
+    level: str
+    suspect_kind: str
+    suspect: str
+    ranks: tuple[int, ...]
+    cause: str
+    score: float
+    evidence: Mapping[str, float] = field(default_factory=dict)
+    summary: str = ""
+    step_ms_added: float = 0.0
+    gpu_hours_lost: float = 0.0
+    detected_ns: int = 0
+
+    LEVELS: ClassVar[frozenset[str]] = frozenset({"iteration", "cross_rank", "kernel", "hang"})
+
+    def to_avro(self) -> dict[str, Any]:
+        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        evidence = out.pop("evidence")
+        out["evidence_keys"] = list(evidence)
+        out["evidence_values"] = [float(v) for v in evidence.values()]
+        return out
+
+    @classmethod
+    def from_avro(cls, data: Mapping[str, Any]) -> Anomaly:
+        fields_ = {k: v for k, v in data.items() if not k.startswith("evidence_")}
+        fields_["ranks"] = tuple(fields_["ranks"])
+        evidence = dict(zip(data["evidence_keys"], data["evidence_values"], strict=True))
+        return cls(**fields_, evidence=evidence)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter(Record):
+    """Input that failed to decode or validate, kept whole with the reason."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    error: str
+    time_ns: int
+    payload: bytes
+

@@ -1,0 +1,52 @@
+"""Topic names and the keys that give partition locality."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ALL_TOPICS",
+    "ANOMALIES",
+    "DEAD_LETTER",
+    "GPU_SAMPLES",
+    "HEARTBEATS",
+    "KERNELS",
+    "STACKS",
+    "STEPS",
+    "STEP_SUMMARIES",
+    "job_key",
+    "rank_key",
+    "step_key",
+]
+
+STEPS = "argus.steps"
+"""StepBatch, keyed by job and step: every rank of a step meets in one worker."""
+KERNELS = "argus.kernels"
+"""KernelSketch and KernelNames, keyed by job and rank: a rank's delta chain stays in order."""
+STACKS = "argus.stacks"
+"""StackSample, keyed by job and rank."""
+GPU_SAMPLES = "argus.gpu"
+"""GpuSample from the node agent, keyed by host."""
+HEARTBEATS = "argus.heartbeats"
+"""Heartbeat, keyed by job: the hang detector sees all ranks of a job."""
+STEP_SUMMARIES = "argus.step-summaries"
+"""StepSummary, keyed by job: the temporal stage."""
+ANOMALIES = "argus.anomalies"
+"""Anomaly, keyed by job."""
+DEAD_LETTER = "argus.dead-letter"
+"""DeadLetter: bad input with the reason, never dropped silently."""
+
+ALL_TOPICS = (STEPS, KERNELS, STACKS, GPU_SAMPLES, HEARTBEATS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER)
+
+
+def step_key(job: str, step: int) -> bytes:
+    """Key of everything about one step of one job (cross-rank stage)."""
+    return f"{job}/{step}".encode()
+
+
+def rank_key(job: str, rank: int) -> bytes:
+    """Key of a rank's ordered streams (kernel sketches, stacks)."""
+    return f"{job}/r{rank}".encode()
+
+
+def job_key(job: str) -> bytes:
+    """Key of the temporal stage and of anomalies."""
+    return job.encode()

@@ -1,0 +1,221 @@
+"""Range checks on decoded records: what passes here is safe for detectors and sinks.
+
+The bounds are generous (no real job comes near them) but finite, so that a hostile or
+broken producer cannot push NaN, negative durations, 10 million ranks or megabyte names
+into the pipeline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ._errors import ValidationError
+from ._records import (
+    COLLECTIVE_COLUMNS,
+    PHASE_COLUMNS,
+    Anomaly,
+    DeadLetter,
+    GpuSample,
+    Heartbeat,
+    KernelNames,
+    KernelSketch,
+    StackSample,
+    StepBatch,
+    StepSummary,
+)
+
+__all__ = ["LIMITS", "validate"]
+
+LIMITS = {
+    "max_rank": 1 << 20,  # 1,048,576 ranks
+    "max_rows": 1 << 17,  # rows in one StepBatch
+    "max_step": 10**12,
+    "min_time_ns": 946_684_800 * 10**9,  # 2000-01-01
+    "max_time_ns": 4_102_444_800 * 10**9,  # 2100-01-01
+    "max_duration_ms": 86_400_000.0,  # one day
+    "max_id_len": 256,  # job, host, GPU UUID, group
+    "max_name_len": 4096,  # kernel names, summaries
+    "max_stack_len": 65_536,  # one folded stack
+    "max_entries": 1 << 16,  # entries in a list field
+    "max_payload": 4 << 20,  # bytes in a kernel payload
+}
+
+
+def _fail(record: object, message: str) -> ValidationError:
+    return ValidationError(f"{type(record).__name__}: {message}")
+
+
+def _text(record: object, name: str, value: str, limit: str = "max_id_len") -> None:
+    if len(value) > LIMITS[limit]:
+        raise _fail(record, f"{name} is {len(value)} characters, limit {LIMITS[limit]}")
+
+
+def _texts(record: object, name: str, values: Iterable[str], limit: str) -> None:
+    for v in values:
+        _text(record, name, v, limit)
+
+
+def _int_range(record: object, name: str, value: int, lo: int, hi: int) -> None:
+    if not lo <= value < hi:
+        raise _fail(record, f"{name}={value} outside [{lo}, {hi})")
+
+
+def _time(record: object, name: str, value: int) -> None:
+    _int_range(record, name, value, LIMITS["min_time_ns"], LIMITS["max_time_ns"])
+
+
+def _length(record: object, name: str, n: int) -> None:
+    if n > LIMITS["max_entries"]:
+        raise _fail(record, f"{name} has {n} entries, limit {LIMITS['max_entries']}")
+
+
+def _nonneg_finite(record: object, name: str, value: float) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise _fail(record, f"{name}={value} is not a finite non-negative number")
+
+
+def _step_batch(b: StepBatch) -> None:
+    _text(b, "job", b.job)
+    _int_range(b, "run", b.run, 0, 1 << 31)
+    _int_range(b, "step", b.step, 0, LIMITS["max_step"])
+    n = len(b)
+    if not 0 < n <= LIMITS["max_rows"]:
+        raise _fail(b, f"{n} rows, expected 1..{LIMITS['max_rows']}")
+    for name in ("rank", "dp", "tp", "pp", "ep", "cp"):
+        col = b[name]
+        if col.min() < 0 or col.max() >= LIMITS["max_rank"]:
+            raise _fail(b, f"{name} outside [0, {LIMITS['max_rank']})")
+    if len(np.unique(b["rank"])) != n:
+        raise _fail(b, "a rank appears twice in one step")
+    start, end = b["start_ns"], b["end_ns"]
+    if start.min() < LIMITS["min_time_ns"] or end.max() >= LIMITS["max_time_ns"]:
+        raise _fail(b, "start_ns/end_ns outside years 2000..2100")
+    wall_ms = (end - start) / 1e6
+    if wall_ms.min() < 0 or wall_ms.max() > LIMITS["max_duration_ms"]:
+        raise _fail(b, "step wall time negative or longer than a day")
+    for name in PHASE_COLUMNS + COLLECTIVE_COLUMNS:
+        col = b[name]
+        if not np.isfinite(col).all() or col.min() < 0 or col.max() > LIMITS["max_duration_ms"]:
+            raise _fail(b, f"{name} holds NaN, inf, negative or absurd values")
+    if b["samples"].min() < 0 or b["tokens"].min() < 0:
+        raise _fail(b, "samples/tokens negative")
+    _texts(b, "host", b["host"], "max_id_len")
+    _texts(b, "gpu_uuid", b["gpu_uuid"], "max_id_len")
+
+
+def _rank_header(r: Any) -> None:
+    _text(r, "job", r.job)
+    _int_range(r, "run", r.run, 0, 1 << 31)
+    _int_range(r, "rank", r.rank, 0, LIMITS["max_rank"])
+
+
+def _kernel_sketch(k: KernelSketch) -> None:
+    _rank_header(k)
+    _int_range(k, "step", k.step, 0, LIMITS["max_step"])
+    _int_range(k, "base_step", k.base_step, -1, k.step)
+    if len(k.payload) > LIMITS["max_payload"]:
+        raise _fail(k, f"payload of {len(k.payload)} bytes")
+
+
+def _kernel_names(k: KernelNames) -> None:
+    _rank_header(k)
+    if len(k.ids) != len(k.names):
+        raise _fail(k, "ids and names differ in length")
+    _length(k, "names", len(k.names))
+    _texts(k, "names", k.names, "max_name_len")
+    if k.ids and (min(k.ids) < 0):
+        raise _fail(k, "negative kernel id")
+
+
+def _stack_sample(s: StackSample) -> None:
+    _rank_header(s)
+    _int_range(s, "step", s.step, 0, LIMITS["max_step"])
+    _time(s, "start_ns", s.start_ns)
+    _time(s, "end_ns", s.end_ns)
+    if len(s.stacks) != len(s.counts):
+        raise _fail(s, "stacks and counts differ in length")
+    _length(s, "stacks", len(s.stacks))
+    _texts(s, "stacks", s.stacks, "max_stack_len")
+    if s.counts and min(s.counts) < 0:
+        raise _fail(s, "negative sample count")
+
+
+def _gpu_sample(g: GpuSample) -> None:
+    _text(g, "host", g.host)
+    _text(g, "gpu_uuid", g.gpu_uuid)
+    _int_range(g, "gpu_index", g.gpu_index, 0, 1024)
+    _time(g, "time_ns", g.time_ns)
+    for name in ("gpu_util", "sm_clock_mhz", "power_w", "temp_c"):
+        _nonneg_finite(g, name, getattr(g, name))
+
+
+def _heartbeat(h: Heartbeat) -> None:
+    _rank_header(h)
+    _text(h, "host", h.host)
+    _time(h, "time_ns", h.time_ns)
+    _int_range(h, "last_step", h.last_step, -1, LIMITS["max_step"])
+    n = len(h.groups)
+    _length(h, "groups", n)
+    if not len(h.seq_entered) == len(h.seq_finished) == len(h.kinds) == len(h.nbytes) == n:
+        raise _fail(h, "per-group fields differ in length")
+    _texts(h, "groups", h.groups, "max_id_len")
+    _texts(h, "kinds", h.kinds, "max_id_len")
+    _text(h, "stack", h.stack, "max_stack_len")
+
+
+def _step_summary(s: StepSummary) -> None:
+    _text(s, "job", s.job)
+    _int_range(s, "step", s.step, 0, LIMITS["max_step"])
+    _int_range(s, "ranks", s.ranks, 0, LIMITS["max_rank"])
+    for name in ("step_ms_median", "step_ms_p99", "step_ms_max", "compute_ms_median"):
+        _nonneg_finite(s, name, getattr(s, name))
+
+
+def _anomaly(a: Anomaly) -> None:
+    _text(a, "id", a.id)
+    _text(a, "job", a.job)
+    if a.level not in Anomaly.LEVELS:
+        raise _fail(a, f"level {a.level!r} not one of {sorted(Anomaly.LEVELS)}")
+    if not 0 <= a.start_step <= a.end_step < LIMITS["max_step"]:
+        raise _fail(a, f"window {a.start_step}..{a.end_step} is not a window")
+    _nonneg_finite(a, "score", a.score)
+    _text(a, "summary", a.summary, "max_name_len")
+    _length(a, "ranks", len(a.ranks))
+    for k, v in a.evidence.items():
+        _text(a, "evidence key", k)
+        if not math.isfinite(v):
+            raise _fail(a, f"evidence {k}={v} is not finite")
+
+
+def _dead_letter(d: DeadLetter) -> None:
+    _text(d, "topic", d.topic)
+
+
+_CHECKS: dict[type, Callable[[Any], None]] = {
+    StepBatch: _step_batch,
+    KernelSketch: _kernel_sketch,
+    KernelNames: _kernel_names,
+    StackSample: _stack_sample,
+    GpuSample: _gpu_sample,
+    Heartbeat: _heartbeat,
+    StepSummary: _step_summary,
+    Anomaly: _anomaly,
+    DeadLetter: _dead_letter,
+}
+
+
+def validate(record: object) -> None:
+    """Raise :class:`ValidationError` if the record is outside the contract's ranges."""
+    check = _CHECKS.get(type(record))
+    if check is None:
+        raise TypeError(f"not a record type: {type(record).__name__}")
+    try:
+        check(record)
+    except ValidationError:
+        raise
+    except (TypeError, ValueError) as exc:  # e.g. a None where a number belongs
+        raise _fail(record, str(exc)) from exc
