@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._codec import SCHEMAS, SchemaInfo, decode, encode, peek_schema_id
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
+from ._kernels import KernelStats
 from ._records import (
     COLLECTIVE_COLUMNS,
     PHASE_COLUMNS,
@@ -61,6 +62,7 @@ __all__ = [
     "Heartbeat",
     "KernelNames",
     "KernelSketch",
+    "KernelStats",
     "Record",
     "SchemaError",
     "SchemaInfo",

@@ -97,9 +97,7 @@ class StepRecord:
 
 
 _HEADER = ("job", "run", "step")
-STEP_COLUMNS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(StepRecord) if f.name not in _HEADER
-)
+STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name not in _HEADER)
 """Per-rank columns of a StepBatch, in schema order."""
 PHASE_COLUMNS = (
     "forward_ms",
@@ -168,8 +166,7 @@ class StepBatch(Record):
             if (r.job, r.run, r.step) != (head.job, head.run, head.step):
                 raise ValueError("a StepBatch holds one step of one job and run")
         columns = {
-            name: np.array([getattr(r, name) for r in records], dtype=_DTYPES[name])
-            for name in STEP_COLUMNS
+            name: np.array([getattr(r, name) for r in records], dtype=_DTYPES[name]) for name in STEP_COLUMNS
         }
         return cls(head.job, head.run, head.step, columns)
 
@@ -359,4 +356,3 @@ class DeadLetter(Record):
     error: str
     time_ns: int
     payload: bytes
-

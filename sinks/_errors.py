@@ -1,9 +1,9 @@
 """The sinks package's error tree.
 
-    SinkError                  the store could not do what was asked
-    ├── StoreLockedError       the embedded data directory is open in another process
-    ├── StoreUnavailableError  the store cannot be reached now (retryable)
-    └── QueryError             the store rejected a statement (bad SQL, unknown table)
+SinkError                  the store could not do what was asked
+├── StoreLockedError       the embedded data directory is open in another process
+├── StoreUnavailableError  the store cannot be reached now (retryable)
+└── QueryError             the store rejected a statement (bad SQL, unknown table)
 """
 
 from __future__ import annotations

@@ -209,7 +209,9 @@ class ServerStore:
         self._client.close()
 
 
-def open_store(*, url: str | None = None, data_dir: str | os.PathLike[str] | None = None, **server: Any) -> Store:
+def open_store(
+    *, url: str | None = None, data_dir: str | os.PathLike[str] | None = None, **server: Any
+) -> Store:
     """A server store when ``url`` is given, else chDB under ``data_dir``."""
     if url:
         return ServerStore(url, **server)

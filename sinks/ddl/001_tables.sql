@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS kernel_sketches
     run       UInt32,
     rank      UInt32,
     step      UInt64,
-    time      DateTime64(3) CODEC(DoubleDelta, ZSTD(1)),
+    time      DateTime64(3) DEFAULT now64(3) CODEC(DoubleDelta, ZSTD(1)),
     codec     UInt16,
     base_step Int64,
     payload   String CODEC(ZSTD(3))

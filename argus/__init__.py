@@ -1,0 +1,19 @@
+"""Argus: always-on tracing and performance diagnosis for large GPU training jobs.
+
+The composition root: the public API (``argus.attach``), configuration and the ``argus``
+command wire the packages ``schemas``, ``producers``, ``detectors``, ``streams`` and
+``sinks`` together.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .config import ConfigError, Settings, load_settings
+
+try:
+    __version__ = version("argus-gpu")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.0.0+local"
+
+__all__ = ["ConfigError", "Settings", "__version__", "load_settings"]

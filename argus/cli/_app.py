@@ -1,0 +1,67 @@
+"""The ``argus`` Typer app and the mapping of errors to messages and exit codes."""
+
+from __future__ import annotations
+
+import logging
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..config import ConfigError, Settings, load_settings
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_UNAVAILABLE", "app", "console", "err_console", "fail", "settings"]
+
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 3
+
+app = typer.Typer(
+    name="argus",
+    help="Always-on tracing and performance diagnosis for large GPU training jobs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        console.print(f"argus {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log everything to stderr."),
+) -> None:
+    setup_logging(verbose)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print a one-line error (no stack trace) and exit with ``code``."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    raise typer.Exit(code)
+
+
+def settings(**overrides: object) -> Settings:
+    """Settings for a command; a bad value is a clean error."""
+    try:
+        return load_settings(**overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def setup_logging(verbose: bool) -> None:
+    """Log to stderr: warnings by default, everything with --verbose."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )

@@ -1,0 +1,127 @@
+"""``argus doctor``: is everything Argus needs here, and if not, why not."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..wiring import open_configured_store
+from ._app import EXIT_UNAVAILABLE, app, console, settings
+
+__all__ = ["Check", "run_checks"]
+
+_OPTIONAL = (
+    ("confluent_kafka", "agent", "Kafka publisher and consumers"),
+    ("faust", "streams", "stream workers"),
+    ("chdb", "sinks", "embedded ClickHouse"),
+    ("clickhouse_connect", "sinks", "ClickHouse server client"),
+    ("grafana_client", "sinks", "Grafana push"),
+    ("scipy", "detect", "distribution distances"),
+    ("torch", "torch", "PyTorch framework layer"),
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report."""
+
+    name: str
+    status: str  # ok | warn | fail | absent
+    detail: str
+    required: bool = False
+
+
+def _kafka(conf: dict[str, object]) -> Check:
+    try:
+        from ..kafka_admin import KafkaUnavailable, probe_kafka
+    except ImportError as exc:  # pragma: no cover - confluent-kafka missing
+        return Check("Kafka", "fail", f"confluent-kafka not installed ({exc.name})", True)
+    try:
+        return Check("Kafka", "ok", probe_kafka(conf), True)
+    except KafkaUnavailable as exc:
+        return Check("Kafka", "fail", f"{exc} (start it with `make kafka-up`)", True)
+
+
+def _clickhouse() -> Check:
+    s = settings()
+    try:
+        from sinks import SinkError, StoreLockedError
+    except ImportError as exc:
+        return Check("ClickHouse", "fail", f"sinks extra not installed ({exc.name})", True)
+    where = s.clickhouse_url or str(s.data_dir)
+    kind = "server" if s.clickhouse_url else "embedded chDB"
+    try:
+        store = open_configured_store(s)
+    except StoreLockedError as exc:
+        return Check("ClickHouse", "warn", f"{kind}: {exc}", True)
+    except SinkError as exc:
+        return Check("ClickHouse", "fail", f"{kind} at {where}: {exc}", True)
+    try:
+        version = store.query_rows("SELECT version()")[0][0]
+        tables = store.query_rows("SELECT count() FROM system.tables WHERE database = currentDatabase()")[0][
+            0
+        ]
+    except SinkError as exc:
+        return Check("ClickHouse", "fail", f"{kind} at {where}: {exc}", True)
+    finally:
+        store.close()
+    return Check("ClickHouse", "ok", f"{kind} {version} at {where}, {tables} tables", True)
+
+
+def _optional() -> list[Check]:
+    out = []
+    for module, extra, what in _OPTIONAL:
+        try:
+            mod = importlib.import_module(module)
+            version = getattr(mod, "__version__", "") or "installed"
+            out.append(Check(f"{module}", "ok", f"{version} ({what})"))
+        except ImportError:
+            out.append(
+                Check(f"{module}", "absent", f"not installed: pip install 'argus-gpu[{extra}]' ({what})")
+            )
+    return out
+
+
+def _gpu() -> list[Check]:
+    from producers.collectors import cupti_probe, nvml_probe
+
+    checks = []
+    for name, probe in (("NVML (GPU health)", nvml_probe), ("CUPTI (GPU kernels)", cupti_probe)):
+        ok, reason = probe()
+        checks.append(Check(name, "ok" if ok else "absent", reason))
+    return checks
+
+
+def run_checks() -> list[Check]:
+    """Every check, in report order."""
+    s = settings()
+    return [_kafka(s.kafka_client_config()), _clickhouse(), *_optional(), *_gpu()]
+
+
+_STYLE = {
+    "ok": "[green]ok[/]",
+    "warn": "[yellow]in use[/]",
+    "fail": "[bold red]FAIL[/]",
+    "absent": "[dim]absent[/]",
+}
+
+
+@app.command()
+def doctor() -> None:
+    """Check Kafka, ClickHouse, optional parts and GPU libraries; exit 3 if a required part fails."""
+    checks = run_checks()
+    table = Table(title="argus doctor", show_lines=False)
+    table.add_column("part")
+    table.add_column("status")
+    table.add_column("detail", overflow="fold")
+    for c in checks:
+        table.add_row(c.name, _STYLE[c.status], escape(c.detail))
+    console.print(table)
+    failed = [c.name for c in checks if c.required and c.status == "fail"]
+    if failed:
+        console.print(f"[bold red]not ready:[/] {', '.join(failed)}")
+        raise typer.Exit(EXIT_UNAVAILABLE)

@@ -1,0 +1,68 @@
+"""Kafka administration at the edge: reachability and topic creation."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["KafkaUnavailable", "ensure_topics", "probe_kafka"]
+
+log = logging.getLogger("argus.kafka")
+
+
+class KafkaUnavailable(Exception):
+    """The broker cannot be reached or refused us."""
+
+
+def _admin(conf: dict[str, Any]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    quiet = dict(conf)
+    quiet.setdefault("log_level", 3)  # librdkafka: errors only; we report reachability ourselves
+    return AdminClient(quiet, logger=logging.getLogger("argus.kafka.admin"))
+
+
+def probe_kafka(conf: dict[str, Any], timeout: float = 5.0) -> str:
+    """One line about the cluster, or :class:`KafkaUnavailable` with the reason."""
+    from confluent_kafka import KafkaException
+
+    try:
+        md = _admin(conf).list_topics(timeout=timeout)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else exc
+        raise KafkaUnavailable(f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {err}") from None
+    brokers = ", ".join(f"{b.host}:{b.port}" for b in md.brokers.values())
+    return f"{len(md.brokers)} broker(s) ({brokers}), {len(md.topics)} topics"
+
+
+def ensure_topics(
+    conf: dict[str, Any], topics: Iterable[str], *, partitions: int, timeout: float = 30.0
+) -> list[str]:
+    """Create the topics that do not exist yet; return the ones created."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(conf)
+    try:
+        existing = set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise KafkaUnavailable(
+            f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc.args[0]}"
+        ) from None
+    wanted = [t for t in topics if t not in existing]
+    if not wanted:
+        return []
+    futures = admin.create_topics(
+        [NewTopic(t, num_partitions=partitions, replication_factor=-1) for t in wanted],
+        operation_timeout=timeout,
+    )
+    created = []
+    for topic, fut in futures.items():
+        try:
+            fut.result(timeout=timeout)
+            created.append(topic)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaUnavailable(f"cannot create topic {topic}: {exc.args[0]}") from None
+    return created

@@ -1,0 +1,24 @@
+"""ClickHouse (embedded chDB or a server), the exactly-once Kafka sink, Grafana."""
+
+from __future__ import annotations
+
+from ._errors import QueryError, SinkError, StoreLockedError, StoreUnavailableError
+from .migrate import Migration, migrate, migrations
+from .rows import TABLE_OF, to_arrow
+from .store import ChdbStore, ServerStore, Store, open_store
+
+__all__ = [
+    "TABLE_OF",
+    "ChdbStore",
+    "Migration",
+    "QueryError",
+    "ServerStore",
+    "SinkError",
+    "Store",
+    "StoreLockedError",
+    "StoreUnavailableError",
+    "migrate",
+    "migrations",
+    "open_store",
+    "to_arrow",
+]

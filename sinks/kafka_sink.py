@@ -1,0 +1,302 @@
+"""Kafka → ClickHouse, exactly once.
+
+The sink reads the topics in per-partition batches (``batch_rows`` rows or
+``batch_seconds``, whichever comes first) and inserts each batch as Arrow. Exactly-once
+without transactions across Kafka and ClickHouse works like this, per partition:
+
+1. commit the batch's first offset with the metadata ``argus:<last offset>`` (an intent);
+2. insert with ``insert_deduplication_token = table:topic:partition:first-last``;
+3. commit ``last + 1``.
+
+A sink that dies between 1 and 3 leaves the intent behind; whichever sink gets the
+partition next reads it on assignment and cuts its first batch at exactly the same
+offsets, so the retried insert carries the same token and ClickHouse drops it if it had
+landed. Inserts are retried with capped backoff while the store is down; the partitions
+are paused meanwhile so the consumer stays in its group. Bad input never stops the sink:
+it lands in ``dead_letters`` with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from schemas import (
+    ANOMALIES,
+    DEAD_LETTER,
+    GPU_SAMPLES,
+    KERNELS,
+    STACKS,
+    STEP_SUMMARIES,
+    STEPS,
+    DeadLetter,
+    SchemaError,
+    StepBatch,
+    decode,
+)
+
+from ._errors import SinkError
+from .rows import TABLE_OF, to_arrow
+from .store import Store
+
+__all__ = ["SINK_TOPICS", "KafkaSink", "SinkStats"]
+
+log = logging.getLogger("argus.sink")
+
+SINK_TOPICS = (STEPS, KERNELS, STACKS, GPU_SAMPLES, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER)
+_INTENT = "argus:"
+
+
+@dataclass
+class SinkStats:
+    """Counters since the sink started (read by the metrics endpoint and tests)."""
+
+    messages: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+    inserts: int = 0
+    insert_retries: int = 0
+    store_down_since: float | None = None
+
+
+@dataclass
+class _Pending:
+    first: int
+    last: int = -1
+    rows: int = 0
+    since: float = field(default_factory=time.monotonic)
+    records: list[Any] = field(default_factory=list)
+
+
+def _rows_of(record: Any) -> int:
+    return len(record) if isinstance(record, StepBatch) else 1
+
+
+class KafkaSink:
+    """Consume Argus topics into a ClickHouse store, exactly once per record."""
+
+    def __init__(
+        self,
+        open_store: Callable[[], Store],
+        kafka_config: dict[str, Any],
+        *,
+        topics: Iterable[str] = SINK_TOPICS,
+        group: str = "argus-sink",
+        batch_rows: int = 5000,
+        batch_seconds: float = 1.0,
+        max_backoff_s: float = 5.0,
+    ) -> None:
+        if batch_rows <= 0 or batch_seconds <= 0:
+            raise ValueError("batch_rows and batch_seconds must be positive")
+        self._open_store = open_store
+        self._store: Store | None = None
+        self.stats = SinkStats()
+        self._batch_rows = batch_rows
+        self._batch_seconds = batch_seconds
+        self._max_backoff = max_backoff_s
+        self._pending: dict[tuple[str, int], _Pending] = {}
+        self._replay_end: dict[tuple[str, int], int] = {}
+        self._backlog: list[Message] = []
+        conf = dict(kafka_config)
+        conf.update(
+            {
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": False,
+            }
+        )
+        self._consumer = Consumer(conf, logger=logging.getLogger("argus.sink.kafka"))
+        self._consumer.subscribe(list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    # -- partition assignment -------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in consumer.committed(partitions, timeout=10):
+            meta = tp.metadata or ""
+            if meta.startswith(_INTENT) and tp.offset != OFFSET_INVALID:
+                self._replay_end[(tp.topic, tp.partition)] = int(meta[len(_INTENT) :])
+                log.info(
+                    "replaying %s[%d] %d..%s after an unfinished insert",
+                    tp.topic,
+                    tp.partition,
+                    tp.offset,
+                    meta[len(_INTENT) :],
+                )
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            if key in self._pending:
+                self._flush(key)
+            self._replay_end.pop(key, None)
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self, stop: threading.Event, *, idle_exit_s: float | None = None) -> SinkStats:
+        """Consume until ``stop`` is set (or nothing arrived for ``idle_exit_s``), then flush."""
+        last_message = time.monotonic()
+        try:
+            while not stop.is_set():
+                got = self.poll(timeout=0.2)
+                now = time.monotonic()
+                if got:
+                    last_message = now
+                elif idle_exit_s is not None and now - last_message > idle_exit_s and not self._pending:
+                    break
+            self.flush_all()
+        finally:
+            self.close()
+        return self.stats
+
+    def poll(self, timeout: float = 0.2) -> int:
+        """Consume what is there, flush the batches that are due; return messages read."""
+        messages, self._backlog = self._backlog, []
+        messages.extend(self._consumer.consume(num_messages=2000, timeout=timeout))
+        for msg in messages:
+            self._accept(msg)
+        now = time.monotonic()
+        for key, p in list(self._pending.items()):
+            if p.rows >= self._batch_rows or now - p.since >= self._batch_seconds:
+                self._flush(key)
+        return len(messages)
+
+    def _accept(self, msg: Message) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.fatal():
+                raise SinkError(f"Kafka consumer failed: {err}")
+            log.warning("Kafka: %s", err)
+            return
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        key = (topic, partition)
+        self.stats.messages += 1
+        record = self._decode(msg)
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = _Pending(first=offset)
+        pending.records.append(record)
+        pending.last = offset
+        pending.rows += _rows_of(record)
+        replay_end = self._replay_end.get(key)
+        if replay_end is not None and offset >= replay_end:
+            self._flush(key)  # the replayed batch ends exactly where the unfinished one did
+            self._replay_end.pop(key, None)
+
+    def _decode(self, msg: Message) -> Any:
+        payload = msg.value() or b""
+        try:
+            record = decode(payload)
+        except SchemaError as exc:
+            return self._dead(msg, exc.reason, str(exc))
+        if type(record) not in TABLE_OF:
+            return self._dead(msg, "unexpected_type", f"{type(record).__name__} is not stored")
+        return record
+
+    def _dead(self, msg: Message, reason: str, error: str) -> DeadLetter:
+        self.stats.dead_letters += 1
+        log.warning("dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), error[:200])
+        _, ts_ms = msg.timestamp()
+        return DeadLetter(
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            reason,
+            error[:4096],
+            max(ts_ms, 0) * 1_000_000,
+            (msg.value() or b"")[: 1 << 20],
+        )
+
+    # -- inserting ------------------------------------------------------------------------
+    def flush_all(self) -> None:
+        """Insert every pending batch now."""
+        for key in list(self._pending):
+            self._flush(key)
+
+    def _flush(self, key: tuple[str, int]) -> None:
+        pending = self._pending.pop(key, None)
+        if pending is None or not pending.records:
+            return
+        topic, partition = key
+        self._commit(topic, partition, pending.first, f"{_INTENT}{pending.last}")
+        by_type: dict[type, list[Any]] = {}
+        for record in pending.records:
+            by_type.setdefault(type(record), []).append(record)
+        for records in by_type.values():
+            table, data = to_arrow(records)
+            token = f"{table}:{topic}:{partition}:{pending.first}-{pending.last}"
+            self._insert_with_retry(table, data, token)
+            self.stats.rows[table] = self.stats.rows.get(table, 0) + data.num_rows
+        self._commit(topic, partition, pending.last + 1, "")
+
+    def _commit(self, topic: str, partition: int, offset: int, metadata: str) -> None:
+        tp = TopicPartition(topic, partition, offset, metadata=metadata)
+        try:
+            self._consumer.commit(offsets=[tp], asynchronous=False)
+        except KafkaException as exc:
+            # A failed commit only means a replay later; the insert tokens make it harmless.
+            if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].fatal():
+                raise SinkError(f"offset commit failed fatally: {exc}") from exc
+            log.warning("offset commit for %s[%d] failed (%s); it will be replayed", topic, partition, exc)
+
+    def _insert_with_retry(self, table: str, data: Any, token: str) -> None:
+        backoff = 0.2
+        attempt = 0
+        while True:
+            try:
+                if self._store is None:
+                    self._store = self._open_store()
+                self._store.insert_arrow(table, data, settings={"insert_deduplication_token": token})
+                self.stats.inserts += 1
+                if self.stats.store_down_since is not None:
+                    log.warning(
+                        "ClickHouse is back after %.1f s", time.monotonic() - self.stats.store_down_since
+                    )
+                    self.stats.store_down_since = None
+                return
+            except SinkError as exc:
+                attempt += 1
+                self.stats.insert_retries += 1
+                if self.stats.store_down_since is None:
+                    self.stats.store_down_since = time.monotonic()
+                log.warning(
+                    "insert into %s failed (attempt %d): %s; retrying in %.1f s",
+                    table,
+                    attempt,
+                    str(exc)[:200],
+                    backoff,
+                )
+                self._drop_store()
+                self._wait(backoff)
+                backoff = min(backoff * 2, self._max_backoff)
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep while keeping the consumer in its group (partitions paused, nothing fetched)."""
+        assignment = self._consumer.assignment()
+        self._consumer.pause(assignment)
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                # A message fetched before the pause is kept for the next poll, not lost.
+                self._backlog.extend(self._consumer.consume(num_messages=100, timeout=min(0.1, seconds)))
+        finally:
+            self._consumer.resume(assignment)
+
+    def _drop_store(self) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            finally:
+                self._store = None
+
+    def close(self) -> None:
+        """Leave the consumer group and release the store."""
+        with contextlib.suppress(RuntimeError):  # already closed
+            self._consumer.close()
+        self._drop_store()

@@ -1,0 +1,59 @@
+"""Versioned DDL migrations: ``ddl/NNN_name.sql`` applied in order, each once."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from .store import Store, split_statements
+
+__all__ = ["Migration", "applied_versions", "migrate", "migrations"]
+
+_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One DDL file."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def migrations() -> list[Migration]:
+    """All migrations shipped with this build, in version order."""
+    folder = resources.files("sinks") / "ddl"
+    out = []
+    for entry in folder.iterdir():
+        m = _NAME.match(entry.name)
+        if m:
+            out.append(Migration(int(m.group(1)), m.group(2), entry.read_text()))
+    return sorted(out, key=lambda m: m.version)
+
+
+def applied_versions(store: Store) -> set[int]:
+    """Versions already recorded in ``schema_migrations`` (empty on a new store)."""
+    exists = store.query_rows(
+        "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = 'schema_migrations'"
+    )
+    if not exists[0][0]:
+        return set()
+    return {int(r[0]) for r in store.query_rows("SELECT DISTINCT version FROM schema_migrations")}
+
+
+def migrate(store: Store, *, ttl_days: int = 30) -> list[Migration]:
+    """Apply the migrations the store lacks; return those applied. Safe to run again."""
+    if ttl_days <= 0:
+        raise ValueError("ttl_days must be positive")
+    done = applied_versions(store)
+    applied = []
+    for m in migrations():
+        if m.version in done:
+            continue
+        for statement in split_statements(m.sql.replace("{ttl_days}", str(int(ttl_days)))):
+            store.execute(statement)
+        store.execute("INSERT INTO schema_migrations (version) VALUES ({v:UInt32})", {"v": m.version})
+        applied.append(m)
+    return applied
