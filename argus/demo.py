@@ -31,7 +31,7 @@ def synthetic_steps(job: str, ranks: int, steps: int, *, slow_rank: int, seed: i
     """A small job with one slow rank, one batch per host (8 ranks) per step."""
     rng = np.random.default_rng(seed)
     t0 = time.time_ns()
-    out = []
+    out: list[StepBatch] = []
     for step in range(steps):
         cols = StepBatch.empty_columns(ranks)
         cols["rank"][:] = np.arange(ranks)

@@ -41,7 +41,7 @@ def ensure_topics(
 ) -> list[str]:
     """Create the topics that do not exist yet; return the ones created."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = _admin(conf)
     try:

@@ -149,12 +149,14 @@ class StepBatch(Record):
         return len(self.columns["rank"])
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self.columns[name]
+        column: np.ndarray = self.columns[name]
+        return column
 
     @property
     def step_ms(self) -> np.ndarray:
         """Wall time of the step per rank, ms."""
-        return (self.columns["end_ns"] - self.columns["start_ns"]) / 1e6
+        wall: np.ndarray = (self.columns["end_ns"] - self.columns["start_ns"]) / 1e6
+        return wall
 
     @classmethod
     def from_records(cls, records: Sequence[StepRecord]) -> StepBatch:

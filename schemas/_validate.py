@@ -30,13 +30,13 @@ from ._records import (
 
 __all__ = ["LIMITS", "validate"]
 
-LIMITS = {
+LIMITS: dict[str, int] = {
     "max_rank": 1 << 20,  # 1,048,576 ranks
     "max_rows": 1 << 17,  # rows in one StepBatch
     "max_step": 10**12,
     "min_time_ns": 946_684_800 * 10**9,  # 2000-01-01
     "max_time_ns": 4_102_444_800 * 10**9,  # 2100-01-01
-    "max_duration_ms": 86_400_000.0,  # one day
+    "max_duration_ms": 86_400_000,  # one day
     "max_id_len": 256,  # job, host, GPU UUID, group
     "max_name_len": 4096,  # kernel names, summaries
     "max_stack_len": 65_536,  # one folded stack

@@ -174,7 +174,7 @@ class KafkaSink:
                 raise SinkError(f"Kafka consumer failed: {err}")
             log.warning("Kafka: %s", err)
             return
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        topic, partition, offset = str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)
         key = (topic, partition)
         self.stats.messages += 1
         record = self._decode(msg)
@@ -204,9 +204,9 @@ class KafkaSink:
         log.warning("dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), error[:200])
         _, ts_ms = msg.timestamp()
         return DeadLetter(
-            msg.topic(),
-            msg.partition(),
-            msg.offset(),
+            str(msg.topic()),
+            int(msg.partition() or 0),
+            int(msg.offset() or 0),
             reason,
             error[:4096],
             max(ts_ms, 0) * 1_000_000,

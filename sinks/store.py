@@ -98,16 +98,21 @@ class ChdbStore:
         self._lock_file.write(str(os.getpid()))
         self._lock_file.flush()
         try:
-            self._session = chdb.session.Session(str(self.path))
+            self._session = chdb.session.Session(str(self.path))  # type: ignore[no-untyped-call]
         except Exception as exc:
             self._release()
             if "Cannot lock file" in str(exc):
                 raise StoreLockedError(f"the ClickHouse data directory {self.path} is in use") from exc
+            if "already initialized with path" in str(exc):
+                raise SinkError(
+                    f"this process already has another chDB data directory open; chDB allows one "
+                    f"per process (wanted {self.path})"
+                ) from exc
             raise SinkError(f"cannot open chDB at {self.path}: {exc}") from exc
 
     def _query(self, sql: str, fmt: str, params: Mapping[str, Any] | None) -> Any:
         try:
-            return self._session.query(sql, fmt, params=dict(params) if params else None)
+            return self._session.query(sql, fmt, params=dict(params) if params else None)  # type: ignore[no-untyped-call]
         except Exception as exc:
             raise QueryError(str(exc).strip()) from exc
 
@@ -144,7 +149,7 @@ class ChdbStore:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._session.close()
+            self._session.close()  # type: ignore[no-untyped-call]
         self._release()
 
 

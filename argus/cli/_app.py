@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -51,7 +51,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
-def settings(**overrides: object) -> Settings:
+def settings(**overrides: Any) -> Settings:
     """Settings for a command; a bad value is a clean error."""
     try:
         return load_settings(**overrides)

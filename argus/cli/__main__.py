@@ -1,0 +1,5 @@
+"""``python -m argus.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,84 @@
+"""The `argus` command as a user runs it: real processes, real broker, real store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ARGUS = [sys.executable, "-m", "argus.cli"]
+
+
+def run(args: list[str], home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "ARGUS_HOME": str(home), "COLUMNS": "200", **env}
+    return subprocess.run([*ARGUS, *args], capture_output=True, text=True, env=full, timeout=180)
+
+
+def test_version(tmp_path: Path) -> None:
+    out = run(["--version"], tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("argus ")
+
+
+@pytest.mark.kafka
+def test_doctor_reports_kafka_clickhouse_and_absent_gpu(kafka_conf, tmp_path: Path) -> None:
+    out = run(["doctor"], tmp_path, ARGUS_KAFKA_BOOTSTRAP=kafka_conf["bootstrap.servers"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = {ln.split("│")[1].strip(): ln for ln in out.stdout.splitlines() if ln.count("│") >= 3}
+    assert " ok " in lines["Kafka"] and " ok " in lines["ClickHouse"]
+    assert "absent" in lines["NVML (GPU health)"] and "no NVIDIA driver" in lines["NVML (GPU health)"]
+    assert "absent" in lines["CUPTI (GPU kernels)"]
+
+
+def test_doctor_names_a_broker_that_is_down(tmp_path: Path) -> None:
+    out = run(["doctor"], tmp_path, ARGUS_KAFKA_BOOTSTRAP="127.0.0.1:1")
+    assert out.returncode == 3
+    assert "cannot reach Kafka at 127.0.0.1:1" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_doctor_never_prints_secrets(tmp_path: Path) -> None:
+    out = run(
+        ["doctor"],
+        tmp_path,
+        ARGUS_KAFKA_BOOTSTRAP="127.0.0.1:1",
+        ARGUS_KAFKA_SASL_PASSWORD="hunter2-secret",
+        ARGUS_GRAFANA_TOKEN="glsa_do_not_print",
+        ARGUS_CLICKHOUSE_PASSWORD="ch-pass-xyz",
+    )
+    text = out.stdout + out.stderr
+    for secret in ("hunter2-secret", "glsa_do_not_print", "ch-pass-xyz"):
+        assert secret not in text
+
+
+def test_sql_prints_rows_and_rejects_bad_sql(tmp_path: Path) -> None:
+    ok = run(["sql", "SELECT {n:UInt32} * 2 AS doubled", "--param", "n=21", "--format", "json"], tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == '[{"doubled": 42}]'
+    bad = run(["sql", "SELEC nonsense"], tmp_path)
+    assert bad.returncode == 2 and "ClickHouse rejected the query" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_sql_on_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys\nfrom sinks import ChdbStore\nheld = ChdbStore({str(tmp_path / 'clickhouse')!r})\n"
+            "print('ready', flush=True)\nsys.stdin.readline()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        out = run(["sql", "SELECT 1"], tmp_path)
+        assert out.returncode == 3
+        assert f"in use by process {holder.pid}" in out.stderr.replace("\n", " ")
+        assert "Traceback" not in out.stderr
+    finally:
+        holder.communicate("\n", timeout=30)

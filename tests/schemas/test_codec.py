@@ -1,0 +1,229 @@
+"""Round trips, schema evolution and hostile bytes for the wire codec."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastavro import parse_schema, schemaless_writer
+
+import schemas
+from schemas import (
+    SCHEMAS,
+    Anomaly,
+    DeadLetter,
+    DecodeError,
+    GpuSample,
+    Heartbeat,
+    KernelNames,
+    KernelSketch,
+    SchemaError,
+    StackSample,
+    StepBatch,
+    StepRecord,
+    StepSummary,
+    UnknownSchemaError,
+    ValidationError,
+    decode,
+    encode,
+    peek_schema_id,
+)
+
+T0 = 1_800_000_000 * 10**9
+
+
+def step_batch(n: int = 8, step: int = 3) -> StepBatch:
+    recs = [
+        StepRecord(
+            "job-a",
+            1,
+            step,
+            r,
+            host=f"node{r // 8}",
+            gpu_uuid=f"GPU-{r}",
+            dp=r % 4,
+            tp=r // 4,
+            pp=0,
+            start_ns=T0,
+            end_ns=T0 + 120_000_000 + r,
+            forward_ms=30.5,
+            backward_ms=61.0,
+            optimizer_ms=4.0,
+            all_reduce_ms=12.25,
+            p2p_ms=1.5,
+            samples=32,
+            tokens=65536,
+        )
+        for r in range(n)
+    ]
+    return StepBatch.from_records(recs)
+
+
+RECORDS = [
+    KernelSketch("job-a", 1, 5, 10, 1, 9, b"\x01\x02\x03"),
+    KernelNames("job-a", 1, 5, (0, 1), ("ampere_sgemm_128x64_nn", "ncclDevKernel_AllReduce_Sum_f32_RING_LL")),
+    StackSample(
+        "job-a",
+        1,
+        5,
+        10,
+        T0,
+        T0 + 10**9,
+        ("train.py:main;model.forward", "train.py:main;loader.next"),
+        (40, 10),
+    ),
+    GpuSample("node0", "GPU-0", 0, T0, gpu_util=99.0, sm_clock_mhz=1410.0, power_w=400.0, temp_c=70.0, xid=0),
+    Heartbeat(
+        "job-a",
+        1,
+        5,
+        "node0",
+        T0,
+        10,
+        ("dp0",),
+        (42,),
+        (41,),
+        ("all_reduce",),
+        (1 << 20,),
+        "main;step;all_reduce",
+    ),
+    StepSummary("job-a", 1, 10, T0, 1024, (7,), 120.0, 130.0, 180.0, 90.0, 20.0, 1.0, 0.0, 1 << 20, (3,)),
+    Anomaly(
+        "a1",
+        "job-a",
+        1,
+        10,
+        12,
+        "cross_rank",
+        "rank",
+        "5",
+        (5,),
+        "compute_straggler",
+        7.5,
+        {"forward_ms_z": 9.1, "forward_ms": 45.0},
+        "rank 5 computes 50% longer",
+        15.0,
+        0.25,
+        T0,
+    ),
+    DeadLetter("argus.steps", 3, 1234, "decode", "bad magic", T0, b"\xff\xfe"),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_round_trip(record: object) -> None:
+    data = encode(record)  # type: ignore[arg-type]
+    assert data[0] == 0
+    assert decode(data) == record
+
+
+def test_step_batch_round_trip_keeps_every_column() -> None:
+    batch = step_batch()
+    back = decode(encode(batch))
+    assert back.records() == batch.records()
+    np.testing.assert_allclose(back.step_ms, batch.step_ms)
+
+
+def test_schema_ids_are_stable() -> None:
+    registry = json.loads((Path(schemas.__file__).parent / "avro" / "registry.json").read_text())
+    assert registry["1"] == "step_batch.v1"
+    assert registry["2"] == "step_batch.v2"
+    assert peek_schema_id(encode(step_batch())) == 2  # newest version of the step batch
+    assert peek_schema_id(encode(RECORDS[6])) == 9
+
+
+def test_reader_with_v2_reads_v1() -> None:
+    v1 = SCHEMAS[1]
+    batch = step_batch(4)
+    body = batch.to_avro()
+    del body["ep"], body["cp"]  # a v1 writer does not know them
+    buf = io.BytesIO()
+    buf.write(struct.pack(">bI", 0, v1.id))
+    schemaless_writer(buf, v1.schema, body)
+    back = decode(buf.getvalue())
+    assert isinstance(back, StepBatch)
+    assert back["ep"].tolist() == [0, 0, 0, 0] and back["cp"].tolist() == [0, 0, 0, 0]
+    np.testing.assert_array_equal(back["forward_ms"], batch["forward_ms"])
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"", DecodeError),
+        (b"\x00\x00", DecodeError),
+        (b"\x01\x00\x00\x00\x01rest", DecodeError),  # wrong magic
+        (b"\x00\x00\x00\x03\xe7" + b"\x00" * 20, UnknownSchemaError),  # id 999
+        (b"\x00\x00\x00\x00\x02" + b"\xff" * 40, DecodeError),  # garbage body
+    ],
+)
+def test_garbage_raises_a_schema_error(data: bytes, error: type) -> None:
+    with pytest.raises(error):
+        decode(data)
+
+
+def test_truncated_and_padded_messages_are_rejected() -> None:
+    data = encode(step_batch())
+    for cut in (5, 6, len(data) // 2, len(data) - 1):
+        with pytest.raises(DecodeError):
+            decode(data[:cut])
+    with pytest.raises(DecodeError, match="trailing"):
+        decode(data + b"\x00")
+
+
+def test_random_bytes_never_escape_the_error_tree() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        n = int(rng.integers(0, 200))
+        data = bytes([0, 0, 0, 0, int(rng.integers(1, 11))]) + rng.bytes(n)
+        with contextlib.suppress(SchemaError):
+            decode(data)
+
+
+def _with(batch: StepBatch, **cols: np.ndarray) -> StepBatch:
+    columns = dict(batch.columns)
+    columns.update(cols)
+    return StepBatch(batch.job, batch.run, batch.step, columns)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda b: _with(b, forward_ms=np.full(len(b), np.nan)), "forward_ms"),
+        (lambda b: _with(b, all_reduce_ms=-np.ones(len(b))), "all_reduce_ms"),
+        (lambda b: _with(b, rank=np.arange(len(b)) + 10_000_000), "rank"),
+        (lambda b: _with(b, rank=np.zeros(len(b), dtype=np.int64)), "twice"),
+        (lambda b: _with(b, end_ns=b["start_ns"] - 1), "negative"),
+        (lambda b: _with(b, start_ns=np.full(len(b), 10), end_ns=np.full(len(b), 20)), "2000"),
+        (lambda b: _with(b, host=np.array(["x" * (1 << 20)] * len(b), dtype=object)), "host"),
+    ],
+)
+def test_out_of_range_values_are_invalid(mutate, message: str) -> None:
+    bad = mutate(step_batch())
+    with pytest.raises(ValidationError, match=message):
+        encode(bad)
+    data = encode(bad, check=False)  # a hostile producer skips the check ...
+    with pytest.raises(ValidationError, match=message):
+        decode(data)  # ... the reader does not
+
+
+def test_megabyte_kernel_name_is_invalid() -> None:
+    rec = KernelNames("j", 0, 0, (1,), ("k" * (1 << 20),))
+    with pytest.raises(ValidationError, match="names"):
+        decode(encode(rec, check=False))
+
+
+def test_expect_rejects_other_types() -> None:
+    with pytest.raises(DecodeError, match="expected StepBatch"):
+        decode(encode(RECORDS[0]), expect=StepBatch)
+
+
+def test_every_schema_parses_and_matches_its_record() -> None:
+    for info in SCHEMAS.values():
+        parse_schema(info.raw, named_schemas={})
+        names = {f["name"] for f in info.raw["fields"]}
+        assert names, info.name

@@ -1,0 +1,185 @@
+"""The exactly-once sink on the real broker and real chDB."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from confluent_kafka import Producer, TopicPartition
+
+from argus.kafka_admin import ensure_topics
+from schemas import Anomaly, StepBatch, encode, step_key
+from sinks import to_arrow
+from sinks.kafka_sink import KafkaSink
+
+from ..schemas.test_codec import T0, step_batch
+
+pytestmark = pytest.mark.kafka
+
+
+class Borrowed:
+    """The session store lent to a sink: the sink may close it, the session keeps it open."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def close(self) -> None:
+        pass
+
+
+def make_topic(conf: dict[str, Any], name: str, partitions: int = 2) -> str:
+    assert ensure_topics(conf, [name], partitions=partitions) == [name]
+    return name
+
+
+def batches(job: str, steps: int, ranks: int = 8) -> list[StepBatch]:
+    out = []
+    for s in range(steps):
+        b = step_batch(ranks, step=s)
+        out.append(StepBatch(job, b.run, s, b.columns))
+    return out
+
+
+def produce(conf: dict[str, Any], topic: str, records: list[Any], extra: list[bytes] = ()) -> None:
+    p = Producer({**conf, "enable.idempotence": True, "linger.ms": 5})
+    for r in records:
+        p.produce(topic, key=step_key(r.job, getattr(r, "step", 0)), value=encode(r))
+    for raw in extra:
+        p.produce(topic, key=b"junk", value=raw)
+    assert p.flush(30) == 0
+
+
+def count(store: Any, table: str, job: str) -> int:
+    return store.query_rows(f"SELECT count() FROM {table} WHERE job = {{j:String}}", {"j": job})[0][0]
+
+
+def drain(sink: KafkaSink, store: Any, job: str, want: int, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    got = 0
+    while time.monotonic() < deadline and got < want:
+        sink.poll(0.3)
+        got = count(store, "steps", job)
+    sink.flush_all()
+    return count(store, "steps", job)
+
+
+def test_records_arrive_exactly_once_with_dead_letters(kafka_conf, store, unique) -> None:
+    topic = make_topic(kafka_conf, f"t-steps-{unique}")
+    job = f"sink-{unique}"
+    recs = batches(job, 50)
+    anomaly = Anomaly(
+        f"an-{unique}",
+        job,
+        1,
+        3,
+        5,
+        "cross_rank",
+        "rank",
+        "2",
+        (2,),
+        "compute_straggler",
+        6.0,
+        {"z": 6.0},
+        "",
+        1.0,
+        0.1,
+        T0,
+    )
+    produce(kafka_conf, topic, [*recs, anomaly], extra=[b"garbage", b"\x00\x00\x00\x03\xe7xx"])
+    sink = KafkaSink(
+        lambda: Borrowed(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.2
+    )
+    try:
+        assert drain(sink, store, job, 400) == 400
+        time.sleep(0.5)
+        sink.poll(0.5)
+        sink.flush_all()
+    finally:
+        sink.close()
+    assert count(store, "steps", job) == 400
+    assert store.query_rows("SELECT count() FROM anomalies WHERE id = {i:String}", {"i": f"an-{unique}"}) == [
+        (1,)
+    ]
+    dead = store.query_rows(
+        "SELECT reason, count() FROM dead_letters WHERE topic = {t:String} GROUP BY reason ORDER BY reason",
+        {"t": topic},
+    )
+    assert dead == [("decode", 1), ("unknown_schema", 1)]
+    assert sink.stats.dead_letters == 2
+
+    # A second sink in the same group finds nothing left to do: offsets were committed.
+    again = KafkaSink(
+        lambda: Borrowed(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.2
+    )
+    try:
+        for _ in range(10):
+            again.poll(0.3)
+        again.flush_all()
+    finally:
+        again.close()
+    assert again.stats.messages == 0
+    assert count(store, "steps", job) == 400
+
+
+def test_an_unfinished_insert_is_replayed_without_duplicates(kafka_conf, store, unique) -> None:
+    """A sink died after inserting offsets 0..9 of partition 0 but before committing them."""
+    topic = make_topic(kafka_conf, f"t-replay-{unique}", partitions=1)
+    job = f"replay-{unique}"
+    recs = batches(job, 30)
+    produce(kafka_conf, topic, recs)
+    group = f"g-{unique}"
+    # What the dead sink had done: the intent commit, then the insert of offsets 0..9.
+    from confluent_kafka import Consumer
+
+    c = Consumer({**kafka_conf, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 0, metadata="argus:9")], asynchronous=False)
+    c.close()
+    table, data = to_arrow(recs[:10])
+    store.insert_arrow(table, data, settings={"insert_deduplication_token": f"steps:{topic}:0:0-9"})
+    assert count(store, "steps", job) == 80
+
+    sink = KafkaSink(lambda: Borrowed(store), kafka_conf, topics=[topic], group=group, batch_seconds=0.2)
+    try:
+        assert drain(sink, store, job, 240) == 240
+    finally:
+        sink.close()
+    per_step = store.query_rows(
+        "SELECT step, count() FROM steps WHERE job = {j:String} GROUP BY step ORDER BY step", {"j": job}
+    )
+    assert per_step == [(s, 8) for s in range(30)]
+
+
+def test_store_outage_is_retried_until_it_returns(kafka_conf, store, unique) -> None:
+    """The store refuses inserts for a while (as a restarted ClickHouse would); nothing is lost."""
+    from sinks import StoreUnavailableError
+
+    topic = make_topic(kafka_conf, f"t-outage-{unique}", partitions=1)
+    job = f"outage-{unique}"
+    produce(kafka_conf, topic, batches(job, 20))
+    down_until = time.monotonic() + 2.0
+
+    class Outage(Borrowed):
+        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
+            if time.monotonic() < down_until:
+                raise StoreUnavailableError("connection refused (test outage)")
+            self._store.insert_arrow(*args, **kwargs)
+
+    sink = KafkaSink(
+        lambda: Outage(store),
+        kafka_conf,
+        topics=[topic],
+        group=f"g-{unique}",
+        batch_seconds=0.2,
+        max_backoff_s=0.5,
+    )
+    try:
+        assert drain(sink, store, job, 160) == 160
+    finally:
+        sink.close()
+    assert sink.stats.insert_retries >= 1
+    assert np.isclose(count(store, "steps", job), 160)
