@@ -45,7 +45,10 @@ java_run() { java -Xmx"$heap" -Xms128m -XX:+UseG1GC -Dkafka.logs.dir="$data" \
 
 up() {
   if running; then log "already running (pid $(cat "$pidfile")) on 127.0.0.1:$port"; return 0; fi
-  if port_open "$port"; then log "port $port is taken by another process; set ARGUS_KAFKA_PORT"; exit 1; fi
+  if port_open "$port"; then
+    log "127.0.0.1:$port already answers (another broker, not started from $data); using it"
+    return 0
+  fi
   fetch
   mkdir -p "$data"
   sed -e "s#@PORT@#$port#g" -e "s#@CONTROLLER_PORT@#$cport#g" -e "s#@DATA@#$data#g" \
