@@ -1,0 +1,65 @@
+"""The fault-injection cluster simulator: a synthetic job of up to 100,000+ ranks that emits
+the records the real agent sends (step batches, kernel statistics, stack samples,
+heartbeats) plus the ground truth of every injected fault, deterministically from a seed.
+
+Typical use::
+
+    sim = ClusterSimulator(Layout(dp=16, tp=8, pp=8), seed=1,
+                           faults=[Fault(COMPUTE_STRAGGLER, first_step=20, steps=15, ranks=(17,))])
+    for s in sim.run(60):
+        s.batch                    # schemas.StepBatch, one entry per rank
+        s.kernel_stats([17, 18])   # schemas.KernelStats per rank
+        s.stacks([17])             # schemas.StackSample per rank
+    sim.labels                     # ground truth
+"""
+
+from __future__ import annotations
+
+from ._cluster import ClusterSimulator, PhaseTimes, SimStep
+from ._faults import (
+    CHECKPOINT_STALL,
+    COMPUTE_STRAGGLER,
+    DATALOADER_STALL,
+    FAULT_KINDS,
+    GC_PAUSE,
+    HOST_CPU_CONTENTION,
+    JIT_COMPILE_STALL,
+    LINK_DEGRADATION,
+    MASKED_COMPUTE_STRAGGLER,
+    ONE_OFF_KINDS,
+    PIPELINE_BUBBLE,
+    PIPELINE_STAGE_IMBALANCE,
+    SEQUENCE_LENGTH_IMBALANCE,
+    Fault,
+    Label,
+    random_fault,
+)
+from ._kernels import KERNEL_NAMES, kernel_names
+from ._layout import Layout
+from ._stacks import STACKS
+
+__all__ = [
+    "CHECKPOINT_STALL",
+    "COMPUTE_STRAGGLER",
+    "DATALOADER_STALL",
+    "FAULT_KINDS",
+    "GC_PAUSE",
+    "HOST_CPU_CONTENTION",
+    "JIT_COMPILE_STALL",
+    "KERNEL_NAMES",
+    "LINK_DEGRADATION",
+    "MASKED_COMPUTE_STRAGGLER",
+    "ONE_OFF_KINDS",
+    "PIPELINE_BUBBLE",
+    "PIPELINE_STAGE_IMBALANCE",
+    "SEQUENCE_LENGTH_IMBALANCE",
+    "STACKS",
+    "ClusterSimulator",
+    "Fault",
+    "Label",
+    "Layout",
+    "PhaseTimes",
+    "SimStep",
+    "kernel_names",
+    "random_fault",
+]

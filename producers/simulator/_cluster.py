@@ -1,0 +1,345 @@
+"""The cluster simulator: one synchronous training step of N ranks at a time, with faults.
+
+The step model (per rank, ms): data-loader wait, host-to-device copies, forward, backward,
+optimizer, GC, compile, checkpoint, then the collectives: tensor-parallel all-gather and
+reduce-scatter, the pipeline's send/recv (with the 1F1B bubble, ``(pp-1)/(m+pp-1)`` of the
+compute) and the data-parallel gradient all-reduce. The step is synchronous: it ends for
+every rank when the slowest rank's work is done; each rank's wait for the slowest is
+booked to the collective through which the wait reaches it (``p2p_ms`` when pp > 1, else
+``all_gather_ms`` when tp > 1, else ``all_reduce_ms``). Phase timers are CUDA-event timed,
+except for a masked straggler whose GPU slowness is seen by no phase timer (the CPU blocks
+in a synchronize outside the timed phases): its step records show only that it waits least.
+Noise is a truncated normal (±4 σ) per rank and phase plus a static per-GPU speed spread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from schemas import Heartbeat, KernelStats, StackSample, StepBatch
+
+from ._faults import (
+    CHECKPOINT_STALL,
+    COMPUTE_STRAGGLER,
+    DATALOADER_STALL,
+    GC_PAUSE,
+    HOST_CPU_CONTENTION,
+    JIT_COMPILE_STALL,
+    LINK_DEGRADATION,
+    MASKED_COMPUTE_STRAGGLER,
+    PIPELINE_BUBBLE,
+    PIPELINE_STAGE_IMBALANCE,
+    SEQUENCE_LENGTH_IMBALANCE,
+    Fault,
+    Label,
+)
+from ._kernels import kernel_stats
+from ._layout import Layout
+from ._stacks import heartbeats, stack_sample
+
+__all__ = ["ClusterSimulator", "PhaseTimes", "SimStep"]
+
+START_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Nominal per-rank phase times of a healthy step, ms (collectives: transfer time only)."""
+
+    forward: float = 110.0
+    backward: float = 220.0
+    optimizer: float = 15.0
+    dataloader: float = 8.0
+    h2d: float = 3.0
+    all_gather: float = 12.0
+    reduce_scatter: float = 12.0
+    all_reduce: float = 35.0
+    p2p: float = 6.0
+    checkpoint: float = 2500.0
+    compile_warmup: float = 3000.0
+    tokens: int = 65_536
+    noise: float = 0.02
+    speed_spread: float = 0.01
+
+
+@dataclass
+class SimStep:
+    """One simulated step: the job's :class:`StepBatch` plus the hidden truth to derive
+    kernel statistics, stack samples and heartbeats of any ranks from."""
+
+    batch: StepBatch
+    layout: Layout
+    seed: int
+    gpu_factor: np.ndarray  # per rank: GPU compute kernel duration factor (truth)
+    collective_factor: np.ndarray  # per rank: all-reduce transfer factor (links)
+    count_factor: np.ndarray  # per rank: compute kernel count factor (more layers)
+    launch_factor: np.ndarray  # per rank: CPU launch gaps factor (host contention)
+    hidden_ms: np.ndarray  # per rank: time no phase timer saw (masked straggler)
+    active: tuple[Fault, ...] = field(default_factory=tuple)
+
+    @property
+    def step(self) -> int:
+        """The step number."""
+        return self.batch.step
+
+    def kernel_stats(self, ranks: Sequence[int]) -> dict[int, KernelStats]:
+        """Synthetic kernel statistics (a realistic mix) of the given ranks in this step."""
+        return {int(r): kernel_stats(self, int(r)) for r in ranks}
+
+    def stacks(self, ranks: Sequence[int]) -> dict[int, StackSample]:
+        """Folded stack samples (100 Hz) of the given ranks over this step."""
+        return {int(r): stack_sample(self, int(r)) for r in ranks}
+
+    def heartbeats(self, ranks: Sequence[int] | None = None) -> list[Heartbeat]:
+        """Heartbeats at the end of this step (all ranks when ``ranks`` is None)."""
+        return heartbeats(self, ranks)
+
+    def host_batches(self) -> list[StepBatch]:
+        """The step split into one batch per host (as node agents would send it)."""
+        host = self.batch["rank"] // self.layout.gpus_per_host
+        order = np.argsort(host, kind="stable")
+        bounds = np.flatnonzero(np.diff(host[order])) + 1
+        return [self.batch.take(idx) for idx in np.split(order, bounds)]
+
+
+def _trunc(rng: np.random.Generator, n: int) -> np.ndarray:
+    return np.clip(rng.standard_normal(n), -4.0, 4.0)
+
+
+class ClusterSimulator:
+    """A synthetic training job with faults and ground truth, deterministic from ``seed``.
+
+    Args:
+        layout: the parallel layout (up to 100,000+ ranks).
+        seed: everything random derives from it (each step from ``(seed, step)``).
+        job, run: the job id and run incarnation written into the records.
+        faults: faults to inject; :attr:`labels` reports their ground truth.
+        start_ns: wall clock of step 0 (ns since the epoch; not the machine's clock).
+        warmup_steps: steps 0..warmup_steps-1 compile and run slower.
+        checkpoint_every: steps ``k*checkpoint_every - 1`` write a checkpoint (0: never).
+        microbatches: pipeline micro-batches per step (sets the 1F1B bubble).
+        phases: nominal phase times.
+
+    Notes:
+        Steps must be generated in order for wall clocks to chain (``step(s)`` for any other
+        ``s`` places it at a nominal time); every other value depends only on seed and step.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        seed: int = 0,
+        job: str = "sim",
+        run: int = 0,
+        faults: Sequence[Fault] = (),
+        start_ns: int = START_NS,
+        warmup_steps: int = 5,
+        checkpoint_every: int = 50,
+        microbatches: int = 16,
+        phases: PhaseTimes | None = None,
+    ) -> None:
+        self.layout = layout
+        self.seed = seed
+        self.job = job
+        self.run_id = run
+        self.faults = tuple(self._resolve(f, checkpoint_every) for f in faults)
+        self.start_ns = start_ns
+        self.warmup_steps = warmup_steps
+        self.checkpoint_every = checkpoint_every
+        self.microbatches = microbatches
+        self.p = phases or PhaseTimes()
+        n = layout.n_ranks
+        c = layout.coords
+        self._c = c
+        static = np.random.default_rng([seed, 2**31 - 1])
+        self._speed = 1.0 + self.p.speed_spread * _trunc(static, n)
+        skew = np.ones(layout.pp)
+        if layout.pp > 1:
+            skew[0], skew[-1] = 1.02, 1.04
+        self._stage_skew = skew[c["pp"]]
+        self._hosts = np.array([Layout.host_name(h) for h in range(layout.n_hosts)], dtype=object)[c["host"]]
+        tag = hashlib.sha1(f"{job}/{seed}".encode()).hexdigest()[:8]
+        self._uuids = np.array([f"GPU-{tag}-{r:06d}" for r in range(n)], dtype=object)
+        self._next_step = 0
+        self._clock = start_ns
+        self._bubble = (layout.pp - 1) / (microbatches + layout.pp - 1) if layout.pp > 1 else 0.0
+
+    @staticmethod
+    def _resolve(f: Fault, every: int) -> Fault:
+        if f.kind != CHECKPOINT_STALL or every <= 0:
+            return f
+        k = -(-(f.first_step + 1) // every)  # the first checkpoint step >= first_step
+        first = k * every - 1
+        return Fault(f.kind, first, 1, f.ranks, f.host, f.stage, f.magnitude)
+
+    def is_checkpoint(self, step: int) -> bool:
+        """Whether ``step`` writes a checkpoint."""
+        return self.checkpoint_every > 0 and (step + 1) % self.checkpoint_every == 0
+
+    @property
+    def labels(self) -> tuple[Label, ...]:
+        """Ground truth: one label per injected fault (per culprit rank for rank faults)."""
+        out: list[Label] = []
+        lay = self.layout
+        for f in self.faults:
+            first = max(f.first_step, self.warmup_steps)
+            last = f.first_step + f.steps - 1
+            if last < first:
+                continue
+            if f.kind == LINK_DEGRADATION:
+                a, b = sorted(f.ranks, key=lambda r: (lay.host_of(r), r))
+                ha, hb = Layout.host_name(lay.host_of(a)), Layout.host_name(lay.host_of(b))
+                out.append(Label(f.kind, first, last, "link", f"{ha}<->{hb}", (a, b)))
+            elif f.kind == HOST_CPU_CONTENTION:
+                h = int(f.host or 0)
+                out.append(Label(f.kind, first, last, "host", Layout.host_name(h), lay.ranks_of_host(h)))
+            elif f.kind == PIPELINE_STAGE_IMBALANCE:
+                out.append(Label(f.kind, first, last, "stage", f"pp:{f.stage or 0}"))
+            elif f.kind == SEQUENCE_LENGTH_IMBALANCE:
+                out.append(Label(f.kind, first, last, "dp_group", "dp"))
+            elif f.kind == PIPELINE_BUBBLE:
+                out.append(Label(f.kind, first, last, "job", "pipeline"))
+            else:
+                out.extend(Label(f.kind, first, last, "rank", f"rank:{r}", (r,)) for r in f.ranks)
+        return tuple(out)
+
+    def run(self, steps: int, start: int = 0) -> Iterator[SimStep]:
+        """Steps ``start .. start + steps - 1`` in order."""
+        for s in range(start, start + steps):
+            yield self.step(s)
+
+    def step(self, step: int) -> SimStep:
+        """Generate one step of every rank."""
+        lay, p, c = self.layout, self.p, self._c
+        n = lay.n_ranks
+        rng = np.random.default_rng([self.seed, step])
+        sd = p.noise
+
+        def noisy(base: float | np.ndarray) -> np.ndarray:
+            return base * (1.0 + sd * _trunc(rng, n))
+
+        warm = 1.0 + 0.5 * np.exp(-step) if step < self.warmup_steps else 1.0
+        gpu = self._speed * self._stage_skew * warm
+        fwd = noisy(p.forward) * gpu
+        bwd = noisy(p.backward) * gpu
+        opt = noisy(p.optimizer) * gpu
+        dl = noisy(p.dataloader)
+        h2d = noisy(p.h2d)
+        tp_on = lay.tp * lay.cp > 1
+        ag = noisy(p.all_gather) if tp_on else np.zeros(n)
+        rs = noisy(p.reduce_scatter) if tp_on else np.zeros(n)
+        ar = noisy(p.all_reduce) if lay.dp > 1 else np.zeros(n)
+        p2p = noisy(p.p2p) if lay.pp > 1 else np.zeros(n)
+        gc = np.where(rng.random(n) < 0.01, 2.0, 0.0) * (1.0 + 0.5 * rng.random(n))
+        compile_ = noisy(p.compile_warmup) * np.exp(-2.0 * step) if step < self.warmup_steps else np.zeros(n)
+        ckpt = noisy(p.checkpoint) if self.is_checkpoint(step) else np.zeros(n)
+        tokens = p.tokens * (1.0 + 0.25 * sd * _trunc(rng, n))
+        ones = np.ones(n)
+        gpu_f, coll_f, count_f, launch_f = ones.copy(), ones.copy(), ones.copy(), ones.copy()
+        hidden = np.zeros(n)
+        bubble_factor = 1.0
+        active = tuple(f for f in self.faults if f.active(step))
+        for f in active:
+            r = np.asarray(f.ranks, dtype=np.int64)
+            m = f.magnitude
+            if f.kind == COMPUTE_STRAGGLER:
+                fac = m or 1.4
+                fwd[r] *= fac
+                bwd[r] *= fac
+                opt[r] *= fac
+                gpu_f[r] *= fac
+            elif f.kind == MASKED_COMPUTE_STRAGGLER:
+                fac = m or 1.4
+                hidden[r] += (fwd[r] + bwd[r] + opt[r]) * (fac - 1.0)
+                gpu_f[r] *= fac
+            elif f.kind == LINK_DEGRADATION:
+                fac = m or 3.0
+                ar[r] *= fac
+                coll_f[r] *= fac
+            elif f.kind == PIPELINE_BUBBLE:
+                bubble_factor *= m or 2.0
+            elif f.kind == PIPELINE_STAGE_IMBALANCE:
+                sel = c["pp"] == (f.stage or 0)
+                fac = m or 1.4
+                fwd[sel] *= fac
+                bwd[sel] *= fac
+                count_f[sel] *= fac
+            elif f.kind == SEQUENCE_LENGTH_IMBALANCE:
+                heavy = int(rng.integers(0, lay.dp))
+                sel = c["dp"] == heavy
+                ratio = m or 1.6
+                tokens[sel] *= ratio
+                fwd[sel] *= ratio**1.1
+                bwd[sel] *= ratio**1.1
+                gpu_f[sel] *= ratio**0.1
+                count_f[sel] *= ratio
+            elif f.kind == HOST_CPU_CONTENTION:
+                sel = c["host"] == (f.host or 0)
+                dl[sel] *= 5.0
+                h2d[sel] *= 4.0
+                fwd[sel] *= 1.15
+                bwd[sel] *= 1.05
+                opt[sel] *= 1.2
+                launch_f[sel] *= 5.0
+            elif f.kind == JIT_COMPILE_STALL:
+                compile_[r] += m or 1500.0
+            elif f.kind == DATALOADER_STALL:
+                dl[r] += m or 800.0
+            elif f.kind == GC_PAUSE:
+                gc[r] += m or 400.0
+            elif f.kind == CHECKPOINT_STALL and self.is_checkpoint(step):
+                ckpt[r] *= m or 4.0
+        if lay.pp > 1:
+            stage_compute = np.median((fwd + bwd).reshape(lay.pp, -1), axis=1)
+            p2p = p2p + self._bubble * bubble_factor * stage_compute.max() * (1.0 + 0.5 * sd * _trunc(rng, n))
+        busy = dl + h2d + fwd + bwd + opt + gc + compile_ + ckpt + ag + rs + ar + p2p + hidden
+        period = float(busy.max()) + 0.3
+        wait = period - busy
+        if lay.pp > 1:
+            p2p = p2p + wait
+        elif tp_on:
+            ag = ag + wait
+        else:
+            ar = ar + wait
+        if step != self._next_step:
+            self._clock = self.start_ns + step * int((p.forward + p.backward + p.optimizer) * 1.6e6)
+        t0 = self._clock
+        offsets = (rng.random(n) * 2e5).astype(np.int64)
+        start_ns = t0 + offsets
+        end_ns = start_ns + int(period * 1e6)
+        self._clock = int(end_ns.max()) + 100_000
+        self._next_step = step + 1
+        cols = StepBatch.empty_columns(n)
+        cols.update(
+            rank=c["rank"],
+            host=self._hosts,
+            gpu_uuid=self._uuids,
+            dp=c["dp"],
+            tp=c["tp"],
+            pp=c["pp"],
+            ep=c["ep"],
+            cp=c["cp"],
+            start_ns=start_ns,
+            end_ns=end_ns,
+            forward_ms=fwd,
+            backward_ms=bwd,
+            optimizer_ms=opt,
+            dataloader_ms=dl,
+            h2d_ms=h2d,
+            gc_ms=gc,
+            compile_ms=compile_,
+            checkpoint_ms=ckpt,
+            all_reduce_ms=ar,
+            all_gather_ms=ag,
+            reduce_scatter_ms=rs,
+            p2p_ms=p2p,
+            samples=np.full(n, 16, dtype=np.int64),
+            tokens=tokens.astype(np.int64),
+        )
+        batch = StepBatch(self.job, self.run_id, step, cols)
+        return SimStep(batch, lay, self.seed, gpu_f, coll_f, count_f, launch_f, hidden, active)

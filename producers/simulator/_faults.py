@@ -1,0 +1,154 @@
+"""Faults the simulator injects, and the ground-truth labels it reports for them.
+
+Fault kinds are the root-cause class strings of ``detectors`` (producers may not import
+detectors, so they are spelled here too; a test checks both lists agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._layout import Layout
+
+__all__ = [
+    "CHECKPOINT_STALL",
+    "COMPUTE_STRAGGLER",
+    "DATALOADER_STALL",
+    "FAULT_KINDS",
+    "GC_PAUSE",
+    "HOST_CPU_CONTENTION",
+    "JIT_COMPILE_STALL",
+    "LINK_DEGRADATION",
+    "MASKED_COMPUTE_STRAGGLER",
+    "ONE_OFF_KINDS",
+    "PIPELINE_BUBBLE",
+    "PIPELINE_STAGE_IMBALANCE",
+    "SEQUENCE_LENGTH_IMBALANCE",
+    "Fault",
+    "Label",
+    "random_fault",
+]
+
+COMPUTE_STRAGGLER = "compute_straggler"
+LINK_DEGRADATION = "link_degradation"
+PIPELINE_BUBBLE = "pipeline_bubble"
+JIT_COMPILE_STALL = "jit_compile_stall"
+MASKED_COMPUTE_STRAGGLER = "masked_compute_straggler"
+PIPELINE_STAGE_IMBALANCE = "pipeline_stage_imbalance"
+SEQUENCE_LENGTH_IMBALANCE = "sequence_length_imbalance"
+DATALOADER_STALL = "dataloader_stall"
+HOST_CPU_CONTENTION = "host_cpu_contention"
+GC_PAUSE = "gc_pause"
+CHECKPOINT_STALL = "checkpoint_stall"
+
+FAULT_KINDS: tuple[str, ...] = (
+    COMPUTE_STRAGGLER,
+    LINK_DEGRADATION,
+    PIPELINE_BUBBLE,
+    JIT_COMPILE_STALL,
+    MASKED_COMPUTE_STRAGGLER,
+    PIPELINE_STAGE_IMBALANCE,
+    SEQUENCE_LENGTH_IMBALANCE,
+    DATALOADER_STALL,
+    HOST_CPU_CONTENTION,
+    GC_PAUSE,
+    CHECKPOINT_STALL,
+)
+ONE_OFF_KINDS = frozenset({JIT_COMPILE_STALL, DATALOADER_STALL, GC_PAUSE, CHECKPOINT_STALL})
+"""Kinds that hit one step (or a few): a detector must name them within one step."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault, active on steps ``first_step .. first_step + steps - 1``.
+
+    ``ranks`` are the culprit ranks (compute/masked straggler, JIT, data-loader, GC and
+    checkpoint stalls: any ranks; link degradation: the two ranks at the ends of the slow
+    ring edge); ``host`` the contended host index; ``stage`` the overloaded pp stage.
+    ``magnitude`` is kind-specific: a slowdown factor (stragglers, link, bubble, stage,
+    sequence length, checkpoint) or the stall in ms (JIT, data loader, GC); 0 picks the
+    default. A checkpoint stall acts on the checkpoint steps inside its window only.
+    """
+
+    kind: str
+    first_step: int
+    steps: int = 1
+    ranks: tuple[int, ...] = ()
+    host: int | None = None
+    stage: int | None = None
+    magnitude: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}")
+        if self.steps < 1 or self.first_step < 0:
+            raise ValueError("a fault needs first_step >= 0 and steps >= 1")
+
+    def active(self, step: int) -> bool:
+        """Whether the fault acts on ``step``."""
+        return self.first_step <= step < self.first_step + self.steps
+
+
+@dataclass(frozen=True)
+class Label:
+    """Ground truth of one injected fault, named the way the detectors name suspects.
+
+    ``suspect`` is ``rank:<r>`` (one culprit rank; several culprit ranks give one label
+    each), ``<hostA><-><hostB>`` (a link), ``<host>`` (a host), ``pp:<s>`` (a stage),
+    ``dp`` (the data-parallel replicas) or ``pipeline``. ``ranks`` are the culprit ranks
+    (empty for job-, stage- and replica-level faults).
+    """
+
+    kind: str
+    first_step: int
+    last_step: int
+    suspect_kind: str
+    suspect: str
+    ranks: tuple[int, ...] = ()
+
+
+def random_fault(kind: str, layout: Layout, rng: np.random.Generator, first_step: int) -> Fault:
+    """A fault of ``kind`` on random culprits with a realistic random magnitude.
+
+    Persistent kinds last 12..30 steps, one-off stalls one step (a checkpoint stall
+    waits for the next checkpoint step in the simulator).
+    """
+    n = layout.n_ranks
+    steps = int(rng.integers(12, 31))
+    rank = int(rng.integers(0, n))
+    if kind == COMPUTE_STRAGGLER:
+        return Fault(kind, first_step, steps, (rank,), magnitude=float(rng.uniform(1.2, 1.8)))
+    if kind == MASKED_COMPUTE_STRAGGLER:
+        return Fault(kind, first_step, steps, (rank,), magnitude=float(rng.uniform(1.2, 1.8)))
+    if kind == LINK_DEGRADATION:
+        c = layout.coords
+        if layout.dp < 2 or layout.tp * layout.cp < layout.gpus_per_host:
+            other = (rank + layout.gpus_per_host) % n
+        else:  # the next dp replica's same-position rank: an inter-host ring edge
+            other = layout.rank_at(
+                pp=int(c["pp"][rank]),
+                dp=(int(c["dp"][rank]) + 1) % layout.dp,
+                tp=int(c["tp"][rank]),
+                cp=int(c["cp"][rank]),
+            )
+        return Fault(kind, first_step, steps, (rank, other), magnitude=float(rng.uniform(2.0, 4.0)))
+    if kind == PIPELINE_BUBBLE:
+        return Fault(kind, first_step, steps, magnitude=float(rng.uniform(1.6, 2.5)))
+    if kind == PIPELINE_STAGE_IMBALANCE:
+        stage = int(rng.integers(0, layout.pp))
+        return Fault(kind, first_step, steps, stage=stage, magnitude=float(rng.uniform(1.25, 1.6)))
+    if kind == SEQUENCE_LENGTH_IMBALANCE:
+        return Fault(kind, first_step, steps, magnitude=float(rng.uniform(1.4, 2.0)))
+    if kind == HOST_CPU_CONTENTION:
+        return Fault(kind, first_step, steps, host=int(rng.integers(0, layout.n_hosts)))
+    if kind == JIT_COMPILE_STALL:
+        return Fault(kind, first_step, 1, (rank,), magnitude=float(rng.uniform(500.0, 4000.0)))
+    if kind == DATALOADER_STALL:
+        return Fault(kind, first_step, 1, (rank,), magnitude=float(rng.uniform(200.0, 2000.0)))
+    if kind == GC_PAUSE:
+        return Fault(kind, first_step, 1, (rank,), magnitude=float(rng.uniform(150.0, 1200.0)))
+    if kind == CHECKPOINT_STALL:
+        return Fault(kind, first_step, 1, (rank,), magnitude=float(rng.uniform(2.5, 6.0)))
+    raise ValueError(f"unknown fault kind {kind!r}")
