@@ -1,0 +1,383 @@
+"""Kineto trace → the records a live rank would publish: StepBatch, KernelNames, KernelSketch.
+
+Steps are the ``ProfilerStep#N`` annotations. A kernel belongs to the step in which it was
+*launched* (its ``cuda_runtime`` event, matched by correlation id; its GPU start when the
+launch is missing). Kernel events are buffered only until the GPU timeline has moved a full
+step past a step's window (trace files keep the GPU events in time order, give or take a
+few), then that step is sketched and dropped, so memory is bounded by about two steps.
+
+Step records need wall-clock times: ``ts`` (µs) plus ``baseTimeNanoseconds`` when the trace
+has it (newer PyTorch writes it at the *end* of the file, so step records are emitted at
+the end; they are a few hundred bytes each). Traces without it whose ``ts`` are already
+epoch µs are used as they are; otherwise the last event is anchored at the file's
+modification time (documented fallback, see :attr:`KinetoImport.time_base`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schemas import LIMITS, StepBatch, StepRecord
+from schemas import Record as _Record
+
+from ..sketch import NameInterner, RankSketchEncoder, kernel_stats
+from ._errors import TraceError
+from ._reader import Event, TraceReader
+
+__all__ = ["ImportSummary", "KinetoImport", "collective_kind", "phase_of"]
+
+_STEP = re.compile(r"ProfilerStep#(\d+)$")
+_NCCL = ("ncclKernel_", "ncclDevKernel_")
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+_ANNOTATION_CATS = frozenset({"user_annotation", "cpu_op"})
+_KIND_WORDS = (
+    ("allreduce", "all_reduce_ms"),
+    ("allgather", "all_gather_ms"),
+    ("reducescatter", "reduce_scatter_ms"),
+    ("alltoall", "all_to_all_ms"),
+    ("broadcast", "broadcast_ms"),
+    ("sendrecv", "p2p_ms"),
+    ("send", "p2p_ms"),
+    ("recv", "p2p_ms"),
+    ("reduce", "all_reduce_ms"),
+)
+
+
+def collective_kind(kernel_name: str, collective: str | None = None) -> str:
+    """The StepRecord column of an NCCL kernel ('' when the name is not NCCL's).
+
+    ``collective`` is the trace's "Collective name" metadata when present (it tells an
+    all-to-all apart from the SendRecv kernels that implement it).
+    """
+    if not kernel_name.startswith(_NCCL):
+        return ""
+    for text in (collective or "", kernel_name.split("_", 2)[1] if "_" in kernel_name else ""):
+        word = text.lower().replace("_", "").replace("base", "")
+        for key, col in _KIND_WORDS:
+            if word.startswith(key):
+                return col
+    return "p2p_ms"
+
+
+def phase_of(annotation: str) -> str:
+    """The StepRecord phase column of a user annotation ('' for none)."""
+    n = annotation.lower()
+    if "dataloader" in n or "data_load" in n or n.startswith("enumerate(dataloader"):
+        return "dataloader_ms"
+    if "backward" in n:
+        return "backward_ms"
+    if n.startswith("optimizer.") or "## optimizer" in n or "optimizer.step" in n:
+        return "optimizer_ms"
+    if "## forward" in n or n.endswith(".forward") or n == "forward":
+        return "forward_ms"
+    if "checkpoint" in n:
+        return "checkpoint_ms"
+    if "compile" in n or ("triton" in n and "autotun" in n):
+        return "compile_ms"
+    return ""
+
+
+def _union_ms(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) µs intervals, in ms."""
+    if not intervals:
+        return 0.0
+    a = np.array(sorted(intervals))
+    run_end = np.maximum.accumulate(a[:, 1])
+    gaps = np.maximum(a[1:, 0] - run_end[:-1], 0.0).sum() if len(a) > 1 else 0.0
+    return float((run_end[-1] - a[0, 0] - gaps) / 1e3)
+
+
+@dataclass
+class _Step:
+    number: int
+    start_us: float
+    end_us: float
+    phases: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    gpu_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ImportSummary:
+    """What an import read and wrote."""
+
+    path: str
+    rank: int = -1
+    steps: int = 0
+    kernels: int = 0
+    kernels_outside_steps: int = 0
+    events: int = 0
+    events_skipped: int = 0
+    sketch_bytes: int = 0
+    time_base: str = ""
+
+
+class KinetoImport:
+    """Import one Kineto trace file (one rank): iterate :meth:`records`.
+
+    Args:
+        path: ``.json`` or ``.json.gz`` Chrome-trace file written by the PyTorch profiler.
+        job, run: job id and run incarnation of the records.
+        rank: the rank; None takes ``distributedInfo.rank`` from the trace.
+        key_every: a key frame every this many kernel sketches.
+        progress: called with the on-disk bytes read so far.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        job: str,
+        run: int = 0,
+        rank: int | None = None,
+        key_every: int = 32,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.job, self.run, self.rank = job, run, rank
+        self.key_every = key_every
+        self._reader = TraceReader(self.path, progress)
+        self.summary = ImportSummary(self.path)
+        self._steps: list[_Step] = []
+        self._flushed = 0  # steps[:flushed] are sketched
+        self._runtime: dict[int, float] = {}
+        self._k: dict[str, list[Any]] = {n: [] for n in ("id", "ts", "dur", "stream", "corr", "kind")}
+        self._mem: list[tuple[float, float, bool]] = []  # (ts, dur, is_h2d) of copies
+        self._watermark = -np.inf
+        self._max_ts = -np.inf
+        self._names: NameInterner | None = None
+        self._encoder: RankSketchEncoder | None = None
+        self._interner_local: dict[str, int] = {}
+        self._local_names: list[str] = []
+        self._pending: list[tuple[int, Any]] = []
+        self._annotations: list[tuple[str, float, float]] = []
+
+    # -- event intake ----------------------------------------------------------------------
+
+    def _on_event(self, e: Event) -> None:
+        cat = e.cat
+        if e.ph != "X":
+            return
+        if cat in _GPU_CATS:
+            self._on_gpu(e)
+        elif cat in _RUNTIME_CATS:
+            if e.args is not None and e.args.correlation is not None:
+                self._runtime[e.args.correlation] = e.ts
+        elif cat in _ANNOTATION_CATS:
+            m = _STEP.match(e.name) if e.name.startswith("ProfilerStep#") else None
+            if m is not None:
+                self._add_step(int(m.group(1)), e.ts, e.ts + e.dur)
+            elif cat == "user_annotation":
+                phase = phase_of(e.name)
+                if phase:
+                    self._annotations.append((phase, e.ts, e.ts + e.dur))
+        if e.ts > self._max_ts:
+            self._max_ts = e.ts
+
+    def _add_step(self, number: int, start: float, end: float) -> None:
+        if self._steps and start < self._steps[-1].start_us:
+            if self._flushed:
+                raise TraceError(self.path, f"ProfilerStep#{number} is out of order in the file")
+            self._steps.append(_Step(number, start, end))
+            self._steps.sort(key=lambda s: s.start_us)
+            return
+        self._steps.append(_Step(number, start, end))
+
+    def _local_id(self, name: str) -> int:
+        i = self._interner_local.get(name)
+        if i is None:
+            i = self._interner_local[name] = len(self._local_names)
+            self._local_names.append(name)
+        return i
+
+    def _on_gpu(self, e: Event) -> None:
+        if e.cat != "kernel":
+            is_h2d = "HtoD" in e.name or "H2D" in e.name
+            self._mem.append((e.ts, e.dur, is_h2d))
+            return
+        a = e.args
+        name = e.name
+        kind = ""
+        if name.startswith(_NCCL):
+            kind = collective_kind(name, a.collective if a else None)
+            if a is not None and a.collective:
+                name = (
+                    f"{name} [{a.collective} in={a.in_nelems} out={a.out_nelems} {a.dtype or ''} "
+                    f"group={a.group_size} pg={a.pg_name or ''}]"
+                )
+        k = self._k
+        k["id"].append(self._local_id(name))
+        k["ts"].append(e.ts)
+        k["dur"].append(e.dur)
+        k["stream"].append(a.stream if a is not None and a.stream is not None else 0)
+        k["corr"].append(a.correlation if a is not None and a.correlation is not None else -1)
+        k["kind"].append(kind)
+        if e.ts > self._watermark:
+            self._watermark = e.ts
+        self.summary.kernels += 1
+        if len(k["id"]) % 4096 == 0:
+            self._flush_ready()
+
+    # -- step assembly ---------------------------------------------------------------------
+
+    def _flush_ready(self) -> None:
+        """Sketch every step the GPU timeline has left a full step behind."""
+        while (
+            self._flushed + 2 < len(self._steps) and self._watermark > self._steps[self._flushed + 2].start_us
+        ):
+            self._flush_upto(self._flushed + 1)
+
+    def _flush_upto(self, n: int) -> None:
+        """Sketch steps[flushed:n] from the buffered kernels; keep the later kernels."""
+        k = self._k
+        arrays = None
+        if k["id"]:
+            gpu_ts = np.array(k["ts"], np.float64)
+            runtime = self._runtime
+            launch = np.array(
+                [runtime.get(c, t) for c, t in zip(k["corr"], k["ts"], strict=True)], np.float64
+            )
+            starts = np.array([s.start_us for s in self._steps])
+            idx = np.searchsorted(starts, launch, side="right") - 1
+            beyond = (idx == len(self._steps) - 1) & (launch > self._steps[-1].end_us)
+            idx[beyond] = -1 if n == len(self._steps) else len(self._steps)  # later steps may come
+            arrays = (idx, gpu_ts)
+        for i in range(self._flushed, n):
+            self._emit_step(i, arrays)
+        if arrays is not None:
+            idx = arrays[0]
+            self.summary.kernels_outside_steps += int(np.sum(idx < self._flushed))
+            sel = np.flatnonzero(idx >= n).tolist()
+            for name in k:
+                col = k[name]
+                k[name] = [col[j] for j in sel]
+        self._flushed = n
+        horizon = self._steps[n - 1].start_us
+        self._runtime = {c: t for c, t in self._runtime.items() if t >= horizon}
+        self._mem = [m for m in self._mem if m[0] >= horizon]
+
+    def _emit_step(self, i: int, arrays: tuple[np.ndarray, np.ndarray] | None) -> None:
+        step = self._steps[i]
+        stats = None
+        gpu: dict[str, float] = {}
+        if arrays is not None:
+            idx, gpu_ts = arrays
+            sel = np.flatnonzero(idx == i)
+            if len(sel):
+                k = self._k
+                ids = np.array([k["id"][j] for j in sel], np.int64)
+                dur_ns = np.rint(np.array([k["dur"][j] for j in sel]) * 1e3).astype(np.int64)
+                start_ns = np.rint((gpu_ts[sel] - step.start_us) * 1e3).astype(np.int64)
+                streams = np.array([k["stream"][j] for j in sel], np.int64)
+                stats = (ids, start_ns, dur_ns, streams)
+                for j, d in zip(sel.tolist(), dur_ns.tolist(), strict=True):
+                    kind = k["kind"][j]
+                    if kind:
+                        gpu[kind] = gpu.get(kind, 0.0) + d / 1e6
+        h2d = sum(d for t, d, is_h2d in self._mem if is_h2d and step.start_us <= t < self._next_start(i))
+        gpu["h2d_ms"] = h2d / 1e3
+        step.gpu_ms = gpu
+        self._pending.append((i, stats))
+        self.summary.steps += 1
+
+    def _next_start(self, i: int) -> float:
+        return self._steps[i + 1].start_us if i + 1 < len(self._steps) else self._steps[i].end_us
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _sketches(self) -> Iterator[_Record]:
+        """KernelNames/KernelSketch records of the steps sketched so far (rank known)."""
+        assert self.rank is not None
+        if self._names is None:
+            self._names = NameInterner(self.job, self.run, self.rank)
+            self._encoder = RankSketchEncoder(self.job, self.run, self.rank, key_every=self.key_every)
+        assert self._encoder is not None
+        for i, raw in self._pending:
+            step = self._steps[i]
+            if raw is None:
+                ids = np.zeros(0, np.int64)
+                start = dur = streams = np.zeros(0, np.int64)
+            else:
+                local, start, dur, streams = raw
+                used = np.unique(local)
+                mapping = self._names.intern_many(self._local_names[j] for j in used.tolist())
+                ids = mapping[np.searchsorted(used, local)]
+            names = self._names.pending()
+            if names is not None:
+                yield names
+            stats = kernel_stats(ids, start, start + dur, streams)
+            sketch = self._encoder.encode(step.number, stats)
+            self.summary.sketch_bytes += len(sketch.payload)
+            yield sketch
+        self._pending.clear()
+
+    def _resolve_rank(self) -> None:
+        if self.rank is None:
+            info = self._reader.meta.get("distributedInfo")
+            if isinstance(info, dict) and isinstance(info.get("rank"), int):
+                self.rank = int(info["rank"])
+
+    def records(self) -> Iterator[_Record]:
+        """Every record of the trace: names and sketches as steps complete, step records last."""
+        for e in self._reader.events():
+            self.summary.events += 1
+            self._on_event(e)
+            if self._pending:
+                self._resolve_rank()
+                if self.rank is not None:
+                    yield from self._sketches()
+        self.summary.events_skipped = self._reader.skipped
+        if not self._steps:
+            raise TraceError(self.path, "no ProfilerStep#N markers: cannot split the trace into steps")
+        self._flush_upto(len(self._steps))
+        self._resolve_rank()
+        if self.rank is None:
+            raise TraceError(self.path, "no distributedInfo.rank in the trace: give the rank (--rank)")
+        if not 0 <= self.rank < LIMITS["max_rank"]:
+            raise TraceError(self.path, f"rank {self.rank} out of range")
+        self.summary.rank = self.rank
+        yield from self._sketches()
+        yield from self._step_batches()
+
+    def _time_base(self) -> int:
+        base = self._reader.meta.get("baseTimeNanoseconds")
+        first = self._steps[0].start_us
+        if isinstance(base, int) and LIMITS["min_time_ns"] <= base + first * 1e3 < LIMITS["max_time_ns"]:
+            self.summary.time_base = "baseTimeNanoseconds"
+            return base
+        if LIMITS["min_time_ns"] <= first * 1e3 < LIMITS["max_time_ns"]:
+            self.summary.time_base = "epoch ts"
+            return 0
+        self.summary.time_base = "file mtime"
+        return os.stat(self.path).st_mtime_ns - int(self._max_ts * 1e3)
+
+    def _step_batches(self) -> Iterator[StepBatch]:
+        assert self.rank is not None
+        base = self._time_base()
+        for a_phase, a_start, a_end in self._annotations:
+            i = int(np.searchsorted([s.start_us for s in self._steps], a_start, side="right")) - 1
+            if 0 <= i < len(self._steps) and a_start <= self._steps[i].end_us:
+                self._steps[i].phases.setdefault(a_phase, []).append(
+                    (a_start, min(a_end, self._steps[i].end_us))
+                )
+        for s in self._steps:
+            if s.number >= LIMITS["max_step"]:
+                raise TraceError(self.path, f"ProfilerStep#{s.number} out of range")
+            values: dict[str, Any] = {p: _union_ms(iv) for p, iv in s.phases.items()}
+            values.update(s.gpu_ms)
+            rec = StepRecord(
+                self.job,
+                self.run,
+                s.number,
+                self.rank,
+                start_ns=base + round(s.start_us * 1e3),
+                end_ns=base + round(s.end_us * 1e3),
+                **values,
+            )
+            yield StepBatch.from_records([rec])
