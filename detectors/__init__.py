@@ -1,0 +1,98 @@
+"""The diagnosis: pure functions over step batches, kernel statistics and stacks.
+
+Progressive, as in DESIGN.md: :mod:`~detectors.iteration` (job step time),
+:mod:`~detectors.cross_rank` (robust z-scores within the layout's groups),
+:mod:`~detectors.kernel` and :mod:`~detectors.stacks` (only for suspects),
+:mod:`~detectors.rootcause` (one class per suspect, with evidence) and
+:mod:`~detectors.cost`; :class:`JobDiagnoser` / :func:`diagnose_step` drive them once per
+step with small serializable state; :func:`diagnose_series` serves logs (rank, time, value).
+No I/O, no clock, no Kafka.
+"""
+
+from __future__ import annotations
+
+from ._classes import (
+    CHECKPOINT_STALL,
+    COMPUTE_STRAGGLER,
+    DATALOADER_STALL,
+    DECIDING_FIGURE,
+    GC_PAUSE,
+    HOST_CPU_CONTENTION,
+    JIT_COMPILE_STALL,
+    LINK_DEGRADATION,
+    MASKED_COMPUTE_STRAGGLER,
+    ONE_OFF_CAUSES,
+    PIPELINE_BUBBLE,
+    PIPELINE_STAGE_IMBALANCE,
+    ROOT_CAUSES,
+    SEQUENCE_LENGTH_IMBALANCE,
+    UNKNOWN,
+)
+from ._config import DiagnoserConfig
+from ._finding import Finding
+from .cost import gpu_hours, step_ms_added
+from .cross_rank import METRICS, CrossRankResult, cross_rank, rank_metrics
+from .facade import (
+    Episode,
+    JobDiagnoser,
+    JobState,
+    KernelSource,
+    StackSource,
+    StepResult,
+    anomaly_id,
+    diagnose,
+    diagnose_step,
+)
+from .iteration import IterationState, IterationVerdict, attribute, iteration_level, update_baseline
+from .kernel import KernelFinding, kernel_level
+from .rootcause import classify_ranks, stage_imbalance
+from .series import SeriesAnomaly, diagnose_series
+from .stacks import StackDelta, stack_diff
+
+__all__ = [
+    "CHECKPOINT_STALL",
+    "COMPUTE_STRAGGLER",
+    "DATALOADER_STALL",
+    "DECIDING_FIGURE",
+    "GC_PAUSE",
+    "HOST_CPU_CONTENTION",
+    "JIT_COMPILE_STALL",
+    "LINK_DEGRADATION",
+    "MASKED_COMPUTE_STRAGGLER",
+    "METRICS",
+    "ONE_OFF_CAUSES",
+    "PIPELINE_BUBBLE",
+    "PIPELINE_STAGE_IMBALANCE",
+    "ROOT_CAUSES",
+    "SEQUENCE_LENGTH_IMBALANCE",
+    "UNKNOWN",
+    "CrossRankResult",
+    "DiagnoserConfig",
+    "Episode",
+    "Finding",
+    "IterationState",
+    "IterationVerdict",
+    "JobDiagnoser",
+    "JobState",
+    "KernelFinding",
+    "KernelSource",
+    "SeriesAnomaly",
+    "StackDelta",
+    "StackSource",
+    "StepResult",
+    "anomaly_id",
+    "attribute",
+    "classify_ranks",
+    "cross_rank",
+    "diagnose",
+    "diagnose_series",
+    "diagnose_step",
+    "gpu_hours",
+    "iteration_level",
+    "kernel_level",
+    "rank_metrics",
+    "stack_diff",
+    "stage_imbalance",
+    "step_ms_added",
+    "update_baseline",
+]

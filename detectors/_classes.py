@@ -1,0 +1,69 @@
+"""Root-cause classes (the exact strings of DESIGN.md) and the figure that decides each."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CHECKPOINT_STALL",
+    "COMPUTE_STRAGGLER",
+    "DATALOADER_STALL",
+    "DECIDING_FIGURE",
+    "GC_PAUSE",
+    "HOST_CPU_CONTENTION",
+    "JIT_COMPILE_STALL",
+    "LINK_DEGRADATION",
+    "MASKED_COMPUTE_STRAGGLER",
+    "ONE_OFF_CAUSES",
+    "PIPELINE_BUBBLE",
+    "PIPELINE_STAGE_IMBALANCE",
+    "ROOT_CAUSES",
+    "SEQUENCE_LENGTH_IMBALANCE",
+    "UNKNOWN",
+]
+
+COMPUTE_STRAGGLER = "compute_straggler"
+LINK_DEGRADATION = "link_degradation"
+PIPELINE_BUBBLE = "pipeline_bubble"
+JIT_COMPILE_STALL = "jit_compile_stall"
+MASKED_COMPUTE_STRAGGLER = "masked_compute_straggler"
+PIPELINE_STAGE_IMBALANCE = "pipeline_stage_imbalance"
+SEQUENCE_LENGTH_IMBALANCE = "sequence_length_imbalance"
+DATALOADER_STALL = "dataloader_stall"
+HOST_CPU_CONTENTION = "host_cpu_contention"
+GC_PAUSE = "gc_pause"
+CHECKPOINT_STALL = "checkpoint_stall"
+UNKNOWN = "unknown"
+# a later issue adds "hang" and "lost_rank" (level "hang")
+
+ROOT_CAUSES: tuple[str, ...] = (
+    COMPUTE_STRAGGLER,
+    LINK_DEGRADATION,
+    PIPELINE_BUBBLE,
+    JIT_COMPILE_STALL,
+    MASKED_COMPUTE_STRAGGLER,
+    PIPELINE_STAGE_IMBALANCE,
+    SEQUENCE_LENGTH_IMBALANCE,
+    DATALOADER_STALL,
+    HOST_CPU_CONTENTION,
+    GC_PAUSE,
+    CHECKPOINT_STALL,
+    UNKNOWN,
+)
+ONE_OFF_CAUSES = frozenset({JIT_COMPILE_STALL, DATALOADER_STALL, GC_PAUSE, CHECKPOINT_STALL})
+"""Causes confirmed on the first step they are seen (others need two steps)."""
+
+DECIDING_FIGURE: dict[str, str] = {
+    COMPUTE_STRAGGLER: "compute_ms_z",
+    MASKED_COMPUTE_STRAGGLER: "collective_ms_z",
+    LINK_DEGRADATION: "all_reduce_ms_z",
+    PIPELINE_BUBBLE: "p2p_ms_rise",
+    PIPELINE_STAGE_IMBALANCE: "stage_compute_ratio",
+    SEQUENCE_LENGTH_IMBALANCE: "tokens_z",
+    JIT_COMPILE_STALL: "compile_ms_z",
+    DATALOADER_STALL: "dataloader_ms_z",
+    HOST_CPU_CONTENTION: "host_flagged_ranks",
+    GC_PAUSE: "gc_ms_z",
+    CHECKPOINT_STALL: "checkpoint_ms_z",
+}
+"""Evidence key of the figure that decides each cause at rank/stage/job level as the
+simulator injects it (a link on another collective kind is decided by that kind's
+``<column>_z``; a job-wide cause found at iteration level by ``<column>_rise``)."""

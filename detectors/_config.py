@@ -1,0 +1,44 @@
+"""Thresholds of the diagnosis, in one frozen dataclass (defaults tuned on the simulator)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DiagnoserConfig"]
+
+
+@dataclass(frozen=True)
+class DiagnoserConfig:
+    """Thresholds and windows of the progressive diagnosis.
+
+    Cross-rank: a rank is flagged on a metric when its robust z-score within its group
+    (``group_column``, the pp stage by default) is at least ``z_pos`` and its excess over the
+    group median at least ``max(min_excess_ms, min_excess_frac * job step time)``; it
+    "waits least" when its collective z-score is at most ``-z_neg`` and its deficit at
+    least ``neg_min_frac`` of the step. Iteration level: the job's step time is anomalous
+    when it exceeds the median of the last ``iter_window`` clean steps by ``iter_z`` robust
+    sigmas and by ``iter_rel`` of it (after ``iter_min_steps`` clean steps). No alarm on
+    steps below ``warmup_steps``. Episodes are confirmed after ``confirm_steps`` steps (one
+    for one-off stalls) and closed after ``close_after`` steps without a sighting.
+    """
+
+    group_column: str = "pp"
+    z_pos: float = 6.0
+    z_neg: float = 8.0
+    min_excess_ms: float = 5.0
+    min_excess_frac: float = 0.02
+    neg_min_frac: float = 0.04
+    tokens_ratio: float = 1.1
+    stage_ratio: float = 1.15
+    gpus_per_host: int = 8
+    host_min_ranks: int = 4
+    warmup_steps: int = 5
+    iter_window: int = 32
+    iter_min_steps: int = 8
+    iter_z: float = 8.0
+    iter_rel: float = 0.05
+    checkpoint_ratio: float = 1.5
+    confirm_steps: int = 2
+    close_after: int = 3
+    max_open: int = 256
+    kernel_peers: int = 8

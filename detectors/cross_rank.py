@@ -1,0 +1,165 @@
+"""Cross-rank level: per step, robust z-scores of every phase within the layout's groups.
+
+Metric first: :func:`rank_metrics` turns a :class:`schemas.StepBatch` into a matrix of
+per-rank metrics; :func:`cross_rank` scores every rank against its group (a pp stage is
+compared with itself, so a dp replica meets its peers) and keeps the few flagged ranks.
+The decision (which cause) is :mod:`detectors.rootcause`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from schemas import StepBatch
+
+from ._config import DiagnoserConfig
+from ._robust import GroupIndex, group_median_scale
+
+__all__ = ["CAUSE_METRICS", "LINK_METRICS", "METRICS", "CrossRankResult", "cross_rank", "rank_metrics"]
+
+METRICS: tuple[str, ...] = (
+    "compute_ms",
+    "collective_ms",
+    "dataloader_ms",
+    "h2d_ms",
+    "gc_ms",
+    "compile_ms",
+    "checkpoint_ms",
+    "all_reduce_ms",
+    "gather_scatter_ms",
+    "all_to_all_ms",
+    "p2p_ms",
+    "tokens",
+    "unaccounted_ms",
+)
+"""Per-rank metrics: compute = forward + backward + optimizer; collective = all collective
+kinds; gather_scatter = all-gather + reduce-scatter + broadcast; unaccounted = step wall
+time minus every timed phase (a CPU blocked outside the timers)."""
+CAUSE_METRICS: tuple[str, ...] = (
+    "compute_ms",
+    "dataloader_ms",
+    "h2d_ms",
+    "gc_ms",
+    "compile_ms",
+    "checkpoint_ms",
+    "all_reduce_ms",
+    "gather_scatter_ms",
+    "all_to_all_ms",
+    "p2p_ms",
+)
+"""Metrics whose excess on a rank can be a cause (a positive outlier)."""
+LINK_METRICS = frozenset({"all_reduce_ms", "gather_scatter_ms", "all_to_all_ms", "p2p_ms"})
+_IDX = {name: i for i, name in enumerate(METRICS)}
+_CAUSE_ROWS = np.array([_IDX[n] for n in CAUSE_METRICS])
+_FLOOR = np.array([0.5 if n != "tokens" else 1.0 for n in METRICS])
+
+
+def rank_metrics(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The (len(METRICS), n) metric matrix of a batch, and every rank's step wall time (ms)."""
+    c = batch.columns
+    step_ms = (c["end_ns"] - c["start_ns"]) / 1e6
+    compute = c["forward_ms"] + c["backward_ms"] + c["optimizer_ms"]
+    gs = c["all_gather_ms"] + c["reduce_scatter_ms"] + c["broadcast_ms"]
+    coll = c["all_reduce_ms"] + gs + c["all_to_all_ms"] + c["p2p_ms"]
+    timed = compute + coll + c["dataloader_ms"] + c["h2d_ms"] + c["gc_ms"] + c["compile_ms"] + c["checkpoint_ms"]
+    x = np.empty((len(METRICS), len(batch)))
+    x[0], x[1] = compute, coll
+    for name in ("dataloader_ms", "h2d_ms", "gc_ms", "compile_ms", "checkpoint_ms", "all_reduce_ms"):
+        x[_IDX[name]] = c[name]
+    x[_IDX["gather_scatter_ms"]] = gs
+    x[_IDX["all_to_all_ms"]] = c["all_to_all_ms"]
+    x[_IDX["p2p_ms"]] = c["p2p_ms"]
+    x[_IDX["tokens"]] = c["tokens"]
+    x[_IDX["unaccounted_ms"]] = np.maximum(step_ms - timed, 0.0)
+    return x, step_ms
+
+
+@dataclass(frozen=True, eq=False)
+class CrossRankResult:
+    """Cross-rank scores of one step, kept only for the flagged ranks.
+
+    ``rows``/``ranks``: the flagged ranks (batch rows and rank ids); ``z``, ``excess`` and
+    ``value``: their (len(METRICS), k) z-scores, excess over the group median and values;
+    ``pos``: (len(METRICS), k) positive flags (only cause metrics and tokens); ``waits_least``:
+    (k,) the rank's collective time is far below its group's. ``group_keys`` and
+    ``group_median``/``group_sizes``: per group (e.g. per pp stage) medians of every metric;
+    ``job_median``: per metric, the median of the group medians; ``step_ms``: the job's
+    median step wall time; ``min_excess_ms``: the excess a flag needed.
+    """
+
+    step_ms: float
+    min_excess_ms: float
+    n_ranks: int
+    rows: np.ndarray
+    ranks: np.ndarray
+    groups: np.ndarray
+    z: np.ndarray
+    excess: np.ndarray
+    value: np.ndarray
+    pos: np.ndarray
+    waits_least: np.ndarray
+    group_keys: np.ndarray
+    group_median: np.ndarray
+    group_sizes: np.ndarray
+    job_median: np.ndarray
+
+    def metric(self, name: str) -> int:
+        """Row of ``name`` in the metric arrays."""
+        return _IDX[name]
+
+
+def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> CrossRankResult:
+    """Score every rank of one step within its group and keep the flagged ones.
+
+    Args:
+        batch: one step of one job (any subset of ranks, any order).
+        config: thresholds (``z_pos``, ``z_neg``, ``min_excess_*``, ``group_column``).
+
+    Returns:
+        A :class:`CrossRankResult` with the flagged ranks' scores and the group medians.
+
+    Notes:
+        In a synchronous step every rank's wall time is the same, so the step time says
+        nothing about who is slow; the phases do. A rank's excess in a phase is measured
+        against the median of its group (the same pp stage: same model layers), scaled
+        by the group's MAD. Noise never reaches the thresholds; faults do.
+    """
+    cfg = config or DiagnoserConfig()
+    x, step_ms = rank_metrics(batch)
+    gi = GroupIndex.of(batch[cfg.group_column])
+    med, scale = group_median_scale(x, gi, floor_abs=_FLOOR)
+    job_step = float(np.median(step_ms))
+    min_excess = max(cfg.min_excess_ms, cfg.min_excess_frac * job_step)
+    inv = gi.inverse
+    med_r = med[:, inv]
+    excess = x - med_r
+    z = excess / scale[:, inv]
+    cause = (z[_CAUSE_ROWS] >= cfg.z_pos) & (excess[_CAUSE_ROWS] >= min_excess)
+    tok = _IDX["tokens"]
+    tokens_flag = (z[tok] >= cfg.z_pos) & (x[tok] >= cfg.tokens_ratio * med_r[tok])
+    coll = _IDX["collective_ms"]
+    waits_least = (z[coll] <= -cfg.z_neg) & (-excess[coll] >= cfg.neg_min_frac * job_step)
+    flagged = cause.any(axis=0) | waits_least
+    rows = np.flatnonzero(flagged)
+    pos = np.zeros((len(METRICS), len(rows)), bool)
+    pos[_CAUSE_ROWS] = cause[:, rows]
+    pos[tok] = tokens_flag[rows]
+    return CrossRankResult(
+        step_ms=job_step,
+        min_excess_ms=min_excess,
+        n_ranks=len(batch),
+        rows=rows,
+        ranks=batch["rank"][rows],
+        groups=batch[cfg.group_column][rows],
+        z=z[:, rows],
+        excess=excess[:, rows],
+        value=x[:, rows],
+        pos=pos,
+        waits_least=waits_least[rows],
+        group_keys=gi.keys,
+        group_median=med,
+        group_sizes=gi.sizes,
+        job_median=np.median(med, axis=1) if gi.n_groups else np.zeros(len(METRICS)),
+    )

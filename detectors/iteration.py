@@ -1,0 +1,157 @@
+"""Iteration level: anomalous windows of a job from its step time (robust change detection).
+
+The state is a ring of the last clean steps' job step time (median over ranks, checkpoint
+time excluded) and an exponentially weighted reference of the job's phase medians, so a
+rise can be attributed to the phase that rose. Warm-up and checkpoint steps never alarm
+and never enter the baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._classes import (
+    CHECKPOINT_STALL,
+    DATALOADER_STALL,
+    GC_PAUSE,
+    JIT_COMPILE_STALL,
+    LINK_DEGRADATION,
+    PIPELINE_BUBBLE,
+    UNKNOWN,
+)
+from ._config import DiagnoserConfig
+from ._finding import Finding
+from ._robust import MAD_TO_SIGMA
+from .cross_rank import METRICS
+
+__all__ = ["JOB_METRICS", "IterationState", "IterationVerdict", "attribute", "iteration_level", "update_baseline"]
+
+JOB_METRICS: tuple[str, ...] = (
+    "compute_ms",
+    "dataloader_ms",
+    "h2d_ms",
+    "gc_ms",
+    "compile_ms",
+    "all_reduce_ms",
+    "gather_scatter_ms",
+    "all_to_all_ms",
+    "p2p_ms",
+)
+"""Phases a job-wide rise is attributed to (job medians, see CrossRankResult.job_median)."""
+_ROWS = np.array([METRICS.index(m) for m in JOB_METRICS])
+_CAUSE = {
+    "compute_ms": (UNKNOWN, "job"),
+    "dataloader_ms": (DATALOADER_STALL, "job"),
+    "h2d_ms": (DATALOADER_STALL, "job"),
+    "gc_ms": (GC_PAUSE, "job"),
+    "compile_ms": (JIT_COMPILE_STALL, "job"),
+    "all_reduce_ms": (LINK_DEGRADATION, "network"),
+    "gather_scatter_ms": (LINK_DEGRADATION, "network"),
+    "all_to_all_ms": (LINK_DEGRADATION, "network"),
+    "p2p_ms": (PIPELINE_BUBBLE, "pipeline"),
+}
+_ALPHA = 0.2
+
+
+@dataclass
+class IterationState:
+    """Per-job iteration baseline (small, plain data): ring of clean job step times,
+    the count of clean steps seen, the reference job phase medians (``JOB_METRICS``
+    order) and the last clean checkpoint's median duration."""
+
+    window: np.ndarray = field(default_factory=lambda: np.zeros(32))
+    n: int = 0
+    ref: np.ndarray = field(default_factory=lambda: np.zeros(len(JOB_METRICS)))
+    ckpt_ref_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class IterationVerdict:
+    """The iteration-level figures of one step: the job step time, its baseline, the
+    robust z of the difference, whether it is anomalous, and each job phase's rise."""
+
+    step_ms: float
+    base_ms: float
+    z: float
+    anomalous: bool
+    rise: np.ndarray
+    checkpoint: bool
+    checkpoint_ms: float
+    checkpoint_ratio: float
+
+
+def iteration_level(
+    state: IterationState,
+    step: int,
+    job_step_ms: float,
+    job_median: np.ndarray,
+    config: DiagnoserConfig | None = None,
+) -> IterationVerdict:
+    """Whether the job's step time of ``step`` left its baseline.
+
+    Args:
+        state: the job's iteration state (read only here).
+        step: the step number (warm-up steps are never anomalous).
+        job_step_ms: the median step wall time over ranks.
+        job_median: per METRICS, the job's median (``CrossRankResult.job_median``).
+        config: ``iter_*``, ``warmup_steps``, ``checkpoint_ratio``.
+    """
+    cfg = config or DiagnoserConfig()
+    ckpt = float(job_median[METRICS.index("checkpoint_ms")])
+    is_ckpt = ckpt > 0.0
+    x = job_step_ms - ckpt
+    rise = job_median[_ROWS] - state.ref
+    k = min(state.n, len(state.window))
+    ready = k >= cfg.iter_min_steps and step >= cfg.warmup_steps
+    if not ready:
+        return IterationVerdict(x, x, 0.0, False, rise, is_ckpt, ckpt, 0.0)
+    w = state.window[:k]
+    base = float(np.median(w))
+    sigma = MAD_TO_SIGMA * float(np.median(np.abs(w - base)))
+    z = (x - base) / max(sigma, 1e-3 * base, 1e-6)
+    anomalous = z >= cfg.iter_z and x - base >= cfg.iter_rel * base
+    ratio = ckpt / state.ckpt_ref_ms if is_ckpt and state.ckpt_ref_ms > 0 else 0.0
+    return IterationVerdict(x, base, float(z), bool(anomalous), rise, is_ckpt, ckpt, ratio)
+
+
+def update_baseline(state: IterationState, verdict: IterationVerdict, step: int, job_median: np.ndarray, config: DiagnoserConfig | None = None) -> None:
+    """Fold a clean step (no anomaly, no finding, past warm-up) into the baseline."""
+    cfg = config or DiagnoserConfig()
+    if step < cfg.warmup_steps:
+        return
+    if verdict.checkpoint:
+        state.ckpt_ref_ms = verdict.checkpoint_ms
+        return
+    w = len(state.window)
+    state.window[state.n % w] = verdict.step_ms
+    vals = job_median[_ROWS]
+    state.ref = vals.copy() if state.n == 0 else (1 - _ALPHA) * state.ref + _ALPHA * vals
+    state.n += 1
+
+
+def attribute(verdict: IterationVerdict, config: DiagnoserConfig | None = None) -> Finding | None:
+    """A job-level finding for an anomalous step no rank explains: the phase that rose most
+    (the pipeline's send/recv -> bubble amplification; a collective -> the network; ...),
+    or a checkpoint far slower than the last one."""
+    cfg = config or DiagnoserConfig()
+    if verdict.checkpoint and verdict.checkpoint_ratio >= cfg.checkpoint_ratio:
+        ev = {
+            "checkpoint_ms_ratio": round(verdict.checkpoint_ratio, 4),
+            "checkpoint_ms": round(verdict.checkpoint_ms, 4),
+        }
+        added = verdict.checkpoint_ms * (1 - 1 / verdict.checkpoint_ratio)
+        return Finding(CHECKPOINT_STALL, "iteration", "job", "checkpoint", (), verdict.checkpoint_ratio, "checkpoint_ms_ratio", ev, added)
+    if not verdict.anomalous:
+        return None
+    i = int(np.argmax(verdict.rise))
+    metric = JOB_METRICS[i]
+    cause, suspect = _CAUSE[metric]
+    ev = {
+        f"{metric}_rise": round(float(verdict.rise[i]), 4),
+        "step_ms_rise": round(verdict.step_ms - verdict.base_ms, 4),
+        "step_ms_z": round(min(verdict.z, 1e6), 4),
+        "step_ms": round(verdict.step_ms, 4),
+    }
+    return Finding(cause, "iteration", "job", suspect, (), min(verdict.z, 1e6), f"{metric}_rise", ev, verdict.step_ms - verdict.base_ms)
