@@ -3,8 +3,9 @@
 A message is ``0x00`` (magic), the schema id as a 4-byte big-endian integer, then the
 record in Avro binary encoding. Schema ids are fixed in ``avro/registry.json`` so that
 they are stable without a schema registry; a record is always written with the newest
-version of its schema and read into the newest version (Avro schema resolution), so a
-reader with v2 reads what a v1 writer sent.
+version of its schema, and a reader decodes with the writer's version and builds the
+current record type from it (fields a version lacks take their defaults), so a reader
+with v3 reads what a v1 or v2 writer sent.
 """
 
 from __future__ import annotations
@@ -121,13 +122,14 @@ def decode(data: bytes, *, check: bool = True, expect: type[Record] | None = Non
     writer = SCHEMAS.get(sid)
     if writer is None:
         raise UnknownSchemaError(f"unknown schema id {sid}")
-    reader = _LATEST[writer.record_type]
     if expect is not None and writer.record_type is not expect:
         raise DecodeError(f"expected {expect.__name__}, got {writer.record_type.__name__}")
     buf = io.BytesIO(data)
     buf.seek(_HEADER.size)
     try:
-        raw = schemaless_reader(buf, writer.schema, reader.schema if reader is not writer else None)
+        # Read with the writer's schema; from_avro knows every version's shape (v1/v2
+        # StepBatch columns are Avro arrays, v3 packed bytes), which Avro resolution cannot map.
+        raw = schemaless_reader(buf, writer.schema, None)
     except Exception as exc:  # fastavro raises many types on garbage: EOF, UnicodeDecode, ...
         raise DecodeError(f"{writer.name} v{writer.version}: body is not valid Avro ({exc!r})") from exc
     if buf.tell() != len(data):

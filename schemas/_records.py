@@ -123,6 +123,7 @@ _DTYPES: dict[str, Any] = {
     for f in dataclasses.fields(StepRecord)
     if f.name not in _HEADER
 }
+_WIRE = {name: ("<f8" if dt is np.float64 else "<i8") for name, dt in _DTYPES.items() if dt is not object}
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,20 +195,31 @@ class StepBatch(Record):
         return StepBatch(self.job, self.run, self.step, {k: v[idx] for k, v in self.columns.items()})
 
     def to_avro(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"job": self.job, "run": self.run, "step": self.step}
-        out.update({k: self.columns[k].tolist() for k in STEP_COLUMNS})
+        """The v3 wire form: numeric columns packed little-endian, text newline-joined."""
+        out: dict[str, Any] = {"job": self.job, "run": self.run, "step": self.step, "rows": len(self)}
+        for name in STEP_COLUMNS:
+            col = self.columns[name]
+            if name in _STRING_COLUMNS:
+                out[name] = "\n".join(col.tolist())
+            else:
+                out[name] = np.ascontiguousarray(col, dtype=_WIRE[name]).tobytes()
         return out
 
     @classmethod
     def from_avro(cls, data: Mapping[str, Any]) -> StepBatch:
-        n = len(data["rank"])
+        """Build the batch from any schema version's dict (v1/v2: arrays, v3: packed)."""
+        n = int(data["rows"]) if "rows" in data else len(data["rank"])
         columns: dict[str, np.ndarray] = {}
         for name in STEP_COLUMNS:
-            values = data.get(name) or []
-            if len(values) == 0 and n:  # a column added by a later schema version
+            value = data.get(name)
+            if value is None or (len(value) == 0 and n):  # a column a later version added
                 columns[name] = StepBatch.empty_columns(n)[name]
+            elif isinstance(value, bytes):
+                columns[name] = np.frombuffer(value, dtype=_WIRE[name]).astype(_DTYPES[name])
+            elif isinstance(value, str):
+                columns[name] = np.array(value.split("\n") if n else [], dtype=object)
             else:
-                columns[name] = np.array(values, dtype=_DTYPES[name])
+                columns[name] = np.array(value, dtype=_DTYPES[name])
         return cls(data["job"], data["run"], data["step"], columns)
 
 

@@ -85,11 +85,13 @@ def _step_batch(b: StepBatch) -> None:
     n = len(b)
     if not 0 < n <= LIMITS["max_rows"]:
         raise _fail(b, f"{n} rows, expected 1..{LIMITS['max_rows']}")
-    for name in ("rank", "dp", "tp", "pp", "ep", "cp"):
-        col = b[name]
-        if col.min() < 0 or col.max() >= LIMITS["max_rank"]:
-            raise _fail(b, f"{name} outside [0, {LIMITS['max_rank']})")
-    if len(np.unique(b["rank"])) != n:
+    # One vectorized pass over all columns of a kind; name the column only on failure.
+    coords = np.concatenate([b[name] for name in _COORDS])
+    if coords.min() < 0 or coords.max() >= LIMITS["max_rank"]:
+        bad = next(k for k in _COORDS if b[k].min() < 0 or b[k].max() >= LIMITS["max_rank"])
+        raise _fail(b, f"{bad} outside [0, {LIMITS['max_rank']})")
+    ranks = np.sort(b["rank"])
+    if n > 1 and (ranks[1:] == ranks[:-1]).any():
         raise _fail(b, "a rank appears twice in one step")
     start, end = b["start_ns"], b["end_ns"]
     if start.min() < LIMITS["min_time_ns"] or end.max() >= LIMITS["max_time_ns"]:
@@ -97,14 +99,26 @@ def _step_batch(b: StepBatch) -> None:
     wall_ms = (end - start) / 1e6
     if wall_ms.min() < 0 or wall_ms.max() > LIMITS["max_duration_ms"]:
         raise _fail(b, "step wall time negative or longer than a day")
-    for name in PHASE_COLUMNS + COLLECTIVE_COLUMNS:
-        col = b[name]
-        if not np.isfinite(col).all() or col.min() < 0 or col.max() > LIMITS["max_duration_ms"]:
-            raise _fail(b, f"{name} holds NaN, inf, negative or absurd values")
+    times = np.concatenate([b[name] for name in _DURATIONS])
+    if not (np.isfinite(times).all() and times.min() >= 0 and times.max() <= LIMITS["max_duration_ms"]):
+        bad = next(k for k in _DURATIONS if not (np.isfinite(b[k]).all() and 0 <= b[k].min() and
+                                                  b[k].max() <= LIMITS["max_duration_ms"]))
+        raise _fail(b, f"{bad} holds NaN, inf, negative or absurd values")
     if b["samples"].min() < 0 or b["tokens"].min() < 0:
         raise _fail(b, "samples/tokens negative")
-    _texts(b, "host", b["host"], "max_id_len")
-    _texts(b, "gpu_uuid", b["gpu_uuid"], "max_id_len")
+    for name in ("host", "gpu_uuid"):
+        joined = "\n".join(b[name].tolist())
+        if len(joined) > n * (LIMITS["max_id_len"] + 1) or joined.count("\n") != n - 1:
+            longest = max(len(v) for v in b[name])
+            if longest > LIMITS["max_id_len"]:
+                raise _fail(b, f"{name} longer than {LIMITS['max_id_len']} characters")
+            raise _fail(b, f"{name} contains a newline")
+        if len(joined) > n * 64 and max(len(v) for v in b[name]) > LIMITS["max_id_len"]:
+            raise _fail(b, f"{name} longer than {LIMITS['max_id_len']} characters")
+
+
+_COORDS = ("rank", "dp", "tp", "pp", "ep", "cp")
+_DURATIONS = PHASE_COLUMNS + COLLECTIVE_COLUMNS
 
 
 def _rank_header(r: Any) -> None:
