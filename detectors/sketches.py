@@ -25,7 +25,11 @@ def knots(stats: KernelStats) -> tuple[np.ndarray, np.ndarray]:
     """The quantile function's knots: probabilities (q+2,) and values (k, q+2), monotone."""
     p = np.concatenate(([0.0], np.asarray(stats.probs, np.float64), [1.0]))
     v = np.column_stack(
-        [stats.min_ns.astype(np.float64), np.asarray(stats.quantiles_ns, np.float64), stats.max_ns.astype(np.float64)]
+        [
+            stats.min_ns.astype(np.float64),
+            np.asarray(stats.quantiles_ns, np.float64),
+            stats.max_ns.astype(np.float64),
+        ]
     )
     return p, np.maximum.accumulate(v, axis=1)
 
@@ -65,7 +69,8 @@ def cdf(stats: KernelStats, values_ns: Sequence[float] | np.ndarray) -> np.ndarr
 
 def mean_ns(stats: KernelStats) -> np.ndarray:
     """Exact mean duration of every kernel (total / count)."""
-    return stats.total_ns / np.maximum(stats.count, 1)
+    out: np.ndarray = stats.total_ns / np.maximum(stats.count, 1)
+    return out
 
 
 def _mixture_quantiles(p: np.ndarray, v: np.ndarray, weight: np.ndarray, want: np.ndarray) -> np.ndarray:
@@ -73,7 +78,8 @@ def _mixture_quantiles(p: np.ndarray, v: np.ndarray, weight: np.ndarray, want: n
     if len(v) == 1:
         j = np.clip(np.searchsorted(p, want, side="right") - 1, 0, len(p) - 2)
         w = (want - p[j]) / (p[j + 1] - p[j])
-        return v[0, j] + w * (v[0, j + 1] - v[0, j])
+        one: np.ndarray = v[0, j] + w * (v[0, j + 1] - v[0, j])
+        return one
     if v.size <= _EXACT_KNOTS:
         grid = np.unique(v)
     else:
@@ -116,7 +122,11 @@ def merge(parts: Sequence[KernelStats], probs: Sequence[float] | np.ndarray | No
     q = np.zeros((k, len(want)))
     same_probs = all(np.array_equal(s.probs, parts[0].probs) for s in parts)
     if same_probs:
-        p, v = knots(KernelStats(ids, count, total, lo, hi, parts[0].probs, np.concatenate([s.quantiles_ns for s in parts])))
+        p, v = knots(
+            KernelStats(
+                ids, count, total, lo, hi, parts[0].probs, np.concatenate([s.quantiles_ns for s in parts])
+            )
+        )
         rows = [(p, v)]
     else:
         rows = [knots(s) for s in parts]
@@ -146,7 +156,9 @@ def merge(parts: Sequence[KernelStats], probs: Sequence[float] | np.ndarray | No
     )
 
 
-def _merge_mixed(parts: Sequence[KernelStats], ids: np.ndarray, sel: np.ndarray, want: np.ndarray) -> np.ndarray:
+def _merge_mixed(
+    parts: Sequence[KernelStats], ids: np.ndarray, sel: np.ndarray, want: np.ndarray
+) -> np.ndarray:
     """Mixture quantiles when the parts store different probabilities: resample each part."""
     fine = np.linspace(0.0, 1.0, 101)
     offsets = np.cumsum([0] + [len(s) for s in parts])

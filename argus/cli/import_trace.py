@@ -1,0 +1,141 @@
+"""``argus import-trace``: PyTorch profiler (Kineto) traces → the pipeline, like a live rank."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
+
+__all__ = ["import_files"]
+
+_BIG = 32 << 20  # show a progress bar past this many bytes of input
+
+
+def _default_job(path: Path) -> str:
+    return path.resolve().parent.name or "kineto"
+
+
+def _import_one(path: str, job: str, run: int, rank: int | None) -> tuple[list[Any], Any]:
+    """Every record of one trace file and the import summary (runs in a worker process too)."""
+    from producers.kineto import KinetoImport
+
+    imp = KinetoImport(path, job=job, run=run, rank=rank)
+    return list(imp.records()), imp.summary
+
+
+def import_files(
+    paths: Sequence[str], *, job: str, run: int = 0, rank: int | None = None, workers: int = 1
+) -> tuple[list[Any], list[Any]]:
+    """Import trace files (in ``workers`` processes); returns all records and the summaries.
+
+    Raises ``producers.kineto.TraceError`` for the first bad file.
+    """
+    total = sum(os.path.getsize(p) for p in paths)
+    records: list[Any] = []
+    summaries: list[Any] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True, disable=total < _BIG) as bar:
+        task = bar.add_task("importing", total=total)
+        if workers <= 1 or len(paths) == 1:
+            from producers.kineto import KinetoImport
+
+            done = 0
+            for p in paths:
+                size = os.path.getsize(p)
+
+                def advance(n: int, offset: int = done) -> None:
+                    bar.update(task, completed=offset + n)
+
+                imp = KinetoImport(p, job=job, run=run, rank=rank, progress=advance)
+                records.extend(imp.records())
+                summaries.append(imp.summary)
+                done += size
+                bar.update(task, completed=done)
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(_import_one, p, job, run, rank) for p in paths]
+                for p, fut in zip(paths, futures, strict=True):
+                    recs, summary = fut.result()
+                    records.extend(recs)
+                    summaries.append(summary)
+                    bar.advance(task, os.path.getsize(p))
+    return records, summaries
+
+
+def _store_local(records: list[Any]) -> int:
+    from sinks import to_arrow
+
+    from ._store import command_store
+
+    by_type: dict[type, list[Any]] = defaultdict(list)
+    for r in records:
+        by_type[type(r)].append(r)
+    with command_store() as store:
+        for recs in by_type.values():
+            table, rows = to_arrow(recs)
+            store.insert_arrow(table, rows)
+    return len(records)
+
+
+def _publish(records: list[Any]) -> int:
+    from producers.publisher import Publisher, PublishError
+    from schemas import KERNELS, STEPS, KernelNames, KernelSketch, StepBatch, rank_key, step_key
+
+    try:
+        publisher = Publisher(settings().kafka_client_config())
+    except PublishError as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    for r in records:
+        if isinstance(r, StepBatch):
+            publisher.publish(STEPS, step_key(r.job, r.step), r)
+        elif isinstance(r, KernelSketch | KernelNames):
+            publisher.publish(KERNELS, rank_key(r.job, r.rank), r)
+    left = publisher.flush(60)
+    if left or publisher.dropped:
+        fail(f"{left} records not delivered to Kafka, dropped: {dict(publisher.dropped)}", EXIT_UNAVAILABLE)
+    return len(records)
+
+
+@app.command("import-trace")
+def import_trace(
+    paths: list[Path] = typer.Argument(..., help="PyTorch profiler traces (.json or .json.gz), one per rank"),
+    rank: int | None = typer.Option(None, "--rank", help="rank of a single file without distributedInfo"),
+    job: str | None = typer.Option(None, "--job", help="job id (default: the folder name of the first file)"),
+    run: int = typer.Option(0, "--run", help="run incarnation"),
+    local: bool = typer.Option(False, "--local", help="write into the embedded store instead of Kafka"),
+    workers: int = typer.Option(min(2, os.cpu_count() or 1), "--workers", "-j", help="parallel processes"),
+) -> None:
+    """Import Kineto traces: step records and kernel sketches, exactly as live ranks publish them."""
+    from producers.kineto import TraceError
+
+    if rank is not None and len(paths) != 1:
+        fail("--rank applies to a single file; multi-file imports take each rank from distributedInfo")
+    for p in paths:
+        if not p.is_file():
+            fail(f"{p}: no such file")
+    job_id = job or _default_job(paths[0])
+    try:
+        records, summaries = import_files(
+            [str(p) for p in paths], job=job_id, run=run, rank=rank, workers=workers
+        )
+    except TraceError as exc:
+        fail(str(exc))
+    ranks = [s.rank for s in summaries]
+    if len(set(ranks)) != len(ranks):
+        fail(f"two files claim the same rank ({sorted(ranks)}); import them separately with --rank")
+    count = _store_local(records) if local else _publish(records)
+    steps = sum(s.steps for s in summaries)
+    kernels = sum(s.kernels for s in summaries)
+    where = "the embedded store" if local else "Kafka"
+    console.print(
+        f"imported {len(paths)} file(s) of job {job_id}: {steps} rank-steps, {kernels} kernels, "
+        f"{count} records → {where}"
+    )
