@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-try:
-    from compression import zstd  # type: ignore[import-not-found]
-except ImportError:
+if sys.version_info >= (3, 14):  # pragma: no cover
+    from compression import zstd
+else:
     from backports import zstd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
