@@ -44,7 +44,7 @@ from schemas import (
 
 from ._errors import SinkError
 from .rows import TABLE_OF, to_arrow
-from .store import Store
+from .store import Store, dedup_settings
 
 __all__ = ["SINK_TOPICS", "KafkaSink", "SinkStats"]
 
@@ -252,7 +252,7 @@ class KafkaSink:
             try:
                 if self._store is None:
                     self._store = self._open_store()
-                self._store.insert_arrow(table, data, settings={"insert_deduplication_token": token})
+                self._store.insert_arrow(table, data, settings=dedup_settings(token))
                 self.stats.inserts += 1
                 if self.stats.store_down_since is not None:
                     log.warning(

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ._errors import QueryError, SinkError, StoreLockedError, StoreUnavailableError
 
-__all__ = ["ChdbStore", "ServerStore", "Store", "open_store", "split_statements"]
+__all__ = ["ChdbStore", "ServerStore", "Store", "dedup_settings", "open_store", "split_statements"]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -41,6 +41,11 @@ def split_statements(script: str) -> list[str]:
     """Split a DDL script on ``;`` at line ends, dropping ``--`` comment lines."""
     lines = [ln for ln in script.splitlines() if not ln.lstrip().startswith("--")]
     return [s.strip() for s in re.split(r";\s*$", "\n".join(lines), flags=re.M) if s.strip()]
+
+
+def dedup_settings(token: str) -> dict[str, Any]:
+    """Insert settings that make a retried insert a no-op, in the table and in its views."""
+    return {"insert_deduplication_token": token, "deduplicate_blocks_in_dependent_materialized_views": 1}
 
 
 class Store(Protocol):

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from sinks import TABLE_OF, QueryError, migrate, migrations, to_arrow
-from sinks.store import split_statements
+from sinks.store import dedup_settings, split_statements
 
 from ..schemas.test_codec import RECORDS, step_batch
 
@@ -60,9 +60,11 @@ def test_insert_deduplication_token_makes_retries_idempotent(store, unique: str)
     batch = type(batch)(f"dedup-{unique}", batch.run, batch.step, batch.columns)
     table, data = to_arrow([batch])
     for _ in range(3):
-        store.insert_arrow(table, data, settings={"insert_deduplication_token": f"t-{unique}"})
+        store.insert_arrow(table, data, settings=dedup_settings(f"t-{unique}"))
     count = store.query_rows("SELECT count() FROM steps WHERE job = {j:String}", {"j": f"dedup-{unique}"})
     assert count == [(8,)]
+    rollup = store.query_rows("SELECT sum(rows) FROM steps_minutely WHERE job = {j:String}", {"j": f"dedup-{unique}"})
+    assert rollup == [(8,)]  # the retried inserts did not reach the materialized views either
 
 
 def test_bound_parameters_keep_hostile_strings_inert(store) -> None:
