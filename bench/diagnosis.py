@@ -66,7 +66,8 @@ def simulate(layout: Layout, seed: int, faults: list[Fault], steps: int, kernels
             first.setdefault(a.id, s.step)
     for a in diag.flush():
         final[a.id] = a
-    return Run(list(final.values()), first, sim.labels, steps, times)
+    labels = tuple(lab for lab in sim.labels if lab.first_step < steps)  # faults the run reached
+    return Run(list(final.values()), first, labels, steps, times)
 
 
 def _where(a: Anomaly, lab: Label) -> bool:

@@ -19,7 +19,8 @@ class DiagnoserConfig:
     when it exceeds the median of the last ``iter_window`` clean steps by ``iter_z`` robust
     sigmas and by ``iter_rel`` of it (after ``iter_min_steps`` clean steps). No alarm on
     steps below ``warmup_steps``. Episodes are confirmed after ``confirm_steps`` steps (one
-    for one-off stalls) and closed after ``close_after`` steps without a sighting.
+    for one-off stalls) and closed after ``close_after`` steps without a sighting. Group
+    medians and MADs of groups larger than ``max_sample`` ranks come from a strided sample.
     """
 
     group_column: str = "pp"
@@ -42,3 +43,4 @@ class DiagnoserConfig:
     close_after: int = 3
     max_open: int = 256
     kernel_peers: int = 8
+    max_sample: int | None = 256

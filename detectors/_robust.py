@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GroupIndex", "group_median_scale"]
+__all__ = ["GroupIndex", "group_median_scale", "is_identity"]
 
 MAD_TO_SIGMA = 1.4826
 
@@ -47,7 +47,13 @@ class GroupIndex:
 
 
 def group_median_scale(
-    x: np.ndarray, gi: GroupIndex, *, floor_abs: np.ndarray | float = 0.5, floor_rel: float = 0.01
+    x: np.ndarray,
+    gi: GroupIndex,
+    *,
+    floor_abs: np.ndarray | float = 0.5,
+    floor_rel: float = 0.01,
+    max_sample: int | None = None,
+    presorted: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-group median and robust scale of every metric row of ``x`` (shape (m, n)).
 
@@ -59,9 +65,12 @@ def group_median_scale(
     g = gi.n_groups
     med = np.empty((m, g))
     mad = np.empty((m, g))
-    xs = x[:, gi.order] if not _is_identity(gi.order) else x
+    xs = x if presorted or is_identity(gi.order) else x[:, gi.order]
     if g and np.all(gi.sizes == gi.sizes[0]):
-        cube = xs.reshape(m, g, int(gi.sizes[0]))
+        size = int(gi.sizes[0])
+        cube = xs.reshape(m, g, size)
+        if max_sample and size > max_sample:
+            cube = cube[:, :, :: -(-size // max_sample)]
         med[:] = np.median(cube, axis=2)
         mad[:] = np.median(np.abs(cube - med[:, :, None]), axis=2)
     else:
@@ -74,5 +83,6 @@ def group_median_scale(
     return med, scale
 
 
-def _is_identity(order: np.ndarray) -> bool:
+def is_identity(order: np.ndarray) -> bool:
+    """Whether a permutation leaves the order as it is."""
     return len(order) == 0 or (order[0] == 0 and order[-1] == len(order) - 1 and bool(np.all(np.diff(order) == 1)))

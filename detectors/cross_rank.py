@@ -15,7 +15,7 @@ import numpy as np
 from schemas import StepBatch
 
 from ._config import DiagnoserConfig
-from ._robust import GroupIndex, group_median_scale
+from ._robust import GroupIndex, group_median_scale, is_identity
 
 __all__ = ["CAUSE_METRICS", "LINK_METRICS", "METRICS", "CrossRankResult", "cross_rank", "rank_metrics"]
 
@@ -129,23 +129,35 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     cfg = config or DiagnoserConfig()
     x, step_ms = rank_metrics(batch)
     gi = GroupIndex.of(batch[cfg.group_column])
-    med, scale = group_median_scale(x, gi, floor_abs=_FLOOR)
-    job_step = float(np.median(step_ms))
+    ident = is_identity(gi.order)
+    xs = x if ident else x[:, gi.order]
+    med, scale = group_median_scale(xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True)
+    job_step = float(np.median(step_ms[:: max(1, len(step_ms) // 4096)]))
     min_excess = max(cfg.min_excess_ms, cfg.min_excess_frac * job_step)
-    inv = gi.inverse
-    med_r = med[:, inv]
-    excess = x - med_r
-    z = excess / scale[:, inv]
-    cause = (z[_CAUSE_ROWS] >= cfg.z_pos) & (excess[_CAUSE_ROWS] >= min_excess)
-    tok = _IDX["tokens"]
-    tokens_flag = (z[tok] >= cfg.z_pos) & (x[tok] >= cfg.tokens_ratio * med_r[tok])
-    coll = _IDX["collective_ms"]
-    waits_least = (z[coll] <= -cfg.z_neg) & (-excess[coll] >= cfg.neg_min_frac * job_step)
-    flagged = cause.any(axis=0) | waits_least
-    rows = np.flatnonzero(flagged)
+    thr = np.maximum(cfg.z_pos * scale, min_excess)
+    tok, coll = _IDX["tokens"], _IDX["collective_ms"]
+    thr[tok] = np.maximum(cfg.z_pos * scale[tok], (cfg.tokens_ratio - 1.0) * med[tok])
+    neg = np.maximum(cfg.z_neg * scale[coll], cfg.neg_min_frac * job_step)
+    if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):  # broadcast, no gathers
+        m, g, size = len(METRICS), gi.n_groups, int(gi.sizes[0])
+        cube = xs.reshape(m, g, size)
+        hit = (cube[_CAUSE_ROWS] - med[_CAUSE_ROWS, :, None] >= thr[_CAUSE_ROWS, :, None]).any(axis=0)
+        hit |= cube[coll] - med[coll, :, None] <= -neg[:, None]
+        flagged_sorted = np.flatnonzero(hit.reshape(-1))
+    else:
+        rep = np.repeat(np.arange(gi.n_groups), gi.sizes)
+        hit = (xs[_CAUSE_ROWS] - med[_CAUSE_ROWS][:, rep] >= thr[_CAUSE_ROWS][:, rep]).any(axis=0)
+        hit |= xs[coll] - med[coll][rep] <= -neg[rep]
+        flagged_sorted = np.flatnonzero(hit)
+    rows = gi.order[flagged_sorted] if not ident else flagged_sorted
+    gidx = gi.inverse[rows]
+    value = x[:, rows]
+    excess = value - med[:, gidx]
+    z = excess / scale[:, gidx]
     pos = np.zeros((len(METRICS), len(rows)), bool)
-    pos[_CAUSE_ROWS] = cause[:, rows]
-    pos[tok] = tokens_flag[rows]
+    pos[_CAUSE_ROWS] = excess[_CAUSE_ROWS] >= thr[_CAUSE_ROWS][:, gidx]
+    pos[tok] = excess[tok] >= thr[tok][gidx]
+    waits_least = excess[coll] <= -neg[gidx]
     return CrossRankResult(
         step_ms=job_step,
         min_excess_ms=min_excess,
@@ -153,11 +165,11 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
         rows=rows,
         ranks=batch["rank"][rows],
         groups=batch[cfg.group_column][rows],
-        z=z[:, rows],
-        excess=excess[:, rows],
-        value=x[:, rows],
+        z=z,
+        excess=excess,
+        value=value,
         pos=pos,
-        waits_least=waits_least[rows],
+        waits_least=waits_least,
         group_keys=gi.keys,
         group_median=med,
         group_sizes=gi.sizes,
