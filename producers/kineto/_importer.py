@@ -161,9 +161,8 @@ class KinetoImport:
     # -- event intake ----------------------------------------------------------------------
 
     def _on_event(self, e: Event) -> None:
+        """One complete ("X") event."""
         cat = e.cat
-        if e.ph != "X":
-            return
         if cat in _GPU_CATS:
             self._on_gpu(e)
         elif cat in _RUNTIME_CATS:
@@ -325,9 +324,12 @@ class KinetoImport:
 
     def records(self) -> Iterator[_Record]:
         """Every record of the trace: names and sketches as steps complete, step records last."""
-        for e in self._reader.events():
-            self.summary.events += 1
-            self._on_event(e)
+        on_event = self._on_event
+        for batch in self._reader.batches():
+            self.summary.events += len(batch)
+            for e in batch:
+                if e.ph == "X":
+                    on_event(e)
             if self._pending:
                 self._resolve_rank()
                 if self.rank is not None:

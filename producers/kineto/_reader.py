@@ -117,19 +117,24 @@ class TraceReader:
 
     def events(self) -> Iterator[Event]:
         """Every trace event, in file order."""
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[Event]]:
+        """The trace events in file order, a list (about a megabyte of JSON) at a time."""
         try:
             raw = open(self.path, "rb")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise TraceError(self.path, f"cannot open: {exc.strerror or exc}") from None
         with raw:
             stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == b"\x1f\x8b" else raw
-            yield from self._header(stream, raw)
+            self._header(stream, raw)
             yield from self._chunks(stream, raw)
-            yield from self._tail()
+            yield list(self._tail())
 
     # -- parts of the file -----------------------------------------------------------------
 
-    def _header(self, stream: Any, raw: Any) -> Iterator[Event]:
+    def _header(self, stream: Any, raw: Any) -> None:
         while True:
             m = _KEY.search(self._buf)
             if m is not None:
@@ -158,17 +163,36 @@ class TraceReader:
                 self.meta.update(head_meta)
         self.meta["traceEvents"] = True
         self._pos = m.end()
-        return
-        yield  # pragma: no cover - makes this a generator
 
-    def _chunks(self, stream: Any, raw: Any) -> Iterator[Event]:
+    def _chunks(self, stream: Any, raw: Any) -> Iterator[list[Event]]:
         while True:
             while len(self._buf) - self._pos < 2 * _CHUNK and self._read(stream, raw):
                 pass
             if self._eof and len(self._buf) - self._pos < 2 * _CHUNK:
-                return  # the rest (last events, closing keys) goes through _tail
-            events = self._decode_chunk(stream, raw)
-            yield from events
+                last = self._last_chunk()
+                if last:
+                    yield last
+                return  # the rest (the last event, the closing keys) goes through _tail
+            yield self._decode_chunk(stream, raw)
+
+    def _last_chunk(self) -> list[Event]:
+        """At the end of the file: the events up to the last boundary, if they decode fast."""
+        m = None
+        for m in _BOUNDARY.finditer(self._buf, self._pos):  # noqa: B007 - want the last match
+            pass
+        if m is None:
+            return []
+        chunk = b"[" + self._buf[self._pos : m.start() + 1] + b"]"
+        try:
+            events: list[Event] | None = _DECODER.decode(chunk)
+        except msgspec.ValidationError:
+            events = self._generic(chunk)
+        except msgspec.DecodeError:
+            return []  # a cut inside a string: leave it all to the careful path
+        if events is None:
+            return []
+        self._pos = m.end() - 1
+        return events
 
     def _decode_chunk(self, stream: Any, raw: Any) -> list[Event]:
         """Decode the events in the next ~chunk of the buffer and advance past them."""

@@ -1,0 +1,119 @@
+"""Import speed and memory: ``argus import-trace --local`` vs Holistic Trace Analysis' load.
+
+A real trace (``$ARGUS_KINETO_DATA``, default ../shared/data/kineto) is replicated to 8 and
+32 ranks (``distributedInfo.rank`` rewritten), then, in the same run, imported by
+``argus import-trace --local`` (into a fresh embedded store) and loaded by HTA
+(``pip install traceinsight``: ``TraceAnalysis(trace_dir=...)``). Each runs in its own
+process tree; wall seconds and the peak of the tree's summed PSS (proportional set size:
+the resident memory with shared pages split between the processes that share them; RSS
+where the platform has no PSS) are printed.
+Run: ``.venv/bin/python bench/import_vs_hta.py [--quick]``; the last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("ARGUS_KINETO_DATA", REPO.parent / "shared" / "data" / "kineto"))
+PY = sys.executable
+
+
+def replicate(src: Path, ranks: int, folder: Path) -> int:
+    """Write ``ranks`` copies of ``src`` with their rank rewritten; returns total bytes."""
+    with gzip.open(src, "rt") as fh:
+        text = fh.read()
+    at = text.index("{", text.index('"distributedInfo"'))
+    info, end = json.JSONDecoder().raw_decode(text, at)
+    total = 0
+    for r in range(ranks):
+        info["rank"], info["world_size"] = r, ranks
+        body = text[:at] + json.dumps(info) + text[end:]
+        path = folder / f"rank-{r}.json.gz"
+        with gzip.open(path, "wt", compresslevel=1) as out:
+            out.write(body)
+        total += path.stat().st_size
+    return total
+
+
+def run_measured(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[float, float, int, str]:
+    """Wall seconds, peak RSS (MB) of the process tree, exit code, stderr tail."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ps = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [ps, *ps.children(recursive=True)]
+            rss = 0
+            for p in tree:
+                try:  # PSS: shared pages (forked workers, libraries) counted once
+                    info = p.memory_full_info()
+                    rss += getattr(info, "pss", info.rss)
+                except psutil.Error:
+                    pass
+            peak = max(peak, rss)
+        except psutil.Error:
+            pass
+        if time.perf_counter() - start > timeout:
+            proc.kill()
+            break
+        time.sleep(0.05)
+    _, err = proc.communicate()
+    return time.perf_counter() - start, peak / 2**20, proc.returncode, (err or "")[-400:]
+
+
+HTA = "from hta.trace_analysis import TraceAnalysis; import sys; TraceAnalysis(trace_dir=sys.argv[1])"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the small nccl_data trace instead of rank0")
+    ap.add_argument("--trace", type=Path, help="trace to replicate")
+    args = ap.parse_args()
+    src = args.trace or DATA / "distributed_single_ranks" / (
+        "nccl_data.json.gz" if args.quick else "rank0.json.gz"
+    )
+    results: dict[str, float] = {}
+    rows = []
+    for ranks in (8, 32):
+        with tempfile.TemporaryDirectory(prefix=f"argus-bench-{ranks}-") as tmp:
+            folder = Path(tmp) / "traces"
+            folder.mkdir()
+            size = replicate(src, ranks, folder)
+            files = sorted(str(p) for p in folder.glob("*.json.gz"))
+            env = dict(os.environ, ARGUS_DATA_DIR=str(Path(tmp) / "store"), COLUMNS="200")
+            cmd = [PY, "-m", "argus.cli", "import-trace", "--local", "--job", f"bench-{ranks}", *files]
+            a_s, a_mb, a_rc, a_err = run_measured(
+                [PY, "-c", "from argus.cli import main; main()", *cmd[3:]], env, 1800
+            )
+            h_s, h_mb, h_rc, h_err = run_measured([PY, "-c", HTA, str(folder)], env, 3600)
+            for tool, s, mb, rc, err in (("argus", a_s, a_mb, a_rc, a_err), ("hta", h_s, h_mb, h_rc, h_err)):
+                rows.append((ranks, tool, size, s, mb, rc))
+                if rc != 0:
+                    print(f"{tool} at {ranks} ranks failed (exit {rc}): {err.strip()}", file=sys.stderr)
+                results[f"{tool}_s_{ranks}"] = round(s, 2)
+                results[f"{tool}_rss_mb_{ranks}"] = round(mb, 1)
+    print(f"trace: {src.name} replicated; wall seconds and peak memory (summed PSS) of the process tree")
+    print(f"{'ranks':>5} {'tool':6} {'input MB (gz)':>13} {'seconds':>9} {'peak PSS MB':>12} {'exit':>5}")
+    for ranks, tool, size, s, mb, rc in rows:
+        print(f"{ranks:5d} {tool:6} {size / 2**20:13.1f} {s:9.2f} {mb:12.1f} {rc:5d}")
+    for n in (8, 32):
+        a, h = results[f"argus_s_{n}"], results[f"hta_s_{n}"]
+        am, hm = results[f"argus_rss_mb_{n}"], results[f"hta_rss_mb_{n}"]
+        print(f"{n} ranks: argus {h / a:.1f}x faster, {hm / max(am, 1e-9):.1f}x less memory")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
