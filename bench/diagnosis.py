@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from detectors import JobDiagnoser  # noqa: E402
-from producers.simulator import (  # noqa: E402
+from detectors import JobDiagnoser
+from producers.simulator import (
     FAULT_KINDS,
     KERNEL_NAMES,
     ONE_OFF_KINDS,
@@ -33,9 +33,13 @@ from producers.simulator import (  # noqa: E402
     Layout,
     random_fault,
 )
-from schemas import Anomaly  # noqa: E402
+from schemas import Anomaly
 
-LAYOUTS = {1024: Layout(dp=16, tp=8, pp=8), 16384: Layout(dp=64, tp=8, pp=32), 100_000: Layout(dp=125, tp=8, pp=100)}
+LAYOUTS = {
+    1024: Layout(dp=16, tp=8, pp=8),
+    16384: Layout(dp=64, tp=8, pp=32),
+    100_000: Layout(dp=125, tp=8, pp=100),
+}
 GROUP_KINDS = frozenset({"job", "stage", "dp_group"})
 
 
@@ -59,7 +63,12 @@ def simulate(layout: Layout, seed: int, faults: list[Fault], steps: int, kernels
     times: list[float] = []
     for s in sim.run(steps):
         t0 = time.perf_counter()
-        res = diag.step(s.batch, kernels=s.kernel_stats if kernels else None, stacks=s.stacks if kernels else None, names=KERNEL_NAMES)
+        res = diag.step(
+            s.batch,
+            kernels=s.kernel_stats if kernels else None,
+            stacks=s.stacks if kernels else None,
+            names=KERNEL_NAMES,
+        )
         times.append((time.perf_counter() - t0) * 1e3)
         for a in res.anomalies:
             final[a.id] = a
@@ -142,7 +151,12 @@ def suite(n_ranks: int, seeds: int, mixed: int, base_seed: int) -> list[Run]:
             faults.append(f)
             step += f.steps + 6
             if kind not in ONE_OFF_KINDS:  # a one-off stall elsewhere during a persistent fault
-                stall = random_fault(str(rng.choice(["gc_pause", "dataloader_stall", "jit_compile_stall"])), layout, rng, step - f.steps // 2 - 6)
+                stall = random_fault(
+                    str(rng.choice(["gc_pause", "dataloader_stall", "jit_compile_stall"])),
+                    layout,
+                    rng,
+                    step - f.steps // 2 - 6,
+                )
                 faults.append(stall)
         runs.append(simulate(layout, seed, faults, step + 8))
     return runs
@@ -162,7 +176,9 @@ def fault_free(n_ranks: int, steps: int, seed: int) -> int:
 def time_step(n_ranks: int, reps: int = 15) -> float:
     """Median ms to diagnose one step of ``n_ranks`` ranks (one straggler present)."""
     layout = LAYOUTS[n_ranks]
-    sim = ClusterSimulator(layout, seed=7, faults=[Fault("compute_straggler", 10, 100, (123,), magnitude=1.5)])
+    sim = ClusterSimulator(
+        layout, seed=7, faults=[Fault("compute_straggler", 10, 100, (123,), magnitude=1.5)]
+    )
     diag = JobDiagnoser("timing")
     steps = list(sim.run(10 + reps))
     times = []
@@ -181,7 +197,7 @@ def main() -> None:
     tallies: dict[str, Tally] = defaultdict(Tally)
     sizes = [1024] if args.quick else [1024, 16384]
     for n in sizes:
-        seeds, mixed = (5, 2) if n == 1024 else (2, 1)
+        seeds, mixed = (8, 3) if n == 1024 else (3, 2)
         if args.quick:
             seeds, mixed = 4, 2
         score(suite(n, seeds, mixed, base_seed=n), tallies)
@@ -189,7 +205,9 @@ def main() -> None:
     alarms = fault_free(1024, free_steps, seed=5_000_000)
     ms16 = time_step(16384)
     ms100 = time_step(100_000)
-    print(f"{'class':28s} {'prec':>6s} {'recall':>6s} {'acc':>6s} {'n':>4s} {'delay max':>9s} {'delay avg':>9s} {'susp max':>8s}")
+    print(
+        f"{'class':28s} {'prec':>6s} {'recall':>6s} {'acc':>6s} {'n':>4s} {'delay max':>9s} {'delay avg':>9s} {'susp max':>8s}"
+    )
     precs, recs, accs, susp = [], [], [], []
     for kind in FAULT_KINDS:
         t = tallies[kind]

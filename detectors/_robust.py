@@ -85,4 +85,6 @@ def group_median_scale(
 
 def is_identity(order: np.ndarray) -> bool:
     """Whether a permutation leaves the order as it is."""
-    return len(order) == 0 or (order[0] == 0 and order[-1] == len(order) - 1 and bool(np.all(np.diff(order) == 1)))
+    return len(order) == 0 or (
+        order[0] == 0 and order[-1] == len(order) - 1 and bool(np.all(np.diff(order) == 1))
+    )

@@ -63,7 +63,9 @@ def rank_metrics(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
     compute = c["forward_ms"] + c["backward_ms"] + c["optimizer_ms"]
     gs = c["all_gather_ms"] + c["reduce_scatter_ms"] + c["broadcast_ms"]
     coll = c["all_reduce_ms"] + gs + c["all_to_all_ms"] + c["p2p_ms"]
-    timed = compute + coll + c["dataloader_ms"] + c["h2d_ms"] + c["gc_ms"] + c["compile_ms"] + c["checkpoint_ms"]
+    timed = (
+        compute + coll + c["dataloader_ms"] + c["h2d_ms"] + c["gc_ms"] + c["compile_ms"] + c["checkpoint_ms"]
+    )
     x = np.empty((len(METRICS), len(batch)))
     x[0], x[1] = compute, coll
     for name in ("dataloader_ms", "h2d_ms", "gc_ms", "compile_ms", "checkpoint_ms", "all_reduce_ms"):

@@ -122,7 +122,10 @@ class JobState:
             job=data["job"],
             run=int(data["run"]),
             iteration=IterationState(
-                np.asarray(it["window"], float), int(it["n"]), np.asarray(it["ref"], float), float(it["ckpt_ref_ms"])
+                np.asarray(it["window"], float),
+                int(it["n"]),
+                np.asarray(it["ref"], float),
+                float(it["ckpt_ref_ms"]),
             ),
             episodes={k: Episode(**v) for k, v in data["episodes"].items()},
             last_step=int(data["last_step"]),
@@ -342,7 +345,11 @@ class JobDiagnoser:
 
 
 def diagnose(
-    batches: Iterable[StepBatch], config: DiagnoserConfig | None = None, *, job: str | None = None, run: int = 0
+    batches: Iterable[StepBatch],
+    config: DiagnoserConfig | None = None,
+    *,
+    job: str | None = None,
+    run: int = 0,
 ) -> list[Anomaly]:
     """Diagnose a whole run offline: the final version of every anomaly, by onset."""
     diag: JobDiagnoser | None = None

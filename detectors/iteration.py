@@ -26,7 +26,14 @@ from ._finding import Finding
 from ._robust import MAD_TO_SIGMA
 from .cross_rank import METRICS
 
-__all__ = ["JOB_METRICS", "IterationState", "IterationVerdict", "attribute", "iteration_level", "update_baseline"]
+__all__ = [
+    "JOB_METRICS",
+    "IterationState",
+    "IterationVerdict",
+    "attribute",
+    "iteration_level",
+    "update_baseline",
+]
 
 JOB_METRICS: tuple[str, ...] = (
     "compute_ms",
@@ -116,7 +123,13 @@ def iteration_level(
     return IterationVerdict(x, base, float(z), bool(anomalous), rise, is_ckpt, ckpt, ratio)
 
 
-def update_baseline(state: IterationState, verdict: IterationVerdict, step: int, job_median: np.ndarray, config: DiagnoserConfig | None = None) -> None:
+def update_baseline(
+    state: IterationState,
+    verdict: IterationVerdict,
+    step: int,
+    job_median: np.ndarray,
+    config: DiagnoserConfig | None = None,
+) -> None:
     """Fold a clean step (no anomaly, no finding, past warm-up) into the baseline."""
     cfg = config or DiagnoserConfig()
     if step < cfg.warmup_steps:
@@ -142,7 +155,17 @@ def attribute(verdict: IterationVerdict, config: DiagnoserConfig | None = None) 
             "checkpoint_ms": round(verdict.checkpoint_ms, 4),
         }
         added = verdict.checkpoint_ms * (1 - 1 / verdict.checkpoint_ratio)
-        return Finding(CHECKPOINT_STALL, "iteration", "job", "checkpoint", (), verdict.checkpoint_ratio, "checkpoint_ms_ratio", ev, added)
+        return Finding(
+            CHECKPOINT_STALL,
+            "iteration",
+            "job",
+            "checkpoint",
+            (),
+            verdict.checkpoint_ratio,
+            "checkpoint_ms_ratio",
+            ev,
+            added,
+        )
     if not verdict.anomalous:
         return None
     i = int(np.argmax(verdict.rise))
@@ -154,4 +177,14 @@ def attribute(verdict: IterationVerdict, config: DiagnoserConfig | None = None) 
         "step_ms_z": round(min(verdict.z, 1e6), 4),
         "step_ms": round(verdict.step_ms, 4),
     }
-    return Finding(cause, "iteration", "job", suspect, (), min(verdict.z, 1e6), f"{metric}_rise", ev, verdict.step_ms - verdict.base_ms)
+    return Finding(
+        cause,
+        "iteration",
+        "job",
+        suspect,
+        (),
+        min(verdict.z, 1e6),
+        f"{metric}_rise",
+        ev,
+        verdict.step_ms - verdict.base_ms,
+    )

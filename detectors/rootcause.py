@@ -128,7 +128,17 @@ def classify_ranks(
             }
             ranks = tuple(sorted(int(r) for r in cr.ranks[js]))
             out.append(
-                Finding(HOST_CPU_CONTENTION, "cross_rank", "host", str(h), ranks, float(cnt), "host_flagged_ranks", ev, added)
+                Finding(
+                    HOST_CPU_CONTENTION,
+                    "cross_rank",
+                    "host",
+                    str(h),
+                    ranks,
+                    float(cnt),
+                    "host_flagged_ranks",
+                    ev,
+                    added,
+                )
             )
     # sequence-length imbalance: one finding for the data-parallel replicas
     seq = np.array([c == SEQUENCE_LENGTH_IMBALANCE for c in causes], bool) & ~used
@@ -181,7 +191,9 @@ def classify_ranks(
         added = float(max(cr.excess[_IDX[m], j] for j in pair))
         score = float(min(cr.z[_IDX[m], j] for j in pair))
         ranks = tuple(int(cr.ranks[j]) for j in pair)
-        out.append(Finding(LINK_DEGRADATION, "cross_rank", "link", suspect, ranks, score, f"{m}_z", ev, added))
+        out.append(
+            Finding(LINK_DEGRADATION, "cross_rank", "link", suspect, ranks, score, f"{m}_z", ev, added)
+        )
         used[pair] = True
     # everything else: one finding per rank
     for j in np.flatnonzero(~used).tolist():
@@ -191,12 +203,24 @@ def classify_ranks(
         added = float(-cr.excess[i, j] if m == "collective_ms" else cr.excess[i, j])
         r = int(cr.ranks[j])
         out.append(
-            Finding(causes[j], "cross_rank", "rank", f"rank:{r}", (r,), abs(float(cr.z[i, j])), f"{m}_z", ev, added)
+            Finding(
+                causes[j],
+                "cross_rank",
+                "rank",
+                f"rank:{r}",
+                (r,),
+                abs(float(cr.z[i, j])),
+                f"{m}_z",
+                ev,
+                added,
+            )
         )
     return out
 
 
-def stage_imbalance(cr: CrossRankResult, group_column: str, config: DiagnoserConfig | None = None) -> list[Finding]:
+def stage_imbalance(
+    cr: CrossRankResult, group_column: str, config: DiagnoserConfig | None = None
+) -> list[Finding]:
     """Groups (pp stages) whose median compute exceeds the median of the other groups'.
 
     A static layout problem, not a fault: every rank of the stage is equally slow, so no

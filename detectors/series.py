@@ -33,7 +33,10 @@ _NAME_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("dataloader", "data_loader", "loader", "input_wait"), DATALOADER_STALL),
     (("gc",), GC_PAUSE),
     (("p2p", "bubble", "pipeline"), PIPELINE_BUBBLE),
-    (("all_reduce", "allreduce", "all_gather", "reduce_scatter", "nccl", "comm", "collective"), LINK_DEGRADATION),
+    (
+        ("all_reduce", "allreduce", "all_gather", "reduce_scatter", "nccl", "comm", "collective"),
+        LINK_DEGRADATION,
+    ),
     (("forward", "backward", "compute", "fwd", "bwd", "gemm", "kernel"), COMPUTE_STRAGGLER),
 )
 
@@ -52,7 +55,8 @@ def cause_of_metric(name: str) -> str:
 class SeriesAnomaly:
     """An anomalous window: ``rank`` (None for the whole job), first and last window start
     in the input's time or step unit, the class, the score (max |robust z|), the number of
-    flagged windows, and the rank's (or job's) and the reference median value."""
+    flagged windows, the rank's (or job's) and the reference median value, and the
+    window indexes."""
 
     rank: int | None
     start: float
@@ -62,6 +66,8 @@ class SeriesAnomaly:
     windows: int
     value: float
     reference: float
+    first_bin: int = -1
+    last_bin: int = -1
 
 
 def _bins(t: np.ndarray, rank_idx: np.ndarray, by_time: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -146,8 +152,10 @@ def diagnose_series(
     zs = sign * (mean - m) / scale[0, gi.inverse]
     big = sign * (mean - m) >= rel * np.abs(m)
     flagged = (zs >= z) & big & (size >= min_ranks)
+    job = _job_windows(gi.keys, med[0], gi.sizes, labels, sign, z, rel, min_ranks, gap)
+    flagged &= ~_like_job_slowdown(c_win, mean, job, rel)
     cause = cause_of_metric(metric)
-    out: list[SeriesAnomaly] = []
+    out: list[SeriesAnomaly] = list(job)
     for ri in np.unique(c_rank[flagged]).tolist():
         sel = flagged & (c_rank == ri)
         for a, b in _merge(c_win[sel], gap):
@@ -162,15 +170,28 @@ def diagnose_series(
                     windows=int(span.sum()),
                     value=float(np.median(mean[span])),
                     reference=float(np.median(m[span])),
+                    first_bin=a,
+                    last_bin=b,
                 )
             )
-    out += _job_windows(gi.keys, med[0], gi.sizes, labels, sign, z, rel, min_ranks, gap)
     out.sort(key=lambda a: (a.start, -1 if a.rank is None else a.rank))
     return out
 
 
+def _like_job_slowdown(
+    c_win: np.ndarray, mean: np.ndarray, job: list[SeriesAnomaly], rel: float
+) -> np.ndarray:
+    """Cells next to a job-wide anomalous window whose value is the job's anomalous level:
+    with irregular sampling, a window straddling the job's change splits its ranks in two."""
+    out = np.zeros(len(mean), bool)
+    for a in job:
+        near = (c_win >= a.first_bin - 1) & (c_win <= a.last_bin + 1)
+        out |= near & (np.abs(mean - a.value) <= rel * abs(a.value))
+    return out
+
+
 def _plain(r: object) -> int:
-    return int(r)  # type: ignore[call-overload]
+    return int(r)  # type: ignore[call-overload,no-any-return]
 
 
 def _job_windows(
@@ -218,6 +239,8 @@ def _job_windows(
                 len(ks),
                 float(np.median([med[list(keys).index(k)] for k in ks])),
                 refs[ks[0]],
+                a,
+                b,
             )
         )
     return out

@@ -24,7 +24,9 @@ def _read(path: Path, rank_col: str, t_col: str, value_col: str) -> tuple[np.nda
             header = reader.fieldnames or []
             missing = [c for c in (rank_col, t_col, value_col) if c not in header]
             if missing:
-                fail(f"{path}: missing column(s) {', '.join(missing)}; the header has {', '.join(header) or 'nothing'}")
+                fail(
+                    f"{path}: missing column(s) {', '.join(missing)}; the header has {', '.join(header) or 'nothing'}"
+                )
             ranks, ts, vs = [], [], []
             for line, row in enumerate(reader, start=2):
                 raw = (row.get(rank_col), row.get(t_col), row.get(value_col))
@@ -50,7 +52,9 @@ def diagnose(
     steps_csv: Path = typer.Option(..., "--steps-csv", help="CSV with one row per rank per sample"),
     rank_col: str = typer.Option("rank", "--rank-col", help="column holding the rank"),
     time_col: str | None = typer.Option(None, "--time-col", help="column holding a time (irregular samples)"),
-    step_col: str | None = typer.Option(None, "--step-col", help="column holding the step (instead of --time-col)"),
+    step_col: str | None = typer.Option(
+        None, "--step-col", help="column holding the step (instead of --time-col)"
+    ),
     value_col: str = typer.Option(..., "--value-col", help="column holding the value (e.g. step_ms)"),
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="the value is a throughput"),
     z: float = typer.Option(6.0, "--z", help="robust z-score a rank must reach in a window"),
@@ -62,12 +66,27 @@ def diagnose(
     t_col = time_col or step_col or ""
     rank, t, value = _read(steps_csv, rank_col, t_col, value_col)
     try:
-        found = diagnose_series(rank, t, value, by_time=time_col is not None, metric=value_col, higher_is_better=higher_is_better, z=z)
+        found = diagnose_series(
+            rank,
+            t,
+            value,
+            by_time=time_col is not None,
+            metric=value_col,
+            higher_is_better=higher_is_better,
+            z=z,
+        )
     except ValueError as exc:
         fail(str(exc))
     if as_json:
         rows = [
-            {"rank": a.rank, "start": a.start, "end": a.end, "class": a.cause, "score": a.score, "windows": a.windows}
+            {
+                "rank": a.rank,
+                "start": a.start,
+                "end": a.end,
+                "class": a.cause,
+                "score": a.score,
+                "windows": a.windows,
+            }
             for a in found
         ]
         sys.stdout.write(json.dumps(rows) + "\n")

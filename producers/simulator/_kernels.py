@@ -64,7 +64,7 @@ def kernel_stats(sim: SimStep, rank: int) -> KernelStats:
         phase_ms = float(b[col][row])
         if col in _COMPUTE_COLUMNS:
             phase_ms *= hidden
-            calls = int(round(calls * sim.count_factor[row]))
+            calls = round(calls * sim.count_factor[row])
         count[i] = calls if phase_ms > 0 else 0
         total[i] = phase_ms * share * 1e6
         spread[i] = sd
@@ -73,10 +73,9 @@ def kernel_stats(sim: SimStep, rank: int) -> KernelStats:
     q = mean[:, None] * np.exp(spread[:, None] * _Z[None, :] - spread[:, None] ** 2 / 2) * jitter
     q = np.sort(q, axis=1)
     keep = count > 0
-    idle_ms = (
-        float(b["dataloader_ms"][row] + b["gc_ms"][row] + b["compile_ms"][row] + b["checkpoint_ms"][row])
-        + 0.02 * float(b["forward_ms"][row] + b["backward_ms"][row]) * float(sim.launch_factor[row])
-    )
+    idle_ms = float(
+        b["dataloader_ms"][row] + b["gc_ms"][row] + b["compile_ms"][row] + b["checkpoint_ms"][row]
+    ) + 0.02 * float(b["forward_ms"][row] + b["backward_ms"][row]) * float(sim.launch_factor[row])
     return KernelStats(
         ids=np.flatnonzero(keep).astype(np.int32),
         count=count[keep],

@@ -43,7 +43,7 @@ def stack_sample(sim: SimStep, rank: int, hz: float = 100.0) -> StackSample:
     ms["hidden"] = float(sim.hidden_ms[i])
     stacks, counts = [], []
     for col, stack in STACKS.items():
-        n = int(round(ms.get(col, 0.0) * hz / 1000.0))
+        n = round(ms.get(col, 0.0) * hz / 1000.0)
         if n > 0:
             stacks.append(stack)
             counts.append(n)
