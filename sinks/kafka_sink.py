@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from schemas import (
@@ -37,12 +38,15 @@ from schemas import (
     STEP_SUMMARIES,
     STEPS,
     DeadLetter,
+    KernelNames,
+    KernelSketch,
     SchemaError,
     StepBatch,
     decode,
 )
 
 from ._errors import SinkError
+from .kernels import KernelDecoder
 from .rows import TABLE_OF, to_arrow
 from .store import Store, dedup_settings
 
@@ -104,6 +108,7 @@ class KafkaSink:
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._replay_end: dict[tuple[str, int], int] = {}
         self._backlog: list[Message] = []
+        self._kernels = KernelDecoder(self._stored_names)
         conf = dict(kafka_config)
         conf.update(
             {
@@ -116,6 +121,20 @@ class KafkaSink:
         )
         self._consumer = Consumer(conf, logger=logging.getLogger("argus.sink.kafka"))
         self._consumer.subscribe(list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _stored_names(self, key: tuple[str, int, int]) -> dict[int, str]:
+        """A rank's kernel names from the store (after a restart the dictionary is not resent)."""
+        if self._store is None:
+            return {}
+        try:
+            rows = self._store.query_rows(
+                "SELECT kernel_id, any(name) FROM kernel_names WHERE job = {j:String} AND run = {r:UInt32} "
+                "AND rank = {k:UInt32} GROUP BY kernel_id",
+                {"j": key[0], "r": key[1], "k": key[2]},
+            )
+        except SinkError:
+            return {}
+        return {int(i): str(n) for i, n in rows}
 
     # -- partition assignment -------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -226,10 +245,19 @@ class KafkaSink:
         topic, partition = key
         self._commit(topic, partition, pending.first, f"{_INTENT}{pending.last}")
         by_type: dict[type, list[Any]] = {}
-        for record in pending.records:
+        decoded: list[pa.Table] = []
+        for record in pending.records:  # in partition order: names arrive before their sketches
             by_type.setdefault(type(record), []).append(record)
-        for records in by_type.values():
-            table, data = to_arrow(records)
+            if isinstance(record, KernelNames):
+                self._kernels.names(record)
+            elif isinstance(record, KernelSketch):
+                rows = self._kernels.decode(record)
+                if rows is not None:
+                    decoded.append(rows)
+        inserts = [to_arrow(records) for records in by_type.values()]
+        if decoded:
+            inserts.append(("kernels", pa.concat_tables(decoded)))
+        for table, data in inserts:
             token = f"{table}:{topic}:{partition}:{pending.first}-{pending.last}"
             self._insert_with_retry(table, data, token)
             self.stats.rows[table] = self.stats.rows.get(table, 0) + data.num_rows

@@ -123,11 +123,27 @@ def _gpu_samples(recs: Sequence[GpuSample]) -> pa.Table:
 
 
 def _step_summaries(recs: Sequence[StepSummary]) -> pa.Table:
-    rows = [r.to_avro() for r in recs]
-    for row in rows:
-        row["time"] = row.pop("end_ns") // 1_000_000
-    table = pa.Table.from_pylist(rows)
-    return table.set_column(table.column_names.index("time"), "time", table["time"].cast(_MS))
+    floats = (
+        "step_ms_median",
+        "step_ms_p99",
+        "step_ms_max",
+        "compute_ms_median",
+        "collective_ms_median",
+        "dataloader_ms_median",
+        "checkpoint_ms_max",
+    )
+    cols: dict[str, Any] = {
+        "job": pa.array([r.job for r in recs], pa.string()),
+        "run": pa.array([r.run for r in recs], pa.uint32()),
+        "step": pa.array([r.step for r in recs], pa.uint64()),
+        "time": _ns_to_ms([r.end_ns for r in recs]),
+        "ranks": pa.array([r.ranks for r in recs], pa.uint32()),
+        "missing": pa.array([list(r.missing) for r in recs], pa.list_(pa.uint32())),
+    }
+    cols.update({name: pa.array([getattr(r, name) for r in recs], pa.float32()) for name in floats})
+    cols["tokens"] = pa.array([r.tokens for r in recs], pa.uint64())
+    cols["suspects"] = pa.array([list(r.suspects) for r in recs], pa.list_(pa.uint32()))
+    return pa.table(cols)
 
 
 def _anomalies(recs: Sequence[Anomaly]) -> pa.Table:

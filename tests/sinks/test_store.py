@@ -63,7 +63,9 @@ def test_insert_deduplication_token_makes_retries_idempotent(store, unique: str)
         store.insert_arrow(table, data, settings=dedup_settings(f"t-{unique}"))
     count = store.query_rows("SELECT count() FROM steps WHERE job = {j:String}", {"j": f"dedup-{unique}"})
     assert count == [(8,)]
-    rollup = store.query_rows("SELECT sum(rows) FROM steps_minutely WHERE job = {j:String}", {"j": f"dedup-{unique}"})
+    rollup = store.query_rows(
+        "SELECT sum(rows) FROM steps_minutely WHERE job = {j:String}", {"j": f"dedup-{unique}"}
+    )
     assert rollup == [(8,)]  # the retried inserts did not reach the materialized views either
 
 

@@ -1,0 +1,33 @@
+"""A Prometheus ``/metrics`` endpoint fed by a snapshot function (sink and stream workers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+__all__ = ["Snapshot", "serve_metrics"]
+
+Snapshot = Callable[[], Mapping[str, tuple[str, str, Mapping[tuple[tuple[str, str], ...], float]]]]
+"""name -> (kind "counter"|"gauge", help, {label pairs: value})."""
+
+
+def serve_metrics(port: int, snapshot: Snapshot, *, addr: str = "0.0.0.0") -> Any:
+    """Serve ``snapshot()`` as Prometheus metrics on ``addr:port``; returns the server."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+    class _Collector:
+        def collect(self) -> Iterator[Metric]:
+            for name, (kind, help_text, series) in snapshot().items():
+                labels = sorted({k for key in series for k, _ in key})
+                family_type = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+                family = family_type(name, help_text, labels=labels)
+                for key, value in series.items():
+                    values = dict(key)
+                    family.add_metric([values.get(k, "") for k in labels], value)
+                yield family
+
+    registry = CollectorRegistry()
+    registry.register(_Collector())
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return server

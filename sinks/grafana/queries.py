@@ -1,0 +1,311 @@
+"""The SQL of every dashboard panel and alert rule, as data.
+
+One set of queries serves Grafana (through the ClickHouse datasource plugin's macros),
+the tests (which expand the macros and run them on chDB) and ``argus report``. Variables
+are always percent-encoded inside ``decodeURLComponent('...')`` so that no value can
+break out of its string literal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ALERTS", "DASHBOARDS", "AlertRule", "Dashboard", "Panel", "all_panels"]
+
+JOB = "job = decodeURLComponent('${job:percentencode}')"
+RANK = "rank = toUInt32OrZero(decodeURLComponent('${rank:percentencode}'))"
+COLLECTIVE = "(all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms)"
+BUSY = f"(step_ms - {COLLECTIVE})"
+"""Time a rank spends outside collectives: the straggler is the rank that waits least."""
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel: its SQL, how Grafana draws it, and where."""
+
+    key: str
+    title: str
+    kind: str  # timeseries | table | heatmap | flamegraph | stat | barchart
+    sql: str
+    description: str = ""
+    width: int = 12
+    height: int = 8
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """A dashboard: uid, title, variables it needs and its panels in reading order."""
+
+    uid: str
+    title: str
+    variables: tuple[str, ...]
+    panels: tuple[Panel, ...]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """A unified-alerting rule: SQL returning one numeric column per labelled series."""
+
+    uid: str
+    title: str
+    sql: str
+    value: str  # the numeric column
+    fire_above: float
+    recover_below: float
+    pending: str  # Grafana duration the condition must hold before firing
+    keep_firing: str  # hysteresis: how long it keeps firing once the condition clears
+    summary: str
+    description: str
+    severity: str = "page"
+
+
+_PER_RANK = f"""
+    SELECT rank, any(host) AS host, count() AS steps, median({BUSY}) AS busy_ms,
+           median({COLLECTIVE}) AS collective_ms, median(step_ms) AS step_median_ms
+    FROM steps WHERE {JOB} AND $__timeFilter(time) GROUP BY rank"""
+
+JOB_OVERVIEW = Dashboard(
+    uid="argus-job",
+    title="Argus / Job overview",
+    variables=("job",),
+    description="One job: step time, throughput, where ranks spend their time, and what Argus found.",
+    panels=(
+        Panel(
+            "job_summary",
+            "Job",
+            "stat",
+            f"""SELECT uniqMerge(ranks) AS ranks, uniqMerge(hosts) AS hosts, min(first_step) AS first_step,
+       max(last_step) AS last_step, max(last_time) AS last_seen
+FROM jobs WHERE {JOB}""",
+            "Ranks and hosts that reported, and the steps seen.",
+            width=24,
+            height=4,
+        ),
+        Panel(
+            "step_time",
+            "Step time across ranks (ms)",
+            "timeseries",
+            f"""SELECT $__timeInterval(time) AS t, quantile(0.5)(step_ms) AS median, quantile(0.99)(step_ms) AS p99,
+       max(step_ms) AS max
+FROM steps WHERE {JOB} AND $__timeFilter(time)
+GROUP BY t ORDER BY t""",
+            "In a synchronous job every rank's step time is the same: look at busy time to find who is slow.",
+        ),
+        Panel(
+            "throughput",
+            "Throughput (sum over ranks, per second)",
+            "timeseries",
+            f"""SELECT $__timeInterval(time) AS t, sum(tokens) / $__interval_s AS tokens_per_s,
+       sum(samples) / $__interval_s AS samples_per_s
+FROM steps WHERE {JOB} AND $__timeFilter(time)
+GROUP BY t ORDER BY t""",
+        ),
+        Panel(
+            "busy_heatmap",
+            "Busy time per rank and step (step time minus collective wait, ms)",
+            "heatmap",
+            f"""SELECT $__timeInterval(time) AS t,
+       intDiv(rank, greatest(1, intDiv((SELECT max(rank) FROM steps WHERE {JOB} AND $__timeFilter(time)), 256)))
+           AS rank_group,
+       max({BUSY}) AS busy_ms
+FROM steps WHERE {JOB} AND $__timeFilter(time)
+GROUP BY t, rank_group ORDER BY t, rank_group""",
+            "A straggler is a bright row: it computes while its peers wait for it in collectives. "
+            "Above 256 ranks, rows are rank groups (the busiest rank of each).",
+            width=24,
+            height=10,
+        ),
+        Panel(
+            "slow_ranks",
+            "Slowest ranks (robust z-score of busy time)",
+            "table",
+            f"""WITH per_rank AS ({_PER_RANK}),
+     center AS (SELECT median(busy_ms) AS med FROM per_rank),
+     spread AS (SELECT median(abs(busy_ms - (SELECT med FROM center))) AS mad FROM per_rank)
+SELECT rank, host, steps, round(busy_ms, 2) AS busy_ms, round(collective_ms, 2) AS collective_ms,
+       round(step_median_ms, 2) AS step_ms,
+       round((busy_ms - (SELECT med FROM center))
+             / greatest(1.4826 * (SELECT mad FROM spread), 0.01 * (SELECT med FROM center), 0.001), 2) AS z
+FROM per_rank ORDER BY z DESC LIMIT 10""",
+            "z = (busy − median) / (1.4826 · MAD) over all ranks of the job in the time range.",
+        ),
+        Panel(
+            "anomalies",
+            "Anomalies: window, suspect, root cause, evidence, cost",
+            "table",
+            f"""SELECT time, start_step, end_step, level, cause, suspect_kind, suspect, round(score, 1) AS score,
+       round(step_ms_added, 1) AS step_ms_added, round(gpu_hours_lost, 3) AS gpu_hours_lost, summary,
+       arrayStringConcat(arrayMap((k, v) -> concat(k, '=', toString(round(v, 3))), mapKeys(evidence),
+                                  mapValues(evidence)), ', ') AS evidence
+FROM anomalies WHERE {JOB} AND $__timeFilter(time)
+ORDER BY time DESC LIMIT 1 BY id LIMIT 100""",
+            "Each anomaly once (LIMIT 1 BY id); the cost is what the suspect adds to every step of the job.",
+            width=24,
+        ),
+        Panel(
+            "missing_ranks",
+            "Ranks missing from steps",
+            "timeseries",
+            f"""SELECT $__timeInterval(time) AS t, max(length(missing)) AS missing_ranks
+FROM step_summaries WHERE {JOB} AND $__timeFilter(time)
+GROUP BY t ORDER BY t""",
+            "Ranks whose step record never arrived: a hung or lost rank.",
+            width=24,
+            height=6,
+        ),
+    ),
+)
+
+RANK_DRILLDOWN = Dashboard(
+    uid="argus-rank",
+    title="Argus / Rank drill-down",
+    variables=("job", "rank"),
+    description="One rank of one job: phases, collectives, kernels, call stacks and its GPU.",
+    panels=(
+        Panel(
+            "rank_vs_job",
+            "Busy time: this rank vs the job's median (ms)",
+            "timeseries",
+            f"""SELECT $__timeInterval(time) AS t, avgIf({BUSY}, {RANK}) AS this_rank,
+       quantile(0.5)({BUSY}) AS job_median
+FROM steps WHERE {JOB} AND $__timeFilter(time)
+GROUP BY t ORDER BY t""",
+            width=24,
+        ),
+        Panel(
+            "phases",
+            "Phases (ms)",
+            "timeseries",
+            f"""SELECT $__timeInterval(time) AS t, avg(forward_ms) AS forward, avg(backward_ms) AS backward,
+       avg(optimizer_ms) AS optimizer, avg(dataloader_ms) AS dataloader, avg(h2d_ms) AS h2d, avg(gc_ms) AS gc,
+       avg(compile_ms) AS compile, avg(checkpoint_ms) AS checkpoint
+FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)
+GROUP BY t ORDER BY t""",
+        ),
+        Panel(
+            "collectives",
+            "Collectives (ms)",
+            "timeseries",
+            f"""SELECT $__timeInterval(time) AS t, avg(all_reduce_ms) AS all_reduce, avg(all_gather_ms) AS all_gather,
+       avg(reduce_scatter_ms) AS reduce_scatter, avg(all_to_all_ms) AS all_to_all,
+       avg(broadcast_ms) AS broadcast, avg(p2p_ms) AS send_recv
+FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)
+GROUP BY t ORDER BY t""",
+        ),
+        Panel(
+            "kernels",
+            "Kernels of this rank (top by total time)",
+            "table",
+            f"""SELECT name, sum(count) AS calls, round(sum(total_ns) / 1e6, 2) AS total_ms,
+       round(quantile(0.5)(p50_ns) / 1e3, 2) AS p50_us, round(quantile(0.5)(p99_ns) / 1e3, 2) AS p99_us,
+       round(max(max_ns) / 1e3, 2) AS max_us
+FROM kernels WHERE {JOB} AND {RANK} AND $__timeFilter(time)
+GROUP BY name ORDER BY total_ms DESC LIMIT 20""",
+        ),
+        Panel(
+            "stacks",
+            "Call stacks (flame graph)",
+            "flamegraph",
+            f"""SELECT length(prefix) - 1 AS level, sum(count) AS value,
+       sumIf(count, length(prefix) = length(frames)) AS self, prefix[-1] AS label
+FROM (
+    SELECT splitByChar(';', stack) AS frames, count,
+           arrayJoin(arrayMap(i -> arraySlice(frames, 1, i), range(1, length(frames) + 1))) AS prefix
+    FROM stacks WHERE {JOB} AND {RANK} AND $__timeFilter(time)
+)
+GROUP BY prefix ORDER BY prefix""",
+            "Nested-set rows in depth-first order, as Grafana's flame graph panel reads them.",
+        ),
+        Panel(
+            "gpu",
+            "GPU health (this rank's GPU)",
+            "timeseries",
+            f"""WITH (SELECT any(host) FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)) AS h,
+     (SELECT any(gpu_uuid) FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)) AS u
+SELECT $__timeInterval(time) AS t, avg(sm_clock_mhz) AS sm_clock_mhz, avg(power_w) AS power_w,
+       avg(temp_c) AS temp_c, avg(gpu_util) AS util_pct, max(clock_event_reasons) AS clock_event_reasons
+FROM gpu_samples WHERE host = h AND (u = '' OR gpu_uuid = u) AND $__timeFilter(time)
+GROUP BY t ORDER BY t""",
+            "SM clock, power and temperature with the clock-event (throttle) reasons bitmask.",
+        ),
+    ),
+)
+
+ANOMALY_LIST = Dashboard(
+    uid="argus-anomalies",
+    title="Argus / Anomalies",
+    variables=(),
+    description="Everything Argus found across jobs, with evidence and cost.",
+    panels=(
+        Panel(
+            "by_cause",
+            "Anomalies by root cause",
+            "barchart",
+            """SELECT cause, count() AS anomalies, round(sum(step_ms_added), 1) AS step_ms_added,
+       round(sum(gpu_hours_lost), 2) AS gpu_hours_lost
+FROM (SELECT * FROM anomalies WHERE $__timeFilter(time) ORDER BY time DESC LIMIT 1 BY id)
+GROUP BY cause ORDER BY anomalies DESC""",
+        ),
+        Panel(
+            "costliest",
+            "Costliest anomalies",
+            "table",
+            """SELECT job, time, cause, suspect_kind, suspect, round(gpu_hours_lost, 3) AS gpu_hours_lost,
+       round(step_ms_added, 1) AS step_ms_added, summary
+FROM anomalies WHERE $__timeFilter(time)
+ORDER BY gpu_hours_lost DESC LIMIT 1 BY id LIMIT 50""",
+        ),
+    ),
+)
+
+DASHBOARDS = (JOB_OVERVIEW, RANK_DRILLDOWN, ANOMALY_LIST)
+
+WARMUP_STEPS = 20
+"""Steps after a job's first step during which no rule pages."""
+
+ALERTS = (
+    AlertRule(
+        uid="argus-slow-rank",
+        title="Argus: slow rank",
+        sql=f"""WITH starts AS (SELECT job, run, min(first_step) AS first_step FROM jobs GROUP BY job, run),
+     per_rank AS (
+        SELECT s.job AS job, s.rank AS rank, any(s.host) AS host, median({BUSY}) AS busy_ms, count() AS steps
+        FROM steps AS s INNER JOIN starts AS j ON s.job = j.job AND s.run = j.run
+        WHERE $__timeFilter(s.time) AND s.checkpoint_ms = 0 AND s.compile_ms = 0
+          AND s.step >= j.first_step + {WARMUP_STEPS}
+        GROUP BY s.job, s.rank HAVING steps >= 3),
+     center AS (SELECT job, median(busy_ms) AS med FROM per_rank GROUP BY job),
+     spread AS (SELECT p.job AS job, median(abs(p.busy_ms - c.med)) AS mad
+                FROM per_rank AS p INNER JOIN center AS c ON p.job = c.job GROUP BY p.job)
+SELECT p.job AS job, toString(p.rank) AS rank, p.host AS host,
+       (p.busy_ms - c.med) / greatest(1.4826 * d.mad, 0.02 * c.med, 0.001) AS z
+FROM per_rank AS p INNER JOIN center AS c ON p.job = c.job INNER JOIN spread AS d ON p.job = d.job
+WHERE z > 3 ORDER BY z DESC LIMIT 100""",
+        value="z",
+        fire_above=6.0,
+        recover_below=4.0,
+        pending="2m",
+        keep_firing="5m",
+        summary="Rank {{ $labels.rank }} of job {{ $labels.job }} ({{ $labels.host }}) is slow: busy-time z = {{ $values.B }}",
+        description="Its peers wait for it in collectives. Warm-up, checkpoint and compile steps are excluded.",
+    ),
+    AlertRule(
+        uid="argus-missing-ranks",
+        title="Argus: ranks missing",
+        sql="""SELECT job, toFloat64(max(length(missing))) AS missing
+FROM step_summaries WHERE $__timeFilter(time) GROUP BY job HAVING missing > 0""",
+        value="missing",
+        fire_above=0.0,
+        recover_below=0.5,
+        pending="1m",
+        keep_firing="2m",
+        summary="Job {{ $labels.job }}: {{ $values.B }} rank(s) stopped reporting steps",
+        description="A rank whose step records stop is hung or lost; see the job's anomalies for which one.",
+    ),
+)
+
+
+def all_panels() -> list[tuple[Dashboard, Panel]]:
+    """Every panel with its dashboard (for tests, export and the report)."""
+    return [(d, p) for d in DASHBOARDS for p in d.panels]

@@ -1,0 +1,192 @@
+"""Every panel's and alert rule's SQL, macros expanded, on chDB with simulated jobs."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from detectors import JobDiagnoser
+from producers.simulator import COMPUTE_STRAGGLER, ClusterSimulator, Fault, Layout
+from schemas import GpuSample, KernelSketch
+from sinks import to_arrow
+from sinks.grafana import ALERTS, DASHBOARDS, all_panels, expand, percent_encode, rendered_files
+from sinks.grafana.macros import MacroError
+from sinks.kernels import kernel_table
+
+REPO = Path(__file__).resolve().parents[2]
+STRAGGLER = 21
+STEPS = 60
+
+
+def load_job(store: Any, job: str, *, fault: bool, start: datetime) -> None:
+    """A simulated job, diagnosed by the real detectors, stored as the sink would store it."""
+    faults = [Fault(COMPUTE_STRAGGLER, first_step=25, steps=STEPS, ranks=(STRAGGLER,))] if fault else []
+    sim = ClusterSimulator(
+        Layout(dp=4, tp=8, pp=2),
+        seed=3,
+        job=job,
+        faults=faults,
+        checkpoint_every=0,
+        start_ns=int(start.timestamp() * 1e9),
+    )
+    diagnoser = JobDiagnoser(job)
+    batches, stacks, kernels, summaries, anomalies, gpus = [], [], [], [], {}, []
+    for s in sim.run(STEPS):
+        batches.append(s.batch)
+        result = diagnoser.step(s.batch, kernels=s.kernel_stats, stacks=s.stacks)
+        summaries.append(result.summary)
+        anomalies.update({a.id: a for a in result.anomalies})
+        if s.step % 10 == 0:
+            stacks.extend(s.stacks([STRAGGLER, 3]).values())
+            for rank, stats in s.kernel_stats([STRAGGLER, 3]).items():
+                kernels.append(kernel_table(KernelSketch(job, 0, rank, s.step, 1, -1, b""), stats, {}))
+            host = str(s.batch["host"][STRAGGLER])
+            gpus.append(
+                GpuSample(
+                    host,
+                    str(s.batch["gpu_uuid"][STRAGGLER]),
+                    STRAGGLER % 8,
+                    int(s.batch["end_ns"].max()),
+                    gpu_util=97.0,
+                    sm_clock_mhz=1410.0,
+                    power_w=390.0,
+                    temp_c=71.0,
+                )
+            )
+    anomalies.update({a.id: a for a in diagnoser.flush()})
+    for records in (batches, stacks, summaries, list(anomalies.values()), gpus):
+        if records:
+            table, data = to_arrow(records)
+            store.insert_arrow(table, data)
+    for data in kernels:
+        store.insert_arrow("kernels", data)
+
+
+@pytest.fixture(scope="module")
+def jobs(store, unique_module: str) -> dict[str, Any]:
+    now = datetime.now(UTC).replace(microsecond=0)
+    start = now - timedelta(minutes=8)
+    names = {"slow": f"gf-slow-{unique_module}", "clean": f"gf-clean-{unique_module}"}
+    load_job(store, names["slow"], fault=True, start=start)
+    load_job(store, names["clean"], fault=False, start=start)
+    return {"names": names, "start": start - timedelta(minutes=1), "end": now + timedelta(minutes=5)}
+
+
+@pytest.fixture(scope="module")
+def unique_module() -> str:
+    return str(int(time.time() * 1000))[-9:]
+
+
+def run_panel(
+    store: Any, sql: str, jobs: dict[str, Any], interval_s: int = 30, **variables: str
+) -> tuple[list[str], list[tuple]]:
+    expanded = expand(sql, start=jobs["start"], end=jobs["end"], interval_s=interval_s, variables=variables)
+    table = store.query_arrow(expanded)
+    names = table.column_names
+    return names, list(zip(*(c.to_pylist() for c in table.columns), strict=True)) if names else []
+
+
+@pytest.mark.parametrize(
+    ("dashboard", "panel"), all_panels(), ids=lambda x: getattr(x, "key", getattr(x, "uid", ""))
+)
+def test_every_panel_runs_and_returns_rows(store, jobs, dashboard, panel) -> None:
+    names, rows = run_panel(store, panel.sql, jobs, job=jobs["names"]["slow"], rank=str(STRAGGLER))
+    assert names, panel.key
+    if panel.key == "missing_ranks":  # every rank reported every step: a flat zero line
+        assert rows and all(r[1] == 0 for r in rows)
+        return
+    assert rows, f"{dashboard.uid}/{panel.key} returned no rows"
+    if panel.kind == "timeseries":
+        times = [r[0] for r in rows]
+        assert names[0] == "t" and times == sorted(times)
+    if panel.kind == "flamegraph":
+        assert names == ["level", "value", "self", "label"]
+        levels = [r[0] for r in rows]
+        assert levels[0] == 0 and max(levels) > 2
+        assert rows[0][1] == sum(r[2] for r in rows)  # the root holds every sample
+
+
+def test_the_straggler_tops_the_slow_ranks_panel(store, jobs) -> None:
+    panel = dict((p.key, p) for _, p in all_panels())["slow_ranks"]
+    names, rows = run_panel(store, panel.sql, jobs, job=jobs["names"]["slow"])
+    assert rows[0][names.index("rank")] == STRAGGLER
+    assert rows[0][names.index("z")] > 6 > rows[1][names.index("z")]
+    names, rows = run_panel(store, panel.sql, jobs, job=jobs["names"]["clean"])
+    assert max(r[names.index("z")] for r in rows) < 6
+
+
+def test_the_heatmap_shows_the_straggler_row(store, jobs) -> None:
+    panel = dict((p.key, p) for _, p in all_panels())["busy_heatmap"]
+    names, rows = run_panel(store, panel.sql, jobs, interval_s=1, job=jobs["names"]["slow"])
+    per_rank: dict[int, list[float]] = {}
+    for r in rows:
+        per_rank.setdefault(r[names.index("rank_group")], []).append(r[names.index("busy_ms")])
+    ranked = sorted(per_rank, key=lambda k: -sorted(per_rank[k])[len(per_rank[k]) // 2])
+    assert ranked[0] == STRAGGLER  # the brightest row by its median cell
+
+
+def test_slow_rank_alert_fires_for_the_straggler_only(store, jobs) -> None:
+    rule = next(r for r in ALERTS if r.uid == "argus-slow-rank")
+    names, rows = run_panel(store, rule.sql, jobs)
+    firing = [
+        (r[names.index("job")], r[names.index("rank")])
+        for r in rows
+        if r[names.index(rule.value)] > rule.fire_above
+    ]
+    assert (jobs["names"]["slow"], str(STRAGGLER)) in firing
+    assert all(job != jobs["names"]["clean"] for job, _ in firing)
+    assert len([f for f in firing if f[0] == jobs["names"]["slow"]]) == 1
+
+
+def test_the_anomaly_panel_names_the_straggler_with_its_cost(store, jobs) -> None:
+    panel = dict((p.key, p) for _, p in all_panels())["anomalies"]
+    names, rows = run_panel(store, panel.sql, jobs, job=jobs["names"]["slow"])
+    top = [r for r in rows if r[names.index("suspect")] == f"rank:{STRAGGLER}"]
+    assert top and top[0][names.index("cause")] == "compute_straggler"
+    assert top[0][names.index("gpu_hours_lost")] > 0 and top[0][names.index("evidence")]
+    _, clean = run_panel(store, panel.sql, jobs, job=jobs["names"]["clean"])
+    assert clean == []
+
+
+def test_missing_ranks_alert_is_silent_without_missing_ranks(store, jobs) -> None:
+    rule = next(r for r in ALERTS if r.uid == "argus-missing-ranks")
+    _, rows = run_panel(store, rule.sql, jobs)
+    assert not [r for r in rows if r[0] in jobs["names"].values()]
+
+
+def test_hostile_job_names_stay_inside_their_string(store, jobs) -> None:
+    hostile = "x'; DROP TABLE steps; --"
+    assert "'" not in percent_encode(hostile) and "\\" not in percent_encode("a\\'b")
+    for _, panel in all_panels():
+        names, _ = run_panel(store, panel.sql, jobs, job=hostile, rank="0' OR 1=1 --")
+        assert names
+    assert store.query_rows("EXISTS TABLE steps") == [(1,)]
+
+
+def test_unknown_macros_and_unset_variables_fail() -> None:
+    now = datetime.now(UTC)
+    with pytest.raises(MacroError, match="unknown macro"):
+        expand("SELECT $__timeFilterr(time)", start=now, end=now, interval_s=1)
+    with pytest.raises(MacroError, match="no value"):
+        expand("SELECT '${job:percentencode}'", start=now, end=now, interval_s=1)
+
+
+def test_checked_in_provisioning_matches_the_code() -> None:
+    for rel, text in rendered_files().items():
+        assert (REPO / "deploy" / "grafana" / rel).read_text() == text, f"run `argus grafana export` ({rel})"
+
+
+def test_dashboards_reference_the_datasource_and_their_queries() -> None:
+    for d in DASHBOARDS:
+        doc = json.loads((REPO / "deploy" / "grafana" / "dashboards" / f"{d.uid}.json").read_text())
+        assert [p["targets"][0]["rawSql"] for p in doc["panels"]] == [p.sql for p in d.panels]
+        assert all(p["datasource"]["uid"] == "argus-clickhouse" for p in doc["panels"])
+        assert {v["name"] for v in doc["templating"]["list"]} == set(d.variables)
+        for p in doc["panels"]:
+            g = p["gridPos"]
+            assert g["x"] >= 0 and g["x"] + g["w"] <= 24
