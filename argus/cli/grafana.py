@@ -8,8 +8,9 @@ import typer
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
-grafana_app = typer.Typer(help="Grafana dashboards and alert rules: export files or push to Grafana.",
-                          no_args_is_help=True)
+grafana_app = typer.Typer(
+    help="Grafana dashboards and alert rules: export files or push to Grafana.", no_args_is_help=True
+)
 app.add_typer(grafana_app, name="grafana")
 
 
@@ -22,8 +23,11 @@ def export_cmd(
     from sinks.grafana import export, rendered_files
 
     if check:
-        stale = [rel for rel, text in rendered_files().items()
-                 if not (out / rel).is_file() or (out / rel).read_text() != text]
+        stale = [
+            rel
+            for rel, text in rendered_files().items()
+            if not (out / rel).is_file() or (out / rel).read_text() != text
+        ]
         if stale:
             fail(f"out of date in {out}: {', '.join(stale)}; run `argus grafana export --out {out}`")
         console.print(f"{out}: up to date")

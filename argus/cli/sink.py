@@ -24,12 +24,12 @@ def sink(
     idle_exit: float = typer.Option(0.0, help="exit after this many idle seconds (0: run until SIGTERM)"),
 ) -> None:
     """Consume the Argus topics into ClickHouse, exactly once; stop cleanly on SIGTERM/SIGINT."""
+    from schemas import ALL_TOPICS
     from sinks import SinkError, StoreLockedError, migrate
     from sinks.kafka_sink import KafkaSink
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
     from ..wiring import open_configured_store
-    from schemas import ALL_TOPICS
 
     s = settings()
     conf = s.kafka_client_config()
@@ -61,12 +61,22 @@ def sink(
             st = worker.stats
             return {
                 "argus_sink_messages_total": ("counter", "Kafka messages consumed", {(): st.messages}),
-                "argus_sink_rows_total": ("counter", "rows inserted", {(("table", t),): n for t, n in st.rows.items()}),
-                "argus_sink_dead_letters_total": ("counter", "bad messages stored as dead letters",
-                                                  {(): st.dead_letters}),
+                "argus_sink_rows_total": (
+                    "counter",
+                    "rows inserted",
+                    {(("table", t),): n for t, n in st.rows.items()},
+                ),
+                "argus_sink_dead_letters_total": (
+                    "counter",
+                    "bad messages stored as dead letters",
+                    {(): st.dead_letters},
+                ),
                 "argus_sink_insert_retries_total": ("counter", "inserts retried", {(): st.insert_retries}),
-                "argus_sink_store_down": ("gauge", "1 while ClickHouse refuses inserts",
-                                          {(): float(st.store_down_since is not None)}),
+                "argus_sink_store_down": (
+                    "gauge",
+                    "1 while ClickHouse refuses inserts",
+                    {(): float(st.store_down_since is not None)},
+                ),
             }
 
         serve_metrics(metrics_port, snapshot)
