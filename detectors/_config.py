@@ -13,9 +13,10 @@ class DiagnoserConfig:
 
     Cross-rank: a rank is flagged on a metric when its robust z-score within its group
     (``group_column``, the pp stage by default) is at least ``z_pos`` and its excess over the
-    group median at least ``max(min_excess_ms, min_excess_frac * job step time)``; it
-    "waits least" when its collective z-score is at most ``-z_neg`` and its deficit at
-    least ``neg_min_frac`` of the step. Iteration level: the job's step time is anomalous
+    group median at least ``max(min_excess_ms, min_excess_frac * busy)`` (busy: the
+    typical rank's compute + data-loader + copy time, which one rank's stall does not
+    inflate); it "waits least" when its collective z-score is at most ``-z_neg`` and its
+    deficit at least ``neg_min_frac * busy``. Iteration level: the job's step time is anomalous
     when it exceeds the median of the last ``iter_window`` clean steps by ``iter_z`` robust
     sigmas and by ``iter_rel`` of it (after ``iter_min_steps`` clean steps). No alarm on
     steps below ``warmup_steps``. Episodes are confirmed after ``confirm_steps`` steps (one

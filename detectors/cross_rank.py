@@ -135,11 +135,13 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     xs = x if ident else x[:, gi.order]
     med, scale = group_median_scale(xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True)
     job_step = float(np.median(step_ms[:: max(1, len(step_ms) // 4096)]))
-    min_excess = max(cfg.min_excess_ms, cfg.min_excess_frac * job_step)
+    # thresholds scale with the typical rank's own work, not with a step a stall inflated
+    busy = float(np.median(med[_IDX["compute_ms"]] + med[_IDX["dataloader_ms"]] + med[_IDX["h2d_ms"]]))
+    min_excess = max(cfg.min_excess_ms, cfg.min_excess_frac * busy)
     thr = np.maximum(cfg.z_pos * scale, min_excess)
     tok, coll = _IDX["tokens"], _IDX["collective_ms"]
     thr[tok] = np.maximum(cfg.z_pos * scale[tok], (cfg.tokens_ratio - 1.0) * med[tok])
-    neg = np.maximum(cfg.z_neg * scale[coll], cfg.neg_min_frac * job_step)
+    neg = np.maximum(cfg.z_neg * scale[coll], cfg.neg_min_frac * busy)
     if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):  # broadcast, no gathers
         m, g, size = len(METRICS), gi.n_groups, int(gi.sizes[0])
         cube = xs.reshape(m, g, size)
