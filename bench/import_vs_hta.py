@@ -74,6 +74,10 @@ def run_measured(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[f
 
 
 HTA = "from hta.trace_analysis import TraceAnalysis; import sys; TraceAnalysis(trace_dir=sys.argv[1])"
+IMPORT_ONLY = (
+    "import sys; from argus.cli.import_trace import import_files; "
+    "import_files(sys.argv[1:], job='bench', workers=2)"
+)
 
 
 def main() -> None:
@@ -92,22 +96,29 @@ def main() -> None:
             folder.mkdir()
             size = replicate(src, ranks, folder)
             files = sorted(str(p) for p in folder.glob("*.json.gz"))
-            env = dict(os.environ, ARGUS_DATA_DIR=str(Path(tmp) / "store"), COLUMNS="200")
+            env = dict(os.environ, ARGUS_HOME=str(Path(tmp) / "home"), COLUMNS="200")
             cmd = [PY, "-m", "argus.cli", "import-trace", "--local", "--job", f"bench-{ranks}", *files]
             a_s, a_mb, a_rc, a_err = run_measured(
                 [PY, "-c", "from argus.cli import main; main()", *cmd[3:]], env, 1800
             )
+            i_s, i_mb, i_rc, i_err = run_measured([PY, "-c", IMPORT_ONLY, *files], env, 1800)
             h_s, h_mb, h_rc, h_err = run_measured([PY, "-c", HTA, str(folder)], env, 3600)
-            for tool, s, mb, rc, err in (("argus", a_s, a_mb, a_rc, a_err), ("hta", h_s, h_mb, h_rc, h_err)):
+            measured = (
+                ("argus", a_s, a_mb, a_rc, a_err),
+                ("argus_import_only", i_s, i_mb, i_rc, i_err),
+                ("hta", h_s, h_mb, h_rc, h_err),
+            )
+            for tool, s, mb, rc, err in measured:
                 rows.append((ranks, tool, size, s, mb, rc))
                 if rc != 0:
                     print(f"{tool} at {ranks} ranks failed (exit {rc}): {err.strip()}", file=sys.stderr)
                 results[f"{tool}_s_{ranks}"] = round(s, 2)
                 results[f"{tool}_rss_mb_{ranks}"] = round(mb, 1)
     print(f"trace: {src.name} replicated; wall seconds and peak memory (summed PSS) of the process tree")
-    print(f"{'ranks':>5} {'tool':6} {'input MB (gz)':>13} {'seconds':>9} {'peak PSS MB':>12} {'exit':>5}")
+    print("argus_import_only: the same import without the store (records kept in memory), for scale")
+    print(f"{'ranks':>5} {'tool':18} {'input MB (gz)':>13} {'seconds':>9} {'peak PSS MB':>12} {'exit':>5}")
     for ranks, tool, size, s, mb, rc in rows:
-        print(f"{ranks:5d} {tool:6} {size / 2**20:13.1f} {s:9.2f} {mb:12.1f} {rc:5d}")
+        print(f"{ranks:5d} {tool:18} {size / 2**20:13.1f} {s:9.2f} {mb:12.1f} {rc:5d}")
     for n in (8, 32):
         a, h = results[f"argus_s_{n}"], results[f"hta_s_{n}"]
         am, hm = results[f"argus_rss_mb_{n}"], results[f"hta_rss_mb_{n}"]

@@ -184,6 +184,13 @@ def _aligned(ids: np.ndarray, base_ids: np.ndarray) -> tuple[np.ndarray, np.ndar
     return hit, order[pos]
 
 
+def _at(ref: np.ndarray, hit: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``ref[at]`` where ``hit``, else 0 (safe for an empty ``ref``)."""
+    if len(ref) == 0:
+        return np.zeros(len(hit), np.int64)
+    return np.where(hit, ref[np.minimum(at, len(ref) - 1)], 0)
+
+
 def _probs_header(probs: np.ndarray) -> list[int]:
     if len(probs) == len(DEFAULT_PROBS) and np.array_equal(probs, DEFAULT_PROBS):
         return [0]
@@ -235,14 +242,14 @@ def encode_payload(stats: KernelStats, base: KernelStats | None = None, *, level
     if base is not None:
         hit, at = _aligned(ids, base.ids.astype(np.int64))
         for col, ref in ((count, base.count), (total, base.total_ns), (lo, base.min_ns), (hi, base.max_ns)):
-            cols.append(_zigzag(col - np.where(hit, ref[at], 0)))
+            cols.append(_zigzag(col - _at(ref, hit, at)))
     else:
         cols.extend(_zigzag(c) for c in (count, total, lo, hi))
     many = count >= _MIN_QUANTILE_CALLS
     if len(probs):
         delta_q = many.copy()
         if base is not None:
-            delta_q &= hit & (base.count[at] >= _MIN_QUANTILE_CALLS)
+            delta_q &= hit & (_at(base.count, hit, at) >= _MIN_QUANTILE_CALLS)
             base_codes = grid_codes(base.quantiles_ns[at[delta_q]])
             cols.append(_zigzag((codes[delta_q] - base_codes).ravel()))
         key_q = many & ~delta_q if base is not None else many
@@ -252,7 +259,7 @@ def encode_payload(stats: KernelStats, base: KernelStats | None = None, *, level
     cols.append(_zigzag(sids))
     if base is not None and len(base.stream_ids):
         shit, sat = _aligned(sids, base.stream_ids.astype(np.int64))
-        cols.append(_zigzag(idle - np.where(shit, base.idle_ns[sat], 0)))
+        cols.append(_zigzag(idle - _at(base.idle_ns, shit, sat)))
     else:
         cols.append(_zigzag(idle))
     body = _varints(np.concatenate(cols))
@@ -325,7 +332,7 @@ def decode_payload(payload: bytes, base: KernelStats | None = None) -> KernelSta
     if delta and base is not None:
         hit, at = _aligned(ids, base.ids.astype(np.int64))
         refs = (base.count, base.total_ns, base.min_ns, base.max_ns)
-        fields = [f + np.where(hit, ref[at], 0) for f, ref in zip(fields, refs, strict=True)]
+        fields = [f + _at(ref, hit, at) for f, ref in zip(fields, refs, strict=True)]
     count, total, lo, hi = fields
     if k and (count.min() < 1 or lo.min() < 0 or np.any(hi < lo) or np.any(total < lo)):
         raise DecodeError("kernel payload: counts or durations out of range")
@@ -334,7 +341,7 @@ def decode_payload(payload: bytes, base: KernelStats | None = None) -> KernelSta
     if q:
         delta_q = many.copy()
         if delta and base is not None:
-            delta_q &= hit & (base.count[at] >= _MIN_QUANTILE_CALLS)
+            delta_q &= hit & (_at(base.count, hit, at) >= _MIN_QUANTILE_CALLS)
             n = int(delta_q.sum())
             d = r.signed(n * q, "quantile deltas").reshape(n, q)
             codes[delta_q] = grid_codes(base.quantiles_ns[at[delta_q]]) + d
@@ -352,7 +359,7 @@ def decode_payload(payload: bytes, base: KernelStats | None = None) -> KernelSta
     idle = r.signed(s, "idle times")
     if delta and base is not None and len(base.stream_ids):
         shit, sat = _aligned(sids, base.stream_ids.astype(np.int64))
-        idle = idle + np.where(shit, base.idle_ns[sat], 0)
+        idle = idle + _at(base.idle_ns, shit, sat)
     if r.pos != len(r.values):
         raise DecodeError(f"kernel payload: {len(r.values) - r.pos} values after the last column")
     if s and (np.any(np.abs(sids) > np.iinfo(np.int32).max) or idle.min() < 0):

@@ -2,9 +2,12 @@
 
 Steps are the ``ProfilerStep#N`` annotations. A kernel belongs to the step in which it was
 *launched* (its ``cuda_runtime`` event, matched by correlation id; its GPU start when the
-launch is missing). Kernel events are buffered only until the GPU timeline has moved a full
-step past a step's window (trace files keep the GPU events in time order, give or take a
-few), then that step is sketched and dropped, so memory is bounded by about two steps.
+launch is missing), as HTA assigns kernels to iterations.
+
+Memory: the JSON is streamed a megabyte at a time and never held; each kernel is kept as a
+row of compact columns (about 36 bytes, a twentieth of its JSON) until the end of the file,
+because Kineto does not write GPU events in time order (in rank0.json.gz the kernels of the
+first step come after those of the third), so no step is known complete before the end.
 
 Step records need wall-clock times: ``ts`` (µs) plus ``baseTimeNanoseconds`` when the trace
 has it (newer PyTorch writes it at the *end* of the file, so step records are emitted at
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +41,15 @@ _NCCL = ("ncclKernel_", "ncclDevKernel_")
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _ANNOTATION_CATS = frozenset({"user_annotation", "cpu_op"})
+_KINDS = (
+    "",
+    "all_reduce_ms",
+    "all_gather_ms",
+    "reduce_scatter_ms",
+    "all_to_all_ms",
+    "broadcast_ms",
+    "p2p_ms",
+)
 _KIND_WORDS = (
     ("allreduce", "all_reduce_ms"),
     ("allgather", "all_gather_ms"),
@@ -145,11 +158,18 @@ class KinetoImport:
         self._reader = TraceReader(self.path, progress)
         self.summary = ImportSummary(self.path)
         self._steps: list[_Step] = []
-        self._flushed = 0  # steps[:flushed] are sketched
+        self._flushed = 0  # steps are sketched at the end of the file
         self._runtime: dict[int, float] = {}
-        self._k: dict[str, list[Any]] = {n: [] for n in ("id", "ts", "dur", "stream", "corr", "kind")}
+        # kernel columns, compact (about 36 bytes a kernel, a twentieth of its JSON)
+        self._k: dict[str, array[Any]] = {
+            "id": array("i"),
+            "ts": array("d"),
+            "dur": array("d"),
+            "stream": array("q"),
+            "corr": array("q"),
+            "kind": array("b"),
+        }
         self._mem: list[tuple[float, float, bool]] = []  # (ts, dur, is_h2d) of copies
-        self._watermark = -np.inf
         self._max_ts = -np.inf
         self._names: NameInterner | None = None
         self._encoder: RankSketchEncoder | None = None
@@ -216,69 +236,57 @@ class KinetoImport:
         k["dur"].append(e.dur)
         k["stream"].append(a.stream if a is not None and a.stream is not None else 0)
         k["corr"].append(a.correlation if a is not None and a.correlation is not None else -1)
-        k["kind"].append(kind)
-        if e.ts > self._watermark:
-            self._watermark = e.ts
+        k["kind"].append(_KINDS.index(kind))
         self.summary.kernels += 1
-        if len(k["id"]) % 4096 == 0:
-            self._flush_ready()
 
     # -- step assembly ---------------------------------------------------------------------
 
-    def _flush_ready(self) -> None:
-        """Sketch every step the GPU timeline has left a full step behind."""
-        while (
-            self._flushed + 2 < len(self._steps) and self._watermark > self._steps[self._flushed + 2].start_us
-        ):
-            self._flush_upto(self._flushed + 1)
-
-    def _flush_upto(self, n: int) -> None:
-        """Sketch steps[flushed:n] from the buffered kernels; keep the later kernels."""
+    def _assign(self) -> np.ndarray:
+        """Step index of every buffered kernel by its launch time (-1: outside every step)."""
         k = self._k
-        arrays = None
-        if k["id"]:
-            gpu_ts = np.array(k["ts"], np.float64)
-            runtime = self._runtime
-            launch = np.array(
-                [runtime.get(c, t) for c, t in zip(k["corr"], k["ts"], strict=True)], np.float64
-            )
-            starts = np.array([s.start_us for s in self._steps])
-            idx = np.searchsorted(starts, launch, side="right") - 1
-            beyond = (idx == len(self._steps) - 1) & (launch > self._steps[-1].end_us)
-            idx[beyond] = -1 if n == len(self._steps) else len(self._steps)  # later steps may come
-            arrays = (idx, gpu_ts)
-        for i in range(self._flushed, n):
-            self._emit_step(i, arrays)
-        if arrays is not None:
-            idx = arrays[0]
-            self.summary.kernels_outside_steps += int(np.sum(idx < self._flushed))
-            sel = np.flatnonzero(idx >= n).tolist()
-            for name in k:
-                col = k[name]
-                k[name] = [col[j] for j in sel]
-        self._flushed = n
-        horizon = self._steps[n - 1].start_us
-        self._runtime = {c: t for c, t in self._runtime.items() if t >= horizon}
-        self._mem = [m for m in self._mem if m[0] >= horizon]
+        gpu_ts = np.frombuffer(k["ts"], np.float64) if len(k["ts"]) else np.zeros(0)
+        corr = np.frombuffer(k["corr"], np.int64) if len(k["corr"]) else np.zeros(0, np.int64)
+        get = self._runtime.get
+        launch = np.array(
+            [get(c, t) for c, t in zip(corr.tolist(), gpu_ts.tolist(), strict=True)], np.float64
+        )
+        starts = np.array([s.start_us for s in self._steps])
+        idx = np.searchsorted(starts, launch, side="right") - 1
+        idx[(idx == len(self._steps) - 1) & (launch > self._steps[-1].end_us)] = -1
+        return idx
 
-    def _emit_step(self, i: int, arrays: tuple[np.ndarray, np.ndarray] | None) -> None:
+    def _flush_all(self) -> None:
+        """Sketch every step from the kernel columns (GPU events are not in time order in
+        Kineto files: on rank0.json.gz the kernels of the first step come after the third's,
+        so no step is complete before the end of the file)."""
+        idx = self._assign()
+        self.summary.kernels_outside_steps = int(np.sum(idx < 0))
+        k = self._k
+        cols: dict[str, np.ndarray] = {
+            "id": np.frombuffer(k["id"], np.int32) if len(k["id"]) else np.zeros(0, np.int32),
+            "ts": np.frombuffer(k["ts"], np.float64) if len(k["ts"]) else np.zeros(0),
+            "dur": np.frombuffer(k["dur"], np.float64) if len(k["dur"]) else np.zeros(0),
+            "stream": np.frombuffer(k["stream"], np.int64) if len(k["stream"]) else np.zeros(0, np.int64),
+            "kind": np.frombuffer(k["kind"], np.int8) if len(k["kind"]) else np.zeros(0, np.int8),
+        }
+        order = np.argsort(idx, kind="stable")
+        bounds = np.searchsorted(idx[order], np.arange(len(self._steps) + 1))
+        for i in range(len(self._steps)):
+            self._emit_step(i, {n: c[order[bounds[i] : bounds[i + 1]]] for n, c in cols.items()})
+        self._flushed = len(self._steps)
+
+    def _emit_step(self, i: int, kernels: dict[str, np.ndarray]) -> None:
         step = self._steps[i]
         stats = None
         gpu: dict[str, float] = {}
-        if arrays is not None:
-            idx, gpu_ts = arrays
-            sel = np.flatnonzero(idx == i)
-            if len(sel):
-                k = self._k
-                ids = np.array([k["id"][j] for j in sel], np.int64)
-                dur_ns = np.rint(np.array([k["dur"][j] for j in sel]) * 1e3).astype(np.int64)
-                start_ns = np.rint((gpu_ts[sel] - step.start_us) * 1e3).astype(np.int64)
-                streams = np.array([k["stream"][j] for j in sel], np.int64)
-                stats = (ids, start_ns, dur_ns, streams)
-                for j, d in zip(sel.tolist(), dur_ns.tolist(), strict=True):
-                    kind = k["kind"][j]
-                    if kind:
-                        gpu[kind] = gpu.get(kind, 0.0) + d / 1e6
+        if len(kernels["id"]):
+            dur_ns = np.rint(kernels["dur"] * 1e3).astype(np.int64)
+            start_ns = np.rint((kernels["ts"] - step.start_us) * 1e3).astype(np.int64)
+            stats = (kernels["id"].astype(np.int64), start_ns, dur_ns, kernels["stream"])
+            per_kind = np.bincount(kernels["kind"], weights=dur_ns, minlength=len(_KINDS))
+            gpu = {
+                kind: float(v) / 1e6 for kind, v in zip(_KINDS, per_kind.tolist(), strict=True) if kind and v
+            }
         h2d = sum(d for t, d, is_h2d in self._mem if is_h2d and step.start_us <= t < self._next_start(i))
         gpu["h2d_ms"] = h2d / 1e3
         step.gpu_ms = gpu
@@ -330,14 +338,10 @@ class KinetoImport:
             for e in batch:
                 if e.ph == "X":
                     on_event(e)
-            if self._pending:
-                self._resolve_rank()
-                if self.rank is not None:
-                    yield from self._sketches()
         self.summary.events_skipped = self._reader.skipped
         if not self._steps:
             raise TraceError(self.path, "no ProfilerStep#N markers: cannot split the trace into steps")
-        self._flush_upto(len(self._steps))
+        self._flush_all()
         self._resolve_rank()
         if self.rank is None:
             raise TraceError(self.path, "no distributedInfo.rank in the trace: give the rank (--rank)")
