@@ -33,15 +33,19 @@ from ._finding import Finding
 from .cost import gpu_hours, step_ms_added
 from .cross_rank import METRICS, CrossRankResult, cross_rank, rank_metrics
 from .facade import (
+    Deepen,
     Episode,
     JobDiagnoser,
     JobState,
     KernelSource,
     StackSource,
+    StepFindings,
     StepResult,
     anomaly_id,
+    apply_findings,
     diagnose,
     diagnose_step,
+    step_findings,
 )
 from .iteration import IterationState, IterationVerdict, attribute, iteration_level, update_baseline
 from .kernel import KernelFinding, kernel_level
@@ -67,6 +71,7 @@ __all__ = [
     "SEQUENCE_LENGTH_IMBALANCE",
     "UNKNOWN",
     "CrossRankResult",
+    "Deepen",
     "DiagnoserConfig",
     "Episode",
     "Finding",
@@ -79,8 +84,10 @@ __all__ = [
     "SeriesAnomaly",
     "StackDelta",
     "StackSource",
+    "StepFindings",
     "StepResult",
     "anomaly_id",
+    "apply_findings",
     "attribute",
     "classify_ranks",
     "cross_rank",
@@ -93,6 +100,7 @@ __all__ = [
     "rank_metrics",
     "stack_diff",
     "stage_imbalance",
+    "step_findings",
     "step_ms_added",
     "update_baseline",
 ]

@@ -41,15 +41,19 @@ from .rootcause import classify_ranks, stage_imbalance
 from .stacks import stack_diff
 
 __all__ = [
+    "Deepen",
     "Episode",
     "JobDiagnoser",
     "JobState",
     "KernelSource",
     "StackSource",
+    "StepFindings",
     "StepResult",
     "anomaly_id",
+    "apply_findings",
     "diagnose",
     "diagnose_step",
+    "step_findings",
 ]
 
 KernelSource = Callable[[Sequence[int]], Mapping[int, KernelStats]]
@@ -97,6 +101,12 @@ class JobState:
     iteration: IterationState = field(default_factory=IterationState)
     episodes: dict[str, Episode] = field(default_factory=dict)
     last_step: int = -1
+
+    @classmethod
+    def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
+        """The state of a job run before its first step."""
+        cfg = config or DiagnoserConfig()
+        return cls(job, run, IterationState(window=np.zeros(cfg.iter_window)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (for a changelog-backed table)."""
@@ -212,6 +222,149 @@ def _deepen(
     return level, ev
 
 
+@dataclass(frozen=True)
+class StepFindings:
+    """The stateless, cross-rank half of one step's diagnosis (what the stream worker's
+    cross-rank stage sends to its temporal stage, keyed by job): the job's step time and
+    phase medians for the iteration level, the rank/stage findings, and the step summary."""
+
+    job: str
+    run: int
+    step: int
+    end_ns: int
+    n_ranks: int
+    step_ms: float
+    job_median: np.ndarray
+    findings: tuple[Finding, ...]
+    summary: StepSummary
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict."""
+        return {
+            "job": self.job,
+            "run": self.run,
+            "step": self.step,
+            "end_ns": self.end_ns,
+            "n_ranks": self.n_ranks,
+            "step_ms": self.step_ms,
+            "job_median": self.job_median.tolist(),
+            "findings": [
+                {**asdict(f), "ranks": list(f.ranks), "evidence": dict(f.evidence)} for f in self.findings
+            ],
+            "summary": self.summary.to_avro(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepFindings:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            job=str(data["job"]),
+            run=int(data["run"]),
+            step=int(data["step"]),
+            end_ns=int(data["end_ns"]),
+            n_ranks=int(data["n_ranks"]),
+            step_ms=float(data["step_ms"]),
+            job_median=np.asarray(data["job_median"], dtype=float),
+            findings=tuple(
+                Finding(**{**f, "ranks": tuple(f["ranks"]), "evidence": dict(f["evidence"])})
+                for f in data["findings"]
+            ),
+            summary=StepSummary.from_avro(data["summary"]),  # type: ignore[arg-type]
+        )
+
+
+def _cross_rank_stage(
+    batch: StepBatch, cfg: DiagnoserConfig, missing: Sequence[int]
+) -> tuple[StepFindings, CrossRankResult]:
+    cr = cross_rank(batch, cfg)
+    findings: list[Finding] = []
+    if batch.step >= cfg.warmup_steps:
+        if len(cr.rows):
+            findings += classify_ranks(cr, batch["host"][cr.rows], batch["dp"][cr.rows], cfg)
+        findings += stage_imbalance(cr, cfg.group_column, cfg)
+    sf = StepFindings(
+        job=batch.job,
+        run=batch.run,
+        step=batch.step,
+        end_ns=int(batch["end_ns"].max()),
+        n_ranks=cr.n_ranks,
+        step_ms=cr.step_ms,
+        job_median=cr.job_median,
+        findings=tuple(findings),
+        summary=_summary(batch, cr, findings, missing),
+    )
+    return sf, cr
+
+
+def step_findings(
+    batch: StepBatch, config: DiagnoserConfig | None = None, *, missing: Sequence[int] = ()
+) -> StepFindings:
+    """The cross-rank half of a step's diagnosis: needs the whole step, keeps no state.
+
+    ``missing``: ranks the job expected that never reported this step (for the summary).
+    """
+    return _cross_rank_stage(batch, config or DiagnoserConfig(), missing)[0]
+
+
+Deepen = Callable[[Finding], tuple[str, dict[str, float]]]
+"""Given a newly confirmed finding, its level and extra (kernel, stack) evidence."""
+
+
+def apply_findings(
+    state: JobState, sf: StepFindings, config: DiagnoserConfig | None = None, *, deepen: Deepen | None = None
+) -> StepResult:
+    """The temporal half: fold one step's findings into the job's state (iteration baseline,
+    episodes) and return the anomalies to publish; updates ``state`` in place. Steps must
+    come in order; ``deepen`` adds kernel/stack evidence when an episode is confirmed."""
+    cfg = config or DiagnoserConfig()
+    step = sf.step
+    verdict = iteration_level(state.iteration, step, sf.step_ms, sf.job_median, cfg)
+    findings = list(sf.findings)
+    if step >= cfg.warmup_steps and not findings:
+        job = attribute(verdict, cfg)
+        if job is not None:
+            findings.append(job)
+    if not findings and not verdict.anomalous:
+        update_baseline(state.iteration, verdict, step, sf.job_median, cfg)
+    out: list[Anomaly] = []
+    for f in findings:
+        added = step_ms_added(f.step_ms_added, sf.step_ms)
+        e = state.episodes.get(f.key)
+        if e is None:
+            e = Episode(
+                f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,
+                f.score, f.decided_by, dict(f.evidence), 0.0, 0.0,
+            )  # fmt: skip
+            state.episodes[f.key] = e
+        e.last_seen = step
+        e.hits += 1
+        e.added_ms_sum += added
+        e.gpu_hours += gpu_hours(added, sf.n_ranks)
+        if f.score >= e.score or not e.emitted:
+            e.score = max(e.score, f.score)
+            e.evidence.update(f.evidence)
+            e.ranks = sorted(set(e.ranks) | set(f.ranks))[:64]
+        need = 1 if f.cause in ONE_OFF_CAUSES else cfg.confirm_steps
+        if not e.emitted and e.hits >= need:
+            if deepen is not None:
+                level, extra = deepen(f)
+                e.level = level
+                e.evidence.update(extra)
+            e.emitted = True
+            e.detected_ns = sf.end_ns
+            out.append(_anomaly(state, e))
+    for key in [k for k, e in state.episodes.items() if step - e.last_seen > cfg.close_after]:
+        e = state.episodes.pop(key)
+        if e.emitted:
+            out.append(_anomaly(state, e))
+    if len(state.episodes) > cfg.max_open:
+        stale = sorted((e.last_seen, k) for k, e in state.episodes.items() if not e.emitted)
+        for _, k in stale[: len(state.episodes) - cfg.max_open]:
+            state.episodes.pop(k)
+    state.last_step = step
+    return StepResult(tuple(out), tuple(findings), sf.summary, verdict)
+
+
 def diagnose_step(
     state: JobState,
     batch: StepBatch,
@@ -222,6 +375,10 @@ def diagnose_step(
     names: Mapping[int, str] | Sequence[str] | None = None,
 ) -> StepResult:
     """Diagnose one completed step; updates ``state`` in place.
+
+    The composition of :func:`step_findings` (cross-rank, stateless) and
+    :func:`apply_findings` (temporal, stateful), with kernel and stack evidence for newly
+    confirmed suspects.
 
     Args:
         state: the job's state (from the previous step, or a new ``JobState(job, run)``).
@@ -235,61 +392,17 @@ def diagnose_step(
         A :class:`StepResult`; publish ``result.anomalies``.
     """
     cfg = config or DiagnoserConfig()
-    step = batch.step
-    end_ns = int(batch["end_ns"].max())
-    cr = cross_rank(batch, cfg)
-    verdict = iteration_level(state.iteration, step, cr.step_ms, cr.job_median, cfg)
-    findings: list[Finding] = []
-    if step >= cfg.warmup_steps:
-        if len(cr.rows):
-            findings += classify_ranks(cr, batch["host"][cr.rows], batch["dp"][cr.rows], cfg)
-        findings += stage_imbalance(cr, cfg.group_column, cfg)
-        if not findings:
-            job = attribute(verdict, cfg)
-            if job is not None:
-                findings.append(job)
-    if not findings and not verdict.anomalous:
-        update_baseline(state.iteration, verdict, step, cr.job_median, cfg)
-    out: list[Anomaly] = []
-    n = cr.n_ranks
-    for f in findings:
-        added = step_ms_added(f.step_ms_added, cr.step_ms)
-        e = state.episodes.get(f.key)
-        if e is None:
-            e = Episode(
-                f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,
-                f.score, f.decided_by, dict(f.evidence), 0.0, 0.0,
-            )  # fmt: skip
-            state.episodes[f.key] = e
-        e.last_seen = step
-        e.hits += 1
-        e.added_ms_sum += added
-        e.gpu_hours += gpu_hours(added, n)
-        if f.score >= e.score or not e.emitted:
-            e.score = max(e.score, f.score)
-            e.evidence.update(f.evidence)
-            e.ranks = sorted(set(e.ranks) | set(f.ranks))[:64]
-        need = 1 if f.cause in ONE_OFF_CAUSES else cfg.confirm_steps
-        if not e.emitted and e.hits >= need:
-            level, extra = _deepen(f, batch, cr, cfg, kernels, stacks, names)
-            e.level = level
-            e.evidence.update(extra)
-            e.emitted = True
-            e.detected_ns = end_ns
-            out.append(_anomaly(state, e))
-    for key in [k for k, e in state.episodes.items() if step - e.last_seen > cfg.close_after]:
-        e = state.episodes.pop(key)
-        if e.emitted:
-            out.append(_anomaly(state, e))
-    if len(state.episodes) > cfg.max_open:
-        stale = sorted((e.last_seen, k) for k, e in state.episodes.items() if not e.emitted)
-        for _, k in stale[: len(state.episodes) - cfg.max_open]:
-            state.episodes.pop(k)
-    state.last_step = step
-    return StepResult(tuple(out), tuple(findings), _summary(batch, cr, findings), verdict)
+    sf, cr = _cross_rank_stage(batch, cfg, ())
+
+    def deepen(f: Finding) -> tuple[str, dict[str, float]]:
+        return _deepen(f, batch, cr, cfg, kernels, stacks, names)
+
+    return apply_findings(state, sf, cfg, deepen=deepen)
 
 
-def _summary(batch: StepBatch, cr: CrossRankResult, findings: Sequence[Finding]) -> StepSummary:
+def _summary(
+    batch: StepBatch, cr: CrossRankResult, findings: Sequence[Finding], missing: Sequence[int] = ()
+) -> StepSummary:
     jm = dict(zip(METRICS, cr.job_median.tolist(), strict=True))
     suspects = sorted({r for f in findings for r in f.ranks})[:64]
     step_ms = (batch["end_ns"] - batch["start_ns"]) / 1e6
@@ -299,7 +412,7 @@ def _summary(batch: StepBatch, cr: CrossRankResult, findings: Sequence[Finding])
         step=batch.step,
         end_ns=int(batch["end_ns"].max()),
         ranks=len(batch),
-        missing=(),
+        missing=tuple(int(r) for r in missing),
         step_ms_median=cr.step_ms,
         step_ms_p99=float(np.percentile(step_ms, 99)),
         step_ms_max=float(step_ms.max()),
@@ -324,7 +437,7 @@ class JobDiagnoser:
         self, job: str, run: int = 0, config: DiagnoserConfig | None = None, state: JobState | None = None
     ) -> None:
         self.config = config or DiagnoserConfig()
-        self.state = state or JobState(job, run, IterationState(window=np.zeros(self.config.iter_window)))
+        self.state = state or JobState.new(job, run, self.config)
 
     def step(
         self,

@@ -1,0 +1,28 @@
+"""The two halves of the diagnosis, as the stream workers run them, equal the one-call facade."""
+
+from __future__ import annotations
+
+import json
+
+from detectors import DiagnoserConfig, JobDiagnoser, JobState, StepFindings, apply_findings, step_findings
+from producers.simulator import COMPUTE_STRAGGLER, DATALOADER_STALL, ClusterSimulator, Fault, Layout
+
+
+def test_split_stages_through_json_match_the_facade() -> None:
+    faults = [
+        Fault(COMPUTE_STRAGGLER, first_step=12, steps=10, ranks=(37,)),
+        Fault(DATALOADER_STALL, first_step=30, steps=1, ranks=(5,)),
+    ]
+    cfg = DiagnoserConfig()
+    facade = JobDiagnoser("split", 0, cfg)
+    state = JobState.new("split", 0, cfg)
+    ids_facade, ids_split = [], []
+    for s in ClusterSimulator(Layout(dp=8, tp=8, pp=2), seed=5, job="split", faults=faults).run(45):
+        ids_facade += [(a.id, a.end_step) for a in facade.step(s.batch).anomalies]
+        wire = json.loads(json.dumps(step_findings(s.batch, cfg, missing=(3,)).to_dict()))
+        sf = StepFindings.from_dict(wire)
+        assert sf.summary.missing == (3,)
+        state = JobState.from_dict(json.loads(json.dumps(state.to_dict())))  # as a changelog would
+        ids_split += [(a.id, a.end_step) for a in apply_findings(state, sf, cfg).anomalies]
+    assert ids_split == ids_facade
+    assert len({i for i, _ in ids_split}) == 2
