@@ -46,6 +46,18 @@ def replicate(src: Path, ranks: int, folder: Path) -> int:
     return total
 
 
+def _pss(p: psutil.Process) -> int:
+    """Proportional set size from /proc/PID/smaps_rollup (cheap); RSS where there is none."""
+    try:
+        with open(f"/proc/{p.pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(p.memory_info().rss)
+
+
 def run_measured(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[float, float, int, str]:
     """Wall seconds, peak RSS (MB) of the process tree, exit code, stderr tail."""
     start = time.perf_counter()
@@ -58,8 +70,7 @@ def run_measured(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[f
             rss = 0
             for p in tree:
                 try:  # PSS: shared pages (forked workers, libraries) counted once
-                    info = p.memory_full_info()
-                    rss += getattr(info, "pss", info.rss)
+                    rss += _pss(p)
                 except psutil.Error:
                     pass
             peak = max(peak, rss)
@@ -68,7 +79,7 @@ def run_measured(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[f
         if time.perf_counter() - start > timeout:
             proc.kill()
             break
-        time.sleep(0.05)
+        time.sleep(0.1)
     _, err = proc.communicate()
     return time.perf_counter() - start, peak / 2**20, proc.returncode, (err or "")[-400:]
 
