@@ -13,6 +13,7 @@ Run: ``.venv/bin/python bench/import_vs_hta.py [--quick]``; the last line is JSO
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -69,10 +70,8 @@ def run_measured(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[f
             tree = [ps, *ps.children(recursive=True)]
             rss = 0
             for p in tree:
-                try:  # PSS: shared pages (forked workers, libraries) counted once
+                with contextlib.suppress(psutil.Error):  # PSS: shared pages counted once
                     rss += _pss(p)
-                except psutil.Error:
-                    pass
             peak = max(peak, rss)
         except psutil.Error:
             pass
