@@ -1,22 +1,39 @@
-"""The Kafka edge of the producers: encode records and hand them to confluent-kafka.
+"""The Kafka edge of the producers: a bounded queue, one background thread, a disk spool.
 
-The only module of ``producers`` that imports confluent_kafka. Idempotent and compressed
-(lz4); ``publish`` never raises into the caller for broker trouble: a full local queue is
-retried briefly, then the record is counted as dropped with the reason.
+The only module of ``producers`` that imports confluent_kafka. The caller's thread only
+appends to a bounded in-memory queue (``publish`` costs a few hundred nanoseconds and never
+raises); one worker thread encodes, hands records to librdkafka (idempotent, lz4,
+infinite delivery timeout so that librdkafka itself never drops), serves delivery reports
+and watches for a stalled broker.
+
+Broker outage: when records in flight see no delivery progress for ``stall_s`` (or
+librdkafka reports every broker down), new records go to the :class:`~producers.spool.Spool`
+on disk instead; once deliveries progress again the spool is replayed from its head before
+anything newer is sent, so records stay in the order they were published (per key, per
+partition). Shutdown (OpenTelemetry ``BatchProcessor`` style) has one deadline for all of
+it: stop intake, let the worker deliver, then spool whatever is left (queue and in flight).
+Everything not delivered and not spooled is counted in ``dropped`` with its reason.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict, deque
+from functools import partial
+from pathlib import Path
 from typing import Any
 
-from schemas import Record, encode
+from schemas import Record, SchemaError, encode
+
+from .spool import Spool, SpoolRecord
 
 __all__ = ["PublishError", "Publisher"]
 
 log = logging.getLogger("argus.publisher")
+
+_Item = tuple[str, bytes, "Record | bytes"]
 
 
 class PublishError(Exception):
@@ -24,56 +41,286 @@ class PublishError(Exception):
 
 
 class Publisher:
-    """Publish Argus records to Kafka."""
+    """Publish Argus records to Kafka without ever blocking or raising into the caller.
 
-    def __init__(self, kafka_config: dict[str, Any], *, linger_ms: int = 20) -> None:
+    Args:
+        kafka_config: librdkafka settings (``Settings.kafka_client_config()``).
+        linger_ms: librdkafka batching delay; the worker also wakes this often.
+        max_queue: records the in-memory queue holds; beyond that new records are dropped
+            and counted (``dropped["queue full"]``).
+        spool_dir: where to spool during a broker outage; None keeps everything in
+            librdkafka's memory (bounded by ``queue.buffering.max.kbytes``).
+        spool_bytes: the spool's bound on disk; records beyond it are dropped and counted.
+        stall_s: no delivery progress for this long with records in flight = outage.
+
+    Counters: ``delivered``, ``dropped`` (Counter by reason), ``spooled`` (records written to
+    the spool), ``replayed`` (read back from it), and :meth:`stats` for all of them plus
+    the spool's current size.
+    """
+
+    def __init__(
+        self,
+        kafka_config: dict[str, Any],
+        *,
+        linger_ms: int = 20,
+        max_queue: int = 100_000,
+        spool_dir: str | Path | None = None,
+        spool_bytes: int = 1 << 30,
+        stall_s: float = 2.0,
+        replay_batch: int = 2_000,
+    ) -> None:
         from confluent_kafka import KafkaException, Producer
 
+        if max_queue < 1 or stall_s <= 0 or replay_batch < 1:
+            raise ValueError("max_queue, stall_s and replay_batch must be positive")
         conf = dict(kafka_config)
         conf.update(
             {
                 "enable.idempotence": True,
                 "compression.type": "lz4",
                 "linger.ms": linger_ms,
-                "message.timeout.ms": 300_000,
+                "message.timeout.ms": 0,  # infinite: librdkafka retries in order, we watch for stalls
                 "queue.buffering.max.kbytes": 262_144,
+                "error_cb": self._on_error,
             }
         )
+        conf.setdefault("log_level", 3)
         try:
             self._producer = Producer(conf, logger=logging.getLogger("argus.publisher.kafka"))
         except KafkaException as exc:
             raise PublishError(f"invalid Kafka settings: {exc.args[0]}") from None
+        self.linger_s = linger_ms / 1000
+        self.max_queue = max_queue
+        self.stall_s = stall_s
+        self.replay_batch = replay_batch
+        self.spool = Spool(spool_dir, max_bytes=spool_bytes) if spool_dir is not None else None
         self.delivered = 0
         self.dropped: Counter[str] = Counter()
+        self.spooled = 0
+        self.replayed = 0
+        self._queue: deque[_Item] = deque()
+        self._inflight: OrderedDict[int, SpoolRecord] = OrderedDict()
+        self._from_spool: set[int] = set()
+        self._seq = 0
+        self._progress = time.monotonic()
+        self._brokers_down = False
+        self._closed = False
+        self._deadline: float | None = None
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="argus-publisher", daemon=True)
+        self._thread.start()
 
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
-        if err is None:
-            self.delivered += 1
-        else:
-            self.dropped[f"delivery: {err.name()}"] += 1
-            log.warning("delivery failed: %s", err)
-
+    # -- the caller's side ----------------------------------------------------------------
     def publish(self, topic: str, key: bytes, record: Record) -> None:
-        """Encode and enqueue one record (never blocks for long, never raises for the broker)."""
-        self.publish_raw(topic, key, encode(record))
+        """Queue one record (encoded by the worker; an invalid one is counted, not raised)."""
+        self._put((topic, key, record))
 
     def publish_raw(self, topic: str, key: bytes, value: bytes) -> None:
-        """Enqueue already-encoded bytes."""
-        for _ in range(100):
-            try:
-                self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
-                break
-            except BufferError:  # local queue full: let librdkafka send, then retry
-                self._producer.poll(0.05)
+        """Queue already-encoded bytes."""
+        self._put((topic, key, value))
+
+    def _put(self, item: _Item) -> None:
+        if self._closed:
+            self.dropped["after shutdown"] += 1
+        elif len(self._queue) >= self.max_queue:
+            self.dropped["queue full"] += 1
         else:
-            self.dropped["local queue full"] += 1
-            return
-        self._producer.poll(0)
+            self._queue.append(item)
+
+    def pending(self) -> int:
+        """Records queued, spooled or in flight (not yet delivered)."""
+        return len(self._queue) + len(self._inflight) + (len(self.spool) if self.spool is not None else 0)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for logs and metrics."""
+        return {
+            "delivered": self.delivered,
+            "dropped": dict(self.dropped),
+            "queued": len(self._queue),
+            "in_flight": len(self._inflight),
+            "spooled": self.spooled,
+            "replayed": self.replayed,
+            "spool_records": len(self.spool) if self.spool is not None else 0,
+            "spool_bytes": self.spool.bytes if self.spool is not None else 0,
+            "stalled": self._stalled(),
+        }
 
     def flush(self, timeout: float = 30.0) -> int:
-        """Wait for delivery; return how many records are still queued."""
+        """Wait until everything queued, spooled and in flight is delivered; return what is left."""
         deadline = time.monotonic() + timeout
-        left = len(self._producer)
-        while left and time.monotonic() < deadline:
-            left = self._producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
-        return int(left)
+        with self._idle:
+            while self.pending() and time.monotonic() < deadline and self._thread.is_alive():
+                self._wake.set()
+                self._idle.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+        return self.pending()
+
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        """Stop intake, deliver within one deadline, spool the rest; True if nothing was lost."""
+        if self._closed:
+            return True
+        self._deadline = time.monotonic() + timeout
+        self._closed = True
+        self._wake.set()
+        self._thread.join(max(0.0, self._deadline - time.monotonic()) + 5.0)
+        return not self._dropped_at_close
+
+    close = shutdown
+
+    # -- the worker's side ---------------------------------------------------------------
+    _dropped_at_close = False
+
+    def _on_error(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._brokers_down = True
+        if err.fatal():
+            log.error("fatal Kafka client error: %s", err)
+
+    def _on_delivery(self, seq: int, err: Any, _msg: Any) -> None:
+        rec = self._inflight.pop(seq, None)
+        self._from_spool.discard(seq)
+        if err is None:
+            self.delivered += 1
+            self._progress = time.monotonic()
+            self._brokers_down = False
+        else:
+            self.dropped[f"delivery: {err.name()}"] += 1
+            log.warning("delivery failed for a record to %s: %s", rec[0] if rec else "?", err)
+
+    def _stalled(self) -> bool:
+        """Records in flight see no delivery progress: the broker is away."""
+        if not self._inflight:
+            return False
+        return self._brokers_down or time.monotonic() - self._progress > self.stall_s
+
+    def _encode(self, items: list[_Item]) -> list[SpoolRecord]:
+        out: list[SpoolRecord] = []
+        for topic, key, value in items:
+            if isinstance(value, bytes):
+                out.append((topic, key, value))
+                continue
+            try:
+                out.append((topic, key, encode(value)))
+            except SchemaError as exc:
+                self.dropped[f"invalid record: {type(exc).__name__}"] += 1
+                log.warning("dropping an invalid %s for %s: %s", type(value).__name__, topic, exc)
+        return out
+
+    def _produce(self, records: list[SpoolRecord], *, from_spool: bool) -> int:
+        """Hand records to librdkafka in order; return how many it took."""
+        for n, rec in enumerate(records):
+            seq = self._seq
+            try:
+                self._producer.produce(
+                    rec[0], value=rec[2], key=rec[1], on_delivery=partial(self._on_delivery, seq)
+                )
+            except BufferError:  # librdkafka's own queue is full: take the rest later
+                return n
+            except Exception as exc:  # e.g. unknown topic in a bad configuration: count, go on
+                self.dropped[f"produce: {exc}"[:120]] += 1
+                continue
+            if not self._inflight:
+                self._progress = time.monotonic()
+            self._seq += 1
+            self._inflight[seq] = rec
+            if from_spool:
+                self._from_spool.add(seq)
+        return len(records)
+
+    def _spool(self, records: list[SpoolRecord], *, prepend: bool = False) -> None:
+        if not records:
+            return
+        if self.spool is None:
+            self.dropped["broker unreachable at shutdown"] += len(records)
+            self._dropped_at_close = True
+            return
+        try:
+            rejected = self.spool.prepend(records) if prepend else self.spool.append(records)
+        except OSError as exc:
+            rejected = len(records)
+            log.error("cannot write the spool in %s: %s", self.spool.dir, exc)
+        self.spooled += len(records) - rejected
+        if rejected:
+            self.dropped["spool full"] += rejected
+            self._dropped_at_close = self._dropped_at_close or self._closed
+
+    def _step(self) -> None:
+        """One round: take the queue, send or spool it, replay the spool when deliveries flow."""
+        items: list[_Item] = []
+        while self._queue and len(items) < 10_000:
+            items.append(self._queue.popleft())
+        records = self._encode(items)
+        spool = self.spool
+        if spool is not None and (len(spool) > 0 or self._stalled()):
+            self._spool(records)
+        elif records:
+            taken = self._produce(records, from_spool=False)
+            if taken < len(records):
+                if spool is not None:
+                    self._spool(records[taken:])
+                else:  # no spool: wait for librdkafka's queue to drain, in order
+                    while taken < len(records):
+                        self._producer.poll(0.05)
+                        taken += self._produce(records[taken:], from_spool=False)
+        if spool is not None and len(spool) > 0 and not self._stalled():
+            room = self.replay_batch - len(self._from_spool)
+            if room > 0:
+                batch = spool.read(room)
+                self.replayed += len(batch)
+                taken = self._produce(batch, from_spool=True)
+                if taken < len(batch):  # rare: librdkafka full; keep order by re-prepending the rest
+                    self._spool(batch[taken:], prepend=True)
+        self._producer.poll(0)
+        if spool is not None and not self._from_spool:
+            spool.commit()  # every record read back so far was delivered
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._step()
+                if self._closed:
+                    self._finish()
+                    return
+                with self._idle:
+                    self._idle.notify_all()
+                if not self._queue:
+                    self._wake.wait(self.linger_s)
+                    self._wake.clear()
+                self._producer.poll(0)
+            except Exception:  # the worker must survive anything
+                log.exception("publisher worker error (continuing)")
+                time.sleep(self.linger_s)
+
+    def _finish(self) -> None:
+        """Deliver what we can before the deadline, then spool the rest, oldest first."""
+        deadline = self._deadline or time.monotonic()
+        while time.monotonic() < deadline and (
+            self._queue or self._inflight or (self.spool and len(self.spool))
+        ):
+            self._step()
+            self._producer.poll(0.02)
+            if self._stalled():
+                break
+        rest = self._encode(list(self._queue))
+        self._queue.clear()
+        online = [rec for seq, rec in self._inflight.items() if seq not in self._from_spool]
+        # records replayed from the spool stay in their (uncommitted) segments and replay again
+        if self.spool is not None:
+            self._spool(online, prepend=True)
+            self._spool(rest)
+            if not self._from_spool:
+                self.spool.commit()
+        else:
+            lost = len(online) + len(rest)
+            if lost:
+                self.dropped["shutdown deadline"] += lost
+                self._dropped_at_close = True
+        try:
+            self._producer.purge(in_queue=True, in_flight=False)
+            self._producer.poll(0)
+        except Exception:
+            pass
+        with self._idle:
+            self._idle.notify_all()

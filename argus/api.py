@@ -1,0 +1,231 @@
+"""The public API of the rank agent: one line in a training script.
+
+    import argus
+    argus.attach(model, optimizer)            # plain loop: the optimizer step ends a step
+    for batch in loader:
+        with argus.step(tokens=n):            # or mark steps yourself
+            ...
+
+``attach`` reads settings like every Argus entry point (``ARGUS_*``, config file, keyword
+overrides), learns rank, world, host and the parallel layout from torch.distributed and
+the launcher's environment (overridable), hooks PyTorch, starts the agent's thread and the
+publisher (bounded queue, disk spool under ``settings.spool_dir``). Until ``attach`` is
+called, ``step()`` is a no-op; nothing here raises into the training loop after a
+successful ``attach`` (bad arguments to ``attach`` itself raise ``ValueError``).
+
+Framework callbacks (import-guarded, built on first access): ``ArgusLightningCallback``
+for PyTorch Lightning and ``ArgusHFCallback`` for the Hugging Face ``Trainer``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import threading
+from types import TracebackType
+from typing import Any
+
+from producers.agent import AgentConfig, RankAgent, detect_rank_info
+
+from .config import Settings, load_settings
+
+__all__ = [
+    "StepCallbacks",
+    "attach",
+    "attached",
+    "detach",
+    "step",
+]
+
+log = logging.getLogger("argus.api")
+
+_SETTINGS = frozenset(f.name for f in dataclasses.fields(Settings))
+_AGENT = frozenset(f.name for f in dataclasses.fields(AgentConfig))
+_LAYOUT = frozenset({"rank", "world", "run", "host", "gpu_uuid", "tp_size", "pp_size", "coords"})
+_lock = threading.Lock()
+_agent: RankAgent | None = None
+_publisher: Any = None
+
+
+def attached() -> RankAgent | None:
+    """The running agent, or None."""
+    return _agent
+
+
+def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **settings: Any) -> RankAgent:
+    """Start the agent in this process (once; later calls return the running agent).
+
+    Args:
+        model: the root ``nn.Module`` (forward time); None skips forward timing.
+        optimizer: its optimizer (optimizer time; its step ends a training step unless
+            ``argus.step()`` marks steps).
+        sink: where records go instead of a Kafka publisher (anything with ``publish``).
+        **settings: ``Settings`` fields (``job``, ``kafka_bootstrap``, ``home``, ...),
+            ``AgentConfig`` fields (``stack_hz``, ``heartbeat_s``, ``cupti``, ...) and the
+            layout (``rank``, ``world``, ``run``, ``host``, ``gpu_uuid``, ``tp_size``,
+            ``pp_size``, ``coords={"dp": ..}``).
+
+    Returns:
+        The :class:`~producers.agent.RankAgent` (``.info``, ``.absent``, ``.step``).
+    """
+    global _agent, _publisher
+    with _lock:
+        if _agent is not None:
+            return _agent
+        unknown = set(settings) - _SETTINGS - _AGENT - _LAYOUT
+        if unknown:
+            raise ValueError(f"unknown argus.attach settings: {sorted(unknown)}")
+        conf = load_settings(**{k: v for k, v in settings.items() if k in _SETTINGS})
+        agent_conf = AgentConfig(**{k: v for k, v in settings.items() if k in _AGENT})
+        job = conf.job or os.environ.get("TORCHELASTIC_RUN_ID") or "local"
+        info = detect_rank_info(job, **{k: v for k, v in settings.items() if k in _LAYOUT})
+        if sink is None:
+            from producers.publisher import Publisher
+
+            sink = _publisher = Publisher(
+                conf.kafka_client_config(), spool_dir=conf.spool_dir / f"{info.job}-{info.run}-r{info.rank}"
+            )
+        agent = RankAgent(sink, info, agent_conf)
+        agent.install(model, optimizer)
+        _agent = agent
+        atexit.register(detach)
+        for layer, reason in agent.absent.items():
+            log.info("argus: %s absent: %s", layer, reason)
+        return agent
+
+
+def detach(timeout: float = 10.0) -> dict[str, Any]:
+    """Stop the agent, deliver or spool what is left within ``timeout``; the publisher's counters."""
+    global _agent, _publisher
+    with _lock:
+        agent, publisher = _agent, _publisher
+        _agent = _publisher = None
+    if agent is not None:
+        try:
+            agent.close(timeout=min(timeout, 5.0))
+        except Exception:
+            log.warning("argus: closing the agent failed", exc_info=True)
+    if publisher is not None:
+        publisher.shutdown(timeout)
+        return dict(publisher.stats())
+    return {}
+
+
+class step:
+    """Mark one training step (``with argus.step(samples=.., tokens=..):``); no-op if not attached."""
+
+    __slots__ = ("samples", "tokens")
+
+    def __init__(self, samples: int = 0, tokens: int = 0) -> None:
+        self.samples = samples
+        self.tokens = tokens
+
+    def __enter__(self) -> step:
+        a = _agent
+        if a is not None:
+            a.begin_step()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        a = _agent
+        if a is not None:
+            a.end_step(self.samples, self.tokens)
+
+
+class StepCallbacks:
+    """The logic of the framework callbacks: attach at train start, one step per batch."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+
+    def train_begin(self, model: Any, optimizers: Any) -> None:
+        """Attach with the framework's model and (first) optimizer."""
+        opts = list(optimizers or [])
+        attach(model, opts[0] if len(opts) == 1 else None, **self.settings)
+
+    def batch_begin(self) -> None:
+        """A training step starts."""
+        a = _agent
+        if a is not None:
+            a.begin_step()
+
+    def batch_end(self, samples: int = 0, tokens: int = 0) -> None:
+        """The training step ends."""
+        a = _agent
+        if a is not None:
+            a.end_step(samples, tokens)
+
+
+def _lightning_callback() -> type:
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        try:
+            import pytorch_lightning as pl
+        except ImportError:
+            raise ImportError(
+                "ArgusLightningCallback needs PyTorch Lightning: pip install lightning"
+            ) from None
+
+    class ArgusLightningCallback(pl.Callback, StepCallbacks):  # type: ignore[misc, name-defined]
+        """Lightning callback: ``Trainer(callbacks=[argus.ArgusLightningCallback()])``."""
+
+        def __init__(self, **settings: Any) -> None:
+            pl.Callback.__init__(self)
+            StepCallbacks.__init__(self, **settings)
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self.train_begin(pl_module, trainer.optimizers)
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            self.batch_begin()
+
+        def on_train_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
+            self.batch_end()
+
+    return ArgusLightningCallback
+
+
+def _hf_callback() -> type:
+    try:
+        from transformers import TrainerCallback
+    except ImportError:
+        raise ImportError(
+            "ArgusHFCallback needs Hugging Face transformers: pip install transformers"
+        ) from None
+
+    class ArgusHFCallback(TrainerCallback, StepCallbacks):  # type: ignore[misc, valid-type]
+        """Trainer callback: ``Trainer(..., callbacks=[argus.ArgusHFCallback()])``."""
+
+        def __init__(self, **settings: Any) -> None:
+            StepCallbacks.__init__(self, **settings)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            opt = kwargs.get("optimizer")
+            self.train_begin(kwargs.get("model"), [opt] if opt is not None else [])
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.batch_begin()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.batch_end()
+
+    return ArgusHFCallback
+
+
+_LAZY = {"ArgusLightningCallback": _lightning_callback, "ArgusHFCallback": _hf_callback}
+_built: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        if name not in _built:
+            _built[name] = _LAZY[name]()
+        return _built[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

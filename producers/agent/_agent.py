@@ -1,0 +1,332 @@
+"""The rank agent: step lifecycle on the training thread, everything else on its own thread.
+
+The training thread does as little as possible: hooks append timed spans, ``end_step``
+moves the step's spans to a deque. The agent's thread (one, ``argus-agent``) wakes at the
+stack-sampling rate and
+
+* samples the training thread's Python stack (folded, counted per step and window);
+* reduces finished steps to ``StepRecord`` (exclusive ms per phase and collective kind;
+  on a GPU only once every CUDA event was reached) and publishes a 1-row ``StepBatch``;
+* publishes ``StackSample`` per step (or per window when steps are long), a ``Heartbeat``
+  every ``heartbeat_s`` (last step, per-group collective sequence numbers, current stack);
+* drains the CUPTI collector, if one runs, into kernel sketches.
+
+Publishing goes through a :class:`~producers.publisher.Publisher`-like object (``publish``);
+nothing here raises into the training loop: errors are logged once and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from schemas import (
+    HEARTBEATS,
+    STACKS,
+    STEPS,
+    Heartbeat,
+    Record,
+    StackSample,
+    StepBatch,
+    StepRecord,
+    job_key,
+    rank_key,
+    step_key,
+)
+
+from ._hooks import Instrumentation
+from ._layout import RankInfo
+from ._spans import COLUMNS, CpuClock, CudaClock, RawStep, SpanRecorder, reduce_step
+from ._stacks import StackFolder, StackWindow
+
+__all__ = ["AgentConfig", "RankAgent", "Sink"]
+
+log = logging.getLogger("argus.agent")
+
+
+class Sink(Protocol):
+    """Where records go (the Publisher)."""
+
+    def publish(self, topic: str, key: bytes, record: Record) -> None: ...
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """What the agent collects and how often."""
+
+    stack_hz: float = 50.0
+    stack_window_s: float = 10.0
+    heartbeat_s: float = 5.0
+    stacks: bool = True
+    collectives: bool = True
+    dataloader: bool = True
+    backward: bool = True
+    gc: bool = True
+    compile: bool = True
+    h2d: bool = True
+    cupti: bool = True
+    cuda_events: bool = True
+    max_pending_steps: int = 1024
+
+    def __post_init__(self) -> None:
+        if not 0 < self.stack_hz <= 1000:
+            raise ValueError("stack_hz must be in (0, 1000]")
+        if self.heartbeat_s <= 0 or self.stack_window_s <= 0:
+            raise ValueError("heartbeat_s and stack_window_s must be positive")
+
+
+class RankAgent:
+    """One per training process; see the module docstring."""
+
+    def __init__(self, sink: Sink, info: RankInfo, config: AgentConfig | None = None) -> None:
+        self.sink = sink
+        self.info = info
+        self.config = config or AgentConfig()
+        self.thread_id = threading.get_ident()
+        self.clock: CpuClock | CudaClock = CpuClock()
+        self.gpu = False
+        if self.config.cuda_events:
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    self.clock, self.gpu = CudaClock(), True
+            except ImportError:
+                pass
+        self.recorder = SpanRecorder(self.clock, self.thread_id)
+        self.hooks = Instrumentation(self.recorder, on_optimizer_step=self._auto_step)
+        self.explicit = False  # True once ``step()`` is used: the optimizer no longer ends steps
+        self.step = 0
+        self._open: tuple[int, int] | None = None  # (wall ns, perf ns) of the open step
+        self._finished: deque[RawStep] = deque()
+        self.dropped_steps = 0
+        self.errors = 0
+        self.cupti: Any = None
+        self.absent: dict[str, str] = {}
+        self._folder = StackFolder()
+        self._window = StackWindow(0, time.time_ns())
+        self._last_stack = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_heartbeat = 0.0
+
+    # -- set-up ------------------------------------------------------------------------
+    def install(self, model: Any = None, optimizer: Any = None) -> None:
+        """Hook torch (what the config enables and this machine has) and start the thread."""
+        c = self.config
+        steps: list[tuple[bool, str, Any]] = [
+            (model is not None, "forward", lambda: self.hooks.install_model(model)),
+            (optimizer is not None, "optimizer", lambda: self.hooks.install_optimizer(optimizer)),
+            (c.backward, "backward", self.hooks.install_backward),
+            (c.dataloader, "dataloader", self.hooks.install_dataloader),
+            (c.collectives, "collectives", self.hooks.install_collectives),
+            (c.gc, "gc", self.hooks.install_gc),
+            (c.compile, "compile", self.hooks.install_compile),
+            (c.h2d, "h2d", self.hooks.install_h2d),
+        ]
+        for wanted, name, install in steps:
+            if not wanted:
+                continue
+            try:
+                if install() is False:
+                    self.absent[name] = "not available here"
+            except Exception as exc:  # torch missing or changed: that layer steps aside
+                self.absent[name] = f"{type(exc).__name__}: {exc}"
+                log.warning("argus: %s hooks unavailable: %s", name, exc)
+        if c.cupti:
+            self._start_cupti()
+        self._open = (time.time_ns(), time.perf_counter_ns())
+        self._thread = threading.Thread(target=self._run, name="argus-agent", daemon=True)
+        self._thread.start()
+
+    def _start_cupti(self) -> None:
+        from ..collectors.cupti import CuptiCollector, cupti_available
+
+        ok, reason = cupti_available()
+        if not ok:
+            self.absent["cupti"] = reason
+            log.info("argus: GPU kernel tracing absent: %s", reason)
+            return
+        try:
+            self.cupti = CuptiCollector(self.info.job, self.info.run, self.info.rank)
+            self.cupti.start()
+        except Exception as exc:
+            self.cupti = None
+            self.absent["cupti"] = f"CUPTI failed to start: {exc}"
+            log.warning("argus: GPU kernel tracing absent: %s", exc)
+
+    # -- the step, on the training thread ----------------------------------------------
+    def begin_step(self) -> None:
+        """Open a step now (closing nothing); called by ``argus.step()``."""
+        self.explicit = True
+        self._open = (time.time_ns(), time.perf_counter_ns())
+        self.recorder.take()  # spans between steps are not part of any step
+        if self.cupti is not None:
+            self.cupti.begin_step(self.step)
+
+    def end_step(self, samples: int = 0, tokens: int = 0) -> None:
+        """Close the open step and hand it to the agent's thread."""
+        opened = self._open
+        if opened is None:
+            return
+        end = time.perf_counter_ns()
+        raw = RawStep(self.step, opened[0], opened[1], end, self.recorder.take(), samples, tokens)
+        if len(self._finished) >= self.config.max_pending_steps:
+            self.dropped_steps += 1
+        else:
+            self._finished.append(raw)
+        if self.cupti is not None:
+            self.cupti.end_step(self.step)
+        self.step += 1
+        self._open = None
+
+    def _auto_step(self) -> None:
+        """Optimizer post-hook: in automatic mode a step ends here and the next one begins."""
+        if self.explicit:
+            return
+        self.end_step()
+        self._open = (time.time_ns(), time.perf_counter_ns())
+        if self.cupti is not None:
+            self.cupti.begin_step(self.step)
+
+    # -- the agent's thread ------------------------------------------------------------
+    def _run(self) -> None:
+        period = 1.0 / self.config.stack_hz
+        nxt = time.perf_counter()
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                self.errors += 1
+                if self.errors <= 3:
+                    log.exception("argus agent error (continuing)")
+            nxt += period
+            delay = nxt - time.perf_counter()
+            if delay < 0:
+                nxt, delay = time.perf_counter(), 0.0
+            self._stop.wait(delay)
+
+    def tick(self) -> None:
+        """One round of the agent's thread (also called once more at shutdown)."""
+        if self.config.stacks:
+            self._sample_stack()
+        self._publish_steps()
+        if self.config.compile and not self.hooks.compile_hooked:
+            self.hooks.install_compile()
+        if self.cupti is not None:
+            self._publish_kernels()
+        now = time.monotonic()
+        if now - self._last_heartbeat >= self.config.heartbeat_s:
+            self._last_heartbeat = now
+            self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+
+    def _sample_stack(self) -> None:
+        stack = self._folder.sample(self.thread_id)
+        if stack is None:
+            return
+        self._last_stack = stack
+        step, w = self.step, self._window
+        now = time.time_ns()
+        if step != w.step or now - w.start_ns > self.config.stack_window_s * 1e9:
+            self._emit_window(now)
+            self._window = w = StackWindow(step, now)
+        w.add(stack)
+
+    def _emit_window(self, end_ns: int) -> None:
+        w = self._window
+        if not w.counts:
+            return
+        stacks, counts = zip(*w.counts.most_common(), strict=True)
+        i = self.info
+        rec = StackSample(i.job, i.run, i.rank, w.step, w.start_ns, end_ns, tuple(stacks), tuple(counts))
+        self.sink.publish(STACKS, rank_key(i.job, i.rank), rec)
+
+    def _publish_steps(self) -> None:
+        while self._finished:
+            raw = self._finished[0]
+            ms = reduce_step(raw, self.clock)
+            if ms is None:  # GPU events not reached yet: later
+                return
+            self._finished.popleft()
+            rec = self.step_record(raw, ms)
+            self.sink.publish(STEPS, step_key(rec.job, rec.step), StepBatch.from_records([rec]))
+
+    def step_record(self, raw: RawStep, ms: Any) -> StepRecord:
+        """The step record of a reduced step."""
+        i = self.info
+        values = {name: float(ms[k]) for k, name in enumerate(COLUMNS)}
+        return StepRecord(
+            job=i.job,
+            run=i.run,
+            step=raw.step,
+            rank=i.rank,
+            host=i.host,
+            gpu_uuid=i.gpu_uuid,
+            dp=i.dp,
+            tp=i.tp,
+            pp=i.pp,
+            ep=i.ep,
+            cp=i.cp,
+            start_ns=raw.start_ns,
+            end_ns=raw.start_ns + (raw.end_mono - raw.start_mono),
+            samples=raw.samples,
+            tokens=raw.tokens,
+            **values,
+        )
+
+    def _publish_kernels(self) -> None:
+        i = self.info
+        for rec in self.cupti.drain(self.step):
+            self.sink.publish(rec_topic(rec), rank_key(i.job, i.rank), rec)
+
+    def heartbeat(self) -> Heartbeat:
+        """Where this rank is now."""
+        i = self.info
+        names = sorted(self.hooks.groups)
+        gs = [self.hooks.groups[n] for n in names]
+        return Heartbeat(
+            job=i.job,
+            run=i.run,
+            rank=i.rank,
+            host=i.host,
+            time_ns=time.time_ns(),
+            last_step=self.step - 1,
+            groups=tuple(names),
+            seq_entered=tuple(g.entered for g in gs),
+            seq_finished=tuple(g.finished for g in gs),
+            kinds=tuple(g.kind for g in gs),
+            nbytes=tuple(g.nbytes for g in gs),
+            stack=self._last_stack[-4096:],
+        )
+
+    # -- shutdown ----------------------------------------------------------------------
+    def close(self, timeout: float = 5.0) -> None:
+        """Undo the hooks, stop the thread, publish what is finished (not the open step)."""
+        self.hooks.uninstall()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while self._finished and time.monotonic() < deadline:
+            self._publish_steps()
+            if self._finished:
+                time.sleep(0.01)
+        if self.cupti is not None:
+            try:
+                self.cupti.stop()
+                self._publish_kernels()
+            except Exception:
+                log.warning("argus: stopping CUPTI failed", exc_info=True)
+        self._emit_window(time.time_ns())
+        self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+
+
+def rec_topic(_rec: Record) -> str:
+    """Topic of a kernel record (sketches and names share the kernels topic)."""
+    from schemas import KERNELS
+
+    return KERNELS

@@ -1,0 +1,326 @@
+"""The framework layer: hooks on PyTorch that time a step's phases.
+
+* forward: pre/post forward hooks on the model (``always_call`` so an exception closes it);
+* backward: ``torch.autograd.backward`` (what ``Tensor.backward`` calls) wrapped;
+* optimizer: ``register_step_pre_hook`` / ``register_step_post_hook``;
+* data-loader wait: ``_BaseDataLoaderIter.__next__`` wrapped;
+* collectives: the public ``torch.distributed`` functions wrapped (kind, bytes, group,
+  duration; async work closed by its future), with a per-group sequence number entered and
+  finished for the heartbeat;
+* host-to-device copies: ``Tensor.to`` / ``Tensor.cuda`` wrapped, only when CUDA is present;
+* GC pauses: ``gc.callbacks``; torch.compile: dynamo's compile start/end callbacks.
+
+Every patch is undone by :meth:`Instrumentation.uninstall`. A hook never raises into the
+training loop: the wrapped call runs even if the timing fails.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ._spans import COLUMN_INDEX, SpanRecorder
+
+__all__ = ["COLLECTIVE_KINDS", "GroupState", "Instrumentation", "tensor_bytes"]
+
+log = logging.getLogger("argus.agent")
+
+COLLECTIVE_KINDS: dict[str, tuple[str, int]] = {
+    # public function: (step-record column, index of the argument whose size is reported)
+    "all_reduce": ("all_reduce_ms", 0),
+    "reduce": ("all_reduce_ms", 0),
+    "barrier": ("all_reduce_ms", -1),
+    "all_gather": ("all_gather_ms", 1),
+    "all_gather_into_tensor": ("all_gather_ms", 1),
+    "gather": ("all_gather_ms", 0),
+    "reduce_scatter": ("reduce_scatter_ms", 0),
+    "reduce_scatter_tensor": ("reduce_scatter_ms", 0),
+    "scatter": ("reduce_scatter_ms", 0),
+    "all_to_all": ("all_to_all_ms", 1),
+    "all_to_all_single": ("all_to_all_ms", 1),
+    "broadcast": ("broadcast_ms", 0),
+    "send": ("p2p_ms", 0),
+    "recv": ("p2p_ms", 0),
+    "isend": ("p2p_ms", 0),
+    "irecv": ("p2p_ms", 0),
+    "batch_isend_irecv": ("p2p_ms", -1),
+}
+_ASYNC_ALWAYS = frozenset({"isend", "irecv", "batch_isend_irecv"})
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of a tensor or a list of tensors (0 for anything else)."""
+    if isinstance(obj, list | tuple):
+        return sum(tensor_bytes(o) for o in obj)
+    try:
+        return int(obj.numel()) * int(obj.element_size())
+    except AttributeError:
+        return 0
+
+
+class GroupState:
+    """Per process group: collectives entered and finished, the last kind and size."""
+
+    __slots__ = ("entered", "finished", "kind", "nbytes")
+
+    def __init__(self) -> None:
+        self.entered = 0
+        self.finished = 0
+        self.kind = ""
+        self.nbytes = 0
+
+
+class Instrumentation:
+    """Installs and removes the framework hooks; spans go to ``recorder``."""
+
+    def __init__(
+        self, recorder: SpanRecorder, *, on_optimizer_step: Callable[[], None] | None = None
+    ) -> None:
+        self.rec = recorder
+        self.on_optimizer_step = on_optimizer_step
+        self.groups: dict[str, GroupState] = {}
+        self._group_names: dict[int, str] = {}
+        self._undo: list[Callable[[], None]] = []
+        self._local = threading.local()
+        self.compile_hooked = False
+
+    # -- install / uninstall -----------------------------------------------------------
+    def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, wrapper)
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def uninstall(self) -> None:
+        """Undo every hook and patch (last installed first)."""
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception:
+                log.debug("undoing a hook failed", exc_info=True)
+
+    def install_model(self, model: Any) -> None:
+        """Forward pre/post hooks on the root module."""
+        col = COLUMN_INDEX["forward_ms"]
+        slot: list[Any] = []
+
+        def pre(_m: Any, _args: Any) -> None:
+            slot.append(self.rec.begin(col))
+
+        def post(_m: Any, _args: Any, _out: Any) -> None:
+            if slot:
+                self.rec.end(slot.pop())
+
+        h1 = model.register_forward_pre_hook(pre)
+        h2 = model.register_forward_hook(post, always_call=True)
+        self._undo.extend([h1.remove, h2.remove])
+
+    def install_optimizer(self, optimizer: Any) -> None:
+        """Step pre/post hooks; the post hook also ends the step in automatic mode."""
+        col = COLUMN_INDEX["optimizer_ms"]
+        slot: list[Any] = []
+
+        def pre(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            slot.append(self.rec.begin(col))
+
+        def post(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            if slot:
+                self.rec.end(slot.pop())
+            if self.on_optimizer_step is not None:
+                self.on_optimizer_step()
+
+        h1 = optimizer.register_step_pre_hook(pre)
+        h2 = optimizer.register_step_post_hook(post)
+        self._undo.extend([h1.remove, h2.remove])
+
+    def _timed(self, column: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        col = COLUMN_INDEX[column]
+        rec = self.rec
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            token = rec.begin(col)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                rec.end(token)
+
+        return wrapper
+
+    def install_backward(self) -> None:
+        """Time ``torch.autograd.backward``."""
+        import torch.autograd
+
+        self._patch(torch.autograd, "backward", self._timed("backward_ms", torch.autograd.backward))
+
+    def install_dataloader(self) -> None:
+        """Time the wait for the next batch of every DataLoader iterator."""
+        from torch.utils.data import dataloader
+
+        cls = dataloader._BaseDataLoaderIter
+        self._patch(cls, "__next__", self._timed("dataloader_ms", cls.__next__))
+
+    def install_gc(self) -> None:
+        """Time garbage-collector pauses (any generation, any thread)."""
+        col = COLUMN_INDEX["gc_ms"]
+        slot: list[Any] = []
+        rec = self.rec
+
+        def callback(phase: str, _info: dict[str, Any]) -> None:
+            if phase == "start":
+                slot.append(rec.begin(col))
+            elif slot:
+                rec.end(slot.pop())
+
+        gc.callbacks.append(callback)
+        self._undo.append(lambda: gc.callbacks.remove(callback))
+
+    def install_compile(self) -> bool:
+        """Time torch.compile (dynamo) compilations, if dynamo is already imported."""
+        if self.compile_hooked or "torch._dynamo" not in sys.modules:
+            return False
+        try:
+            from torch._dynamo.callback import callback_handler
+        except ImportError:
+            return False
+        col = COLUMN_INDEX["compile_ms"]
+        slot: list[Any] = []
+        rec = self.rec
+
+        def start(_args: Any) -> None:
+            slot.append(rec.begin(col))
+
+        def end(_args: Any) -> None:
+            if slot:
+                rec.end(slot.pop())
+
+        callback_handler.register_start_callback(start)
+        callback_handler.register_end_callback(end)
+        self._undo.append(lambda: callback_handler.remove_start_callback(start))
+        self._undo.append(lambda: callback_handler.remove_end_callback(end))
+        self.compile_hooked = True
+        return True
+
+    def install_h2d(self) -> bool:
+        """Time host-to-device copies (``Tensor.to`` / ``Tensor.cuda``) when CUDA is present."""
+        import torch
+
+        if not torch.cuda.is_available():
+            return False
+        col = COLUMN_INDEX["h2d_ms"]
+        rec = self.rec
+
+        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def wrapper(t: Any, *args: Any, **kwargs: Any) -> Any:
+                if t.device.type != "cpu":
+                    return fn(t, *args, **kwargs)
+                token = rec.begin(col)
+                out = fn(t, *args, **kwargs)
+                if out.device.type == "cuda":
+                    rec.end(token)
+                else:  # not a host-to-device copy: make the span empty
+                    token[0][token[1]][2] = token[0][token[1]][1]
+                return out
+
+            return wrapper
+
+        self._patch(torch.Tensor, "to", wrap(torch.Tensor.to))
+        self._patch(torch.Tensor, "cuda", wrap(torch.Tensor.cuda))
+        return True
+
+    # -- collectives -------------------------------------------------------------------
+    def _group_name(self, group: Any) -> str:
+        if group is None:
+            return "world"
+        key = id(group)
+        name = self._group_names.get(key)
+        if name is None:
+            try:
+                from torch.distributed.distributed_c10d import _get_process_group_name
+
+                name = str(_get_process_group_name(group))
+            except Exception:
+                name = str(getattr(group, "group_name", key))
+            self._group_names[key] = name
+        return name
+
+    def _wrap_collective(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        column, size_arg = COLLECTIVE_KINDS[name]
+        col = COLUMN_INDEX[column]
+        rec, local, groups = self.rec, self._local, self.groups
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if getattr(local, "depth", 0):  # nested inside another wrapped collective
+                return fn(*args, **kwargs)
+            try:
+                gname = self._group_name(kwargs.get("group"))
+                g = groups.get(gname)
+                if g is None:
+                    g = groups[gname] = GroupState()
+                g.entered += 1
+                g.kind = name
+                if 0 <= size_arg < len(args):
+                    g.nbytes = tensor_bytes(args[size_arg])
+                token = rec.begin(col)
+            except Exception:
+                return fn(*args, **kwargs)
+            local.depth = 1
+            try:
+                work = fn(*args, **kwargs)
+            except BaseException:
+                rec.end(token)
+                g.finished += 1
+                raise
+            finally:
+                local.depth = 0
+            if work is None or not (kwargs.get("async_op") or name in _ASYNC_ALWAYS):
+                rec.end(token)
+                g.finished += 1
+                return work
+            self._close_on_completion(work, token, g)
+            return work
+
+        return wrapper
+
+    def _close_on_completion(self, work: Any, token: Any, g: GroupState) -> None:
+        def done(_fut: Any) -> None:
+            self.rec.end(token)
+            g.finished += 1
+
+        try:
+            works = work if isinstance(work, list) else [work]
+            futs = [w.get_future() for w in works]
+            if len(futs) == 1:
+                futs[0].add_done_callback(done)
+            else:
+                import torch.futures
+
+                torch.futures.collect_all(futs).add_done_callback(done)
+        except Exception:  # a backend without futures: count it as finished now
+            done(None)
+
+    def install_collectives(self) -> list[str]:
+        """Wrap the public collective functions of ``torch.distributed``; return their names."""
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return []
+        from torch.distributed import distributed_c10d as c10d
+
+        wrapped = []
+        for name in COLLECTIVE_KINDS:
+            fn = getattr(c10d, name, None)
+            if fn is None:
+                continue
+            w = self._wrap_collective(name, fn)
+            self._patch(c10d, name, w)
+            if getattr(dist, name, None) is fn:
+                self._patch(dist, name, w)
+            wrapped.append(name)
+        return wrapped

@@ -1,0 +1,281 @@
+"""GPU kernels through CUPTI's activity API (cupti-python), into kernel sketches.
+
+Pure part (tested with cupti-python's own record classes): :func:`activity_arrays` turns
+the records of completed buffers (concurrent kernels, memcpy, memset, synchronization,
+external correlation) into numpy columns, and :func:`step_events` splits them by training
+step through the external-correlation id the agent pushes at each step begin
+(``ExternalCorrelationKind.CUSTOM0`` = step number, the way Kineto tags its ranges).
+Memcpy and memset become pseudo-kernels named ``[memcpy HtoD]``, ``[memset]``, so the
+sketches see everything that occupies a stream; synchronization records are CPU waits and
+are returned apart (``sync_ns`` per step), never mixed into GPU idle time.
+
+:class:`CuptiCollector` is the live side: it registers the buffer callbacks (buffers are
+completed by CUPTI's own thread, off the training thread), flushes from the agent's thread
+and emits ``KernelNames`` + ``KernelSketch`` per step. Without a GPU or cupti-python,
+:func:`cupti_available` says why and the agent steps aside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from schemas import KernelNames, KernelSketch
+
+from ..sketch import NameInterner, RankSketchEncoder, kernel_stats
+from .gpu_probe import cupti_probe
+
+__all__ = [
+    "KIND_CONCURRENT_KERNEL",
+    "KIND_EXTERNAL_CORRELATION",
+    "KIND_KERNEL",
+    "KIND_MEMCPY",
+    "KIND_MEMSET",
+    "KIND_SYNCHRONIZATION",
+    "ActivityArrays",
+    "CuptiCollector",
+    "activity_arrays",
+    "cupti_available",
+    "step_events",
+    "sync_ns_per_step",
+]
+
+# CUpti_ActivityKind values (cupti.cupti.ActivityKind is an IntEnum with these values)
+KIND_MEMCPY = 1
+KIND_MEMSET = 2
+KIND_KERNEL = 3
+KIND_CONCURRENT_KERNEL = 10
+KIND_SYNCHRONIZATION = 38
+KIND_EXTERNAL_CORRELATION = 39
+EXTERNAL_KIND_CUSTOM0 = 3
+
+_MEMCPY_NAMES = {
+    0: "[memcpy]",
+    1: "[memcpy HtoD]",
+    2: "[memcpy DtoH]",
+    3: "[memcpy HtoA]",
+    4: "[memcpy AtoH]",
+    5: "[memcpy AtoA]",
+    6: "[memcpy AtoD]",
+    7: "[memcpy DtoA]",
+    8: "[memcpy DtoD]",
+    9: "[memcpy HtoH]",
+    10: "[memcpy PtoP]",
+}
+
+
+@dataclass(frozen=True)
+class ActivityArrays:
+    """Device activity (kernels, memcpy, memset) and synchronization waits, as columns."""
+
+    names: list[str]
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    stream_ids: np.ndarray
+    correlation_ids: np.ndarray
+    nbytes: np.ndarray  # memcpy/memset bytes, 0 for kernels
+    sync_start_ns: np.ndarray
+    sync_end_ns: np.ndarray
+    sync_correlation_ids: np.ndarray
+    external: dict[int, int]  # correlation id -> external id (the step)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def activity_arrays(records: Iterable[Any], *, external_kind: int = EXTERNAL_KIND_CUSTOM0) -> ActivityArrays:
+    """Columns of cupti-python activity records (objects with CUPTI's field names).
+
+    Records of other kinds are ignored; a record with ``end < start`` (CUPTI reports 0 for
+    a timestamp it could not take) is dropped.
+    """
+    names: list[str] = []
+    dev: list[tuple[int, int, int, int, int]] = []
+    sync: list[tuple[int, int, int]] = []
+    external: dict[int, int] = {}
+    for r in records:
+        kind = int(r.kind)
+        if kind in (KIND_CONCURRENT_KERNEL, KIND_KERNEL):
+            name, nb = str(r.name), 0
+        elif kind == KIND_MEMCPY:
+            name, nb = _MEMCPY_NAMES.get(int(r.copy_kind), "[memcpy]"), int(r.bytes)
+        elif kind == KIND_MEMSET:
+            name, nb = "[memset]", int(r.bytes)
+        elif kind == KIND_SYNCHRONIZATION:
+            if r.end >= r.start > 0:
+                sync.append((int(r.start), int(r.end), int(r.correlation_id)))
+            continue
+        elif kind == KIND_EXTERNAL_CORRELATION:
+            if int(r.external_kind) == external_kind:
+                external[int(r.correlation_id)] = int(r.external_id)
+            continue
+        else:
+            continue
+        if not r.end >= r.start > 0:
+            continue
+        names.append(name)
+        dev.append((int(r.start), int(r.end), int(r.stream_id), int(r.correlation_id), nb))
+    d = np.array(dev, dtype=np.int64).reshape(-1, 5)
+    s = np.array(sync, dtype=np.int64).reshape(-1, 3)
+    return ActivityArrays(
+        names, d[:, 0], d[:, 1], d[:, 2], d[:, 3], d[:, 4], s[:, 0], s[:, 1], s[:, 2], external
+    )
+
+
+def _steps_of(correlation_ids: np.ndarray, external: dict[int, int]) -> np.ndarray:
+    """The external id (step) of each correlation id, -1 where there is none."""
+    if not external or len(correlation_ids) == 0:
+        return np.full(len(correlation_ids), -1, np.int64)
+    corr = np.fromiter(external.keys(), np.int64, len(external))
+    ext = np.fromiter(external.values(), np.int64, len(external))
+    order = np.argsort(corr)
+    corr, ext = corr[order], ext[order]
+    pos = np.clip(np.searchsorted(corr, correlation_ids), 0, len(corr) - 1)
+    return np.where(corr[pos] == correlation_ids, ext[pos], -1)
+
+
+def step_events(a: ActivityArrays) -> dict[int, np.ndarray]:
+    """Row indices of the device activity of each step (by external correlation id).
+
+    Activity whose correlation id has no external id (launched outside any step) is left out.
+    """
+    steps = _steps_of(a.correlation_ids, a.external)
+    return {int(s): np.flatnonzero(steps == s) for s in np.unique(steps[steps >= 0])}
+
+
+def sync_ns_per_step(a: ActivityArrays) -> dict[int, int]:
+    """Nanoseconds the CPU waited in CUDA synchronization, per step."""
+    steps = _steps_of(a.sync_correlation_ids, a.external)
+    dur = a.sync_end_ns - a.sync_start_ns
+    return {int(s): int(dur[steps == s].sum()) for s in np.unique(steps[steps >= 0])}
+
+
+def cupti_available() -> tuple[bool, str]:
+    """Whether kernel tracing can run here (a GPU, libcuda, cupti-python), and why not."""
+    ok, reason = cupti_probe()
+    if not ok:
+        return ok, reason
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return False, "no CUDA device visible to torch"
+    except ImportError:
+        pass
+    return True, reason
+
+
+class CuptiCollector:
+    """Live CUPTI activity collection for one rank, drained into kernel sketches per step."""
+
+    KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "EXTERNAL_CORRELATION")
+
+    def __init__(
+        self, job: str, run: int, rank: int, *, buffer_bytes: int = 8 << 20, key_every: int = 32
+    ) -> None:
+        self.names = NameInterner(job, run, rank)
+        self.encoder = RankSketchEncoder(job, run, rank, key_every=key_every)
+        self.buffer_bytes = buffer_bytes
+        self._records: list[Any] = []
+        self._lock = threading.Lock()
+        self._pending: dict[int, list[ActivityArrays]] = {}
+        self._cupti: Any = None
+        self._external: dict[int, int] = {}
+        self.dropped_records = 0
+        self.sync_ns: dict[int, int] = {}
+
+    def _requested(self) -> tuple[int, int]:
+        return self.buffer_bytes, 0
+
+    def _completed(self, activities: list[Any]) -> None:
+        # CUPTI's thread: keep only the fields we need (the objects may refer to the buffer)
+        with self._lock:
+            self._records.extend(activities)
+
+    def start(self) -> None:
+        """Register the buffer callbacks and enable the activity kinds."""
+        from cupti import cupti
+
+        self._cupti = cupti
+        cupti.activity_register_callbacks(self._requested, self._completed)
+        for k in self.KINDS:
+            cupti.activity_enable(getattr(cupti.ActivityKind, k))
+
+    def begin_step(self, step: int) -> None:
+        """Tag CUDA work launched from now on with ``step`` (external correlation)."""
+        if self._cupti is not None:
+            self._cupti.activity_push_external_correlation_id(
+                self._cupti.ExternalCorrelationKind.CUSTOM0, step
+            )
+
+    def end_step(self, _step: int) -> None:
+        """Stop tagging."""
+        if self._cupti is not None:
+            with contextlib.suppress(Exception):
+                self._cupti.activity_pop_external_correlation_id(self._cupti.ExternalCorrelationKind.CUSTOM0)
+
+    def drain(self, current_step: int, *, lag: int = 2) -> list[KernelNames | KernelSketch]:
+        """Flush CUPTI, convert, and emit the records of steps older than ``current_step - lag``."""
+        if self._cupti is not None:
+            self._cupti.activity_flush_all(0)
+        with self._lock:
+            records, self._records = self._records, []
+        return self.feed(records, current_step, lag=lag)
+
+    def feed(
+        self, records: Iterable[Any], current_step: int, *, lag: int = 2
+    ) -> list[KernelNames | KernelSketch]:
+        """Pure core of :meth:`drain`: records in, finished steps' names and sketches out."""
+        a = activity_arrays(records)
+        if len(self._external) > 4_000_000:  # bound the map on very long runs
+            self._external.clear()
+        self._external.update(a.external)
+        a = replace(a, external=self._external)  # a kernel may come in a later buffer than its tag
+        by_step = step_events(a)
+        self.dropped_records += len(a) - sum(len(r) for r in by_step.values())
+        for step, rows in by_step.items():
+            self._pending.setdefault(step, []).append(_take(a, rows))
+        for step, ns in sync_ns_per_step(a).items():
+            self.sync_ns[step] = self.sync_ns.get(step, 0) + ns
+        out: list[KernelNames | KernelSketch] = []
+        for step in sorted(s for s in self._pending if s < current_step - lag + 1):
+            parts = self._pending.pop(step)
+            names = [n for p in parts for n in p.names]
+            ids = self.names.intern_many(names)
+            start = np.concatenate([p.start_ns for p in parts])
+            end = np.concatenate([p.end_ns for p in parts])
+            streams = np.concatenate([p.stream_ids for p in parts])
+            stats = kernel_stats(ids, start, end, streams)
+            pending = self.names.pending()
+            if pending is not None:
+                out.append(pending)
+            out.append(self.encoder.encode(step, stats))
+        return out
+
+    def stop(self) -> None:
+        """Flush everything and disable the activity kinds."""
+        if self._cupti is None:
+            return
+        self._cupti.activity_flush_all(1)
+        for k in self.KINDS:
+            self._cupti.activity_disable(getattr(self._cupti.ActivityKind, k))
+
+
+def _take(a: ActivityArrays, rows: np.ndarray) -> ActivityArrays:
+    return ActivityArrays(
+        [a.names[i] for i in rows],
+        a.start_ns[rows],
+        a.end_ns[rows],
+        a.stream_ids[rows],
+        a.correlation_ids[rows],
+        a.nbytes[rows],
+        a.sync_start_ns[:0],
+        a.sync_end_ns[:0],
+        a.sync_correlation_ids[:0],
+        {},
+    )
