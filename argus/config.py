@@ -60,6 +60,7 @@ class Settings:
     kafka_ssl_key: str = ""
     kafka_ssl_key_password: str = field(default="", repr=False)
     kafka_partitions: int = 16
+    streams_store: str = "memory://"
     clickhouse_url: str = ""
     clickhouse_user: str = ""
     clickhouse_password: str = field(default="", repr=False)

@@ -6,7 +6,7 @@ from typing import Any
 
 from .config import Settings
 
-__all__ = ["open_configured_store"]
+__all__ = ["faust_credentials", "open_configured_store", "stream_config"]
 
 
 def open_configured_store(settings: Settings) -> Any:
@@ -22,3 +22,47 @@ def open_configured_store(settings: Settings) -> Any:
             ca_cert=settings.clickhouse_ca or None,
         )
     return open_store(data_dir=settings.data_dir)
+
+
+def faust_credentials(settings: Settings) -> Any:
+    """Faust (aiokafka) credentials equivalent to the librdkafka settings, or None."""
+    import ssl
+
+    import faust
+
+    proto = settings.kafka_security_protocol.upper()
+    context = None
+    if proto in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=settings.kafka_ssl_ca or None)
+        if settings.kafka_ssl_cert:
+            context.load_cert_chain(
+                settings.kafka_ssl_cert,
+                settings.kafka_ssl_key or None,
+                settings.kafka_ssl_key_password or None,
+            )
+    if proto.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=settings.kafka_sasl_username,
+            password=settings.kafka_sasl_password,
+            mechanism=settings.kafka_sasl_mechanism or "PLAIN",
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
+def stream_config(settings: Settings, **overrides: Any) -> Any:
+    """The stream workers' configuration from settings."""
+    from streams import StreamConfig
+
+    brokers = ";".join(f"kafka://{b.strip()}" for b in settings.kafka_bootstrap.split(",") if b.strip())
+    values: dict[str, Any] = {
+        "broker": brokers,
+        "credentials": faust_credentials(settings),
+        "partitions": settings.kafka_partitions,
+        "store": settings.streams_store,
+        "datadir": str(settings.home / "streams"),
+    }
+    values.update(overrides)
+    return StreamConfig(**values)

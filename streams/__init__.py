@@ -1,0 +1,16 @@
+"""The stream workers (Faust): assemble steps, diagnose them live, publish anomalies."""
+
+from __future__ import annotations
+
+from .app import FINDINGS, StreamConfig, StreamMetrics, build_app
+from .assembly import AssemblyConfig, CompleteStep, StepAssembler
+
+__all__ = [
+    "FINDINGS",
+    "AssemblyConfig",
+    "CompleteStep",
+    "StepAssembler",
+    "StreamConfig",
+    "StreamMetrics",
+    "build_app",
+]

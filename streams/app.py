@@ -1,0 +1,217 @@
+"""The Faust app of the stream workers: topics, table and agents, declared once.
+
+Two stages (DESIGN.md):
+
+- **cross-rank** (agent ``assemble``, source ``argus.steps`` keyed by job/step): the parts
+  of a step (one StepBatch per host or per rank) meet in one worker and are assembled
+  (:mod:`streams.assembly`); the whole step goes through the stateless cross-rank
+  detectors (:func:`detectors.step_findings`); the worker publishes the step's summary
+  (``argus.step-summaries``) and its findings (``argus.step-findings``, keyed by job).
+  Parts are acknowledged only once their step went out, so a killed worker loses nothing:
+  Kafka redelivers what was not acknowledged.
+- **temporal** (agent ``diagnose``, source ``argus.step-findings`` keyed by job): the
+  job's state (iteration baseline, open episodes) lives in a changelog-backed table; each
+  step's findings update it (:func:`detectors.apply_findings`) and confirmed episodes go to
+  ``argus.anomalies``. An anomaly is sent and delivered before the state that produced it
+  is written, and anomaly ids are deterministic: after a SIGKILL the restarted worker may
+  send an anomaly again, never loses one, and downstream keeps each id once.
+
+Bad input (bytes that do not decode or validate) goes to ``argus.dead-letter`` with the
+reason in the headers and a counter; the worker never crashes on input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from detectors import DiagnoserConfig, JobState, StepFindings, apply_findings, step_findings
+from schemas import (
+    ANOMALIES,
+    DEAD_LETTER,
+    STEP_SUMMARIES,
+    STEPS,
+    DeadLetter,
+    SchemaError,
+    StepBatch,
+    decode,
+    encode,
+    job_key,
+)
+
+from .assembly import AssemblyConfig, CompleteStep, StepAssembler
+
+__all__ = ["FINDINGS", "StreamConfig", "StreamMetrics", "build_app"]
+
+log = logging.getLogger("argus.streams")
+
+FINDINGS = "argus.step-findings"
+"""Internal topic between the stages: one JSON document per step, keyed by job."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Everything a worker needs; built from ARGUS_* settings by the composition root."""
+
+    broker: str = "kafka://127.0.0.1:9092"
+    credentials: Any = None
+    app_id: str = "argus-streams"
+    partitions: int = 16
+    store: str = "memory://"
+    datadir: str = ".argus/streams"
+    take: int = 512
+    within_s: float = 0.05
+    assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    diagnoser: DiagnoserConfig = field(default_factory=DiagnoserConfig)
+    job_ttl_s: float = 6 * 3600.0
+
+
+@dataclass
+class StreamMetrics:
+    """Counters a worker exposes on /metrics (and tests read)."""
+
+    records: int = 0
+    messages: int = 0
+    steps: Counter[str] = field(default_factory=Counter)
+    anomalies: Counter[str] = field(default_factory=Counter)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    completion_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    open_steps: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def completion_quantiles(self) -> tuple[float, float]:
+        """p50 and p99 of the step completion latency (first part in → findings out), seconds."""
+        if not self.completion_s:
+            return 0.0, 0.0
+        ordered = sorted(self.completion_s)
+        return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
+    """The Faust app and the metrics its agents keep."""
+    Path(cfg.datadir).mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        cfg.app_id,
+        broker=cfg.broker,
+        broker_credentials=cfg.credentials,
+        store=cfg.store,
+        datadir=cfg.datadir,
+        topic_partitions=cfg.partitions,
+        topic_replication_factor=1,
+        key_serializer="raw",
+        value_serializer="raw",
+        consumer_auto_offset_reset="earliest",
+        web_enabled=False,
+        broker_commit_every=1000,
+        broker_commit_interval=0.5,
+        producer_linger=0.005,
+        stream_buffer_maxsize=16384,
+    )
+    metrics = StreamMetrics()
+    steps_topic = app.topic(STEPS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
+    findings_topic = app.topic(FINDINGS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
+    summaries_topic = app.topic(STEP_SUMMARIES, key_type=bytes, value_type=bytes)
+    anomalies_topic = app.topic(ANOMALIES, key_type=bytes, value_type=bytes)
+    dead_topic = app.topic(DEAD_LETTER, key_type=bytes, value_type=bytes)
+    job_states = app.Table(
+        "argus-job-state", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
+    )
+    assembler = StepAssembler(cfg.assembly)
+
+    async def dead_letter(event: Any, reason: str, error: str) -> None:
+        msg = event.message
+        metrics.dead_letters[reason] += 1
+        log.warning("dead letter %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error[:300])
+        record = DeadLetter(
+            msg.topic,
+            msg.partition,
+            msg.offset,
+            reason,
+            error[:4096],
+            time.time_ns(),
+            bytes(event.value or b"")[: 1 << 20],
+        )
+        await dead_topic.send(
+            key=msg.key,
+            value=encode(record),
+            headers=[("argus-reason", reason.encode()), ("argus-error", error[:500].encode())],
+        )
+
+    async def finish(done: CompleteStep, now: float) -> None:
+        if done.reason != "late":
+            sf = step_findings(done.batch, cfg.diagnoser, missing=done.missing)
+            key = job_key(done.batch.job)
+            sent = [
+                await summaries_topic.send(key=key, value=encode(sf.summary)),
+                await findings_topic.send(key=key, value=json.dumps(sf.to_dict()).encode()),
+            ]
+            for fut in sent:
+                await fut  # delivered before the parts are acknowledged
+            metrics.completion_s.append(max(0.0, now - min(seen for _, seen in done.tokens)))
+        metrics.steps[done.reason] += 1
+        for event, _ in done.tokens:
+            event.ack()
+
+    @app.agent(steps_topic)
+    async def assemble(stream: Any) -> None:
+        async for events in stream.noack().take_events(cfg.take, within=cfg.within_s):
+            now = time.monotonic()
+            for event in events:
+                metrics.messages += 1
+                try:
+                    part = decode(event.value or b"", expect=StepBatch)
+                except SchemaError as exc:
+                    await dead_letter(event, exc.reason, str(exc))
+                    event.ack()
+                    continue
+                metrics.records += len(part)
+                for done in assembler.add(part, (event, now), now):
+                    await finish(done, now)
+            for done in assembler.due(now):
+                await finish(done, now)
+            metrics.open_steps = assembler.open_steps
+
+    @app.timer(0.25)  # type: ignore[untyped-decorator]
+    async def complete_waiting() -> None:
+        now = time.monotonic()
+        for done in assembler.due(now):
+            await finish(done, now)
+        metrics.open_steps = assembler.open_steps
+
+    @app.agent(findings_topic)
+    async def diagnose(stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                sf = StepFindings.from_dict(json.loads(event.value))
+            except (ValueError, KeyError, TypeError) as exc:
+                await dead_letter(event, "invalid", f"step findings: {exc}")
+                continue
+            state_key = f"{sf.job}|{sf.run}".encode()
+            raw = job_states.get(state_key)
+            state = (
+                JobState.from_dict(json.loads(raw)) if raw else JobState.new(sf.job, sf.run, cfg.diagnoser)
+            )
+            if sf.step <= state.last_step:
+                continue  # replayed after a restart: the state already holds it
+            result = apply_findings(state, sf, cfg.diagnoser)
+            for anomaly in result.anomalies:
+                fut = await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
+                await fut
+                metrics.anomalies[anomaly.cause] += 1
+            job_states[state_key] = json.dumps({**state.to_dict(), "seen_s": time.time()}).encode()
+
+    @app.timer(60.0)  # type: ignore[untyped-decorator]
+    async def expire_jobs() -> None:
+        cutoff = time.time() - cfg.job_ttl_s
+        for key in [k for k, v in job_states.items() if v and json.loads(v).get("seen_s", 0) < cutoff]:
+            del job_states[key]
+
+    app.argus_agents = (assemble, diagnose)  # type: ignore[attr-defined]
+    return app, metrics

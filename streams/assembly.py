@@ -1,0 +1,145 @@
+"""Assemble the parts of a step (one StepBatch per host or per rank) into the whole step.
+
+Pure bookkeeping, no Kafka and no clock of its own (the caller passes ``now``): a step of a
+job is complete when every rank it expects has arrived, or when it has waited long
+enough — then the ranks that never arrived are reported as missing (a hung or lost rank is
+a finding too). The expected world is what the job showed before (the largest rank + 1
+seen in any step of its run), so the first step of a job completes by its timeout.
+
+Memory is bounded by configuration: at most ``max_open_steps`` steps wait at once; beyond
+that the oldest is completed early with what it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schemas import StepBatch
+
+__all__ = ["AssemblyConfig", "CompleteStep", "StepAssembler"]
+
+_StepKey = tuple[str, int, int]  # job, run, step
+
+
+@dataclass(frozen=True)
+class AssemblyConfig:
+    """When a step counts as complete."""
+
+    settle_s: float = 1.0
+    """A step whose job has moved on (a later step is arriving) completes after this much quiet."""
+    max_wait_s: float = 10.0
+    """A step completes at the latest this long after its first part."""
+    max_open_steps: int = 4096
+    """Steps waiting at once, over all jobs (memory bound)."""
+
+
+@dataclass
+class _Open:
+    parts: list[StepBatch] = field(default_factory=list)
+    tokens: list[Any] = field(default_factory=list)
+    ranks: int = 0
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+
+
+@dataclass(frozen=True)
+class CompleteStep:
+    """A whole step: the concatenated batch, the ranks that never came, and the caller's
+    tokens (e.g. Kafka events to acknowledge) of every part."""
+
+    batch: StepBatch
+    missing: tuple[int, ...]
+    tokens: tuple[Any, ...]
+    reason: str  # all_ranks | settled | timeout | overflow
+
+
+def _concat(parts: list[StepBatch]) -> StepBatch:
+    if len(parts) == 1:
+        return parts[0]
+    head = parts[0]
+    columns = {k: np.concatenate([p.columns[k] for p in parts]) for k in head.columns}
+    # A rank sent twice (a producer retry): keep its first record.
+    _, first = np.unique(columns["rank"], return_index=True)
+    if len(first) != len(columns["rank"]):
+        columns = {k: v[np.sort(first)] for k, v in columns.items()}
+    return StepBatch(head.job, head.run, head.step, columns)
+
+
+class StepAssembler:
+    """Collect step parts until steps complete; see the module docstring."""
+
+    def __init__(self, config: AssemblyConfig | None = None) -> None:
+        self.config = config or AssemblyConfig()
+        self._open: dict[_StepKey, _Open] = {}
+        self._world: dict[tuple[str, int], int] = {}
+        self._latest: dict[tuple[str, int], int] = {}
+        self._done: dict[tuple[str, int], int] = {}
+
+    @property
+    def open_steps(self) -> int:
+        """Steps waiting now."""
+        return len(self._open)
+
+    def world(self, job: str, run: int) -> int:
+        """Ranks the job is expected to have (0 while unknown)."""
+        return self._world.get((job, run), 0)
+
+    def add(self, part: StepBatch, token: Any, now: float) -> list[CompleteStep]:
+        """Add one part; return the steps it completes (possibly none).
+
+        A part of a step that already completed (a late straggler's record) is returned as
+        its own one-part step marked ``late`` so its token is still acknowledged.
+        """
+        job_run = (part.job, part.run)
+        top = int(part["rank"].max()) + 1
+        if top > self._world.get(job_run, 0):
+            self._world[job_run] = top
+        self._latest[job_run] = max(self._latest.get(job_run, -1), part.step)
+        key = (part.job, part.run, part.step)
+        entry = self._open.get(key)
+        if entry is None and part.step <= self._done.get(job_run, -1):
+            return [CompleteStep(part, (), (token,), "late")]
+        if entry is None:
+            entry = self._open[key] = _Open(first_seen=now)
+        entry.parts.append(part)
+        entry.tokens.append(token)
+        entry.ranks += len(part)
+        entry.last_seen = now
+        out = []
+        if entry.ranks >= self._world[job_run]:
+            out.append(self._complete(key, "all_ranks"))
+        if len(self._open) > self.config.max_open_steps:
+            oldest = min(self._open, key=lambda k: self._open[k].first_seen)
+            out.append(self._complete(oldest, "overflow"))
+        return out
+
+    def due(self, now: float) -> list[CompleteStep]:
+        """Steps that completed by waiting: settled after their job moved on, or timed out."""
+        out = []
+        for key, entry in list(self._open.items()):
+            moved_on = self._latest.get(key[:2], -1) > key[2]
+            if now - entry.first_seen >= self.config.max_wait_s:
+                out.append(self._complete(key, "timeout"))
+            elif moved_on and now - entry.last_seen >= self.config.settle_s:
+                out.append(self._complete(key, "settled"))
+        return out
+
+    def drain(self) -> Iterator[CompleteStep]:
+        """Complete everything that waits (shutdown)."""
+        for key in sorted(self._open):
+            yield self._complete(key, "timeout")
+
+    def _complete(self, key: _StepKey, reason: str) -> CompleteStep:
+        entry = self._open.pop(key)
+        batch = _concat(entry.parts)
+        world = self._world.get(key[:2], 0)
+        present = np.zeros(world, dtype=bool)
+        present[batch["rank"][batch["rank"] < world]] = True
+        missing = tuple(int(r) for r in np.flatnonzero(~present))
+        job_run = key[:2]
+        self._done[job_run] = max(self._done.get(job_run, -1), key[2])
+        return CompleteStep(batch, missing, tuple(entry.tokens), reason)
