@@ -84,7 +84,7 @@ class Publisher:
                 "error_cb": self._on_error,
             }
         )
-        conf.setdefault("log_level", 3)
+        conf.setdefault("log_level", 2)  # connection errors during an outage: our own one-line logs
         try:
             self._producer = Producer(conf, logger=logging.getLogger("argus.publisher.kafka"))
         except KafkaException as exc:
@@ -169,6 +169,7 @@ class Publisher:
 
     # -- the worker's side ---------------------------------------------------------------
     _dropped_at_close = False
+    _was_stalled = False
 
     def _on_error(self, err: Any) -> None:
         from confluent_kafka import KafkaError
@@ -181,6 +182,8 @@ class Publisher:
     def _on_delivery(self, seq: int, err: Any, _msg: Any) -> None:
         rec = self._inflight.pop(seq, None)
         self._from_spool.discard(seq)
+        if rec is None:  # already spooled at shutdown (purged) or from a closed round
+            return
         if err is None:
             self.delivered += 1
             self._progress = time.monotonic()
@@ -203,7 +206,7 @@ class Publisher:
                 continue
             try:
                 out.append((topic, key, encode(value)))
-            except SchemaError as exc:
+            except (SchemaError, TypeError, ValueError) as exc:
                 self.dropped[f"invalid record: {type(exc).__name__}"] += 1
                 log.warning("dropping an invalid %s for %s: %s", type(value).__name__, topic, exc)
         return out
@@ -248,6 +251,13 @@ class Publisher:
 
     def _step(self) -> None:
         """One round: take the queue, send or spool it, replay the spool when deliveries flow."""
+        stalled = self._stalled()
+        if stalled != self._was_stalled:
+            self._was_stalled = stalled
+            if stalled:
+                log.warning("Kafka unreachable: spooling to %s", self.spool.dir if self.spool else "memory")
+            else:
+                log.warning("Kafka reachable again: replaying %d spooled records", len(self.spool or ()))
         items: list[_Item] = []
         while self._queue and len(items) < 10_000:
             items.append(self._queue.popleft())
@@ -306,12 +316,12 @@ class Publisher:
         rest = self._encode(list(self._queue))
         self._queue.clear()
         online = [rec for seq, rec in self._inflight.items() if seq not in self._from_spool]
+        self._inflight.clear()
+        self._from_spool.clear()
         # records replayed from the spool stay in their (uncommitted) segments and replay again
         if self.spool is not None:
             self._spool(online, prepend=True)
             self._spool(rest)
-            if not self._from_spool:
-                self.spool.commit()
         else:
             lost = len(online) + len(rest)
             if lost:
