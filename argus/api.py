@@ -171,7 +171,7 @@ def _lightning_callback() -> type:
                 "ArgusLightningCallback needs PyTorch Lightning: pip install lightning"
             ) from None
 
-    class ArgusLightningCallback(pl.Callback, StepCallbacks):  # type: ignore[misc, name-defined]
+    class ArgusLightningCallback(pl.Callback, StepCallbacks):  # type: ignore[misc]
         """Lightning callback: ``Trainer(callbacks=[argus.ArgusLightningCallback()])``."""
 
         def __init__(self, **settings: Any) -> None:
@@ -200,7 +200,7 @@ def _hf_callback() -> type:
             "ArgusHFCallback needs Hugging Face transformers: pip install transformers"
         ) from None
 
-    class ArgusHFCallback(TrainerCallback, StepCallbacks):  # type: ignore[misc, valid-type]
+    class ArgusHFCallback(TrainerCallback, StepCallbacks):  # type: ignore[misc]
         """Trainer callback: ``Trainer(..., callbacks=[argus.ArgusHFCallback()])``."""
 
         def __init__(self, **settings: Any) -> None:

@@ -45,7 +45,8 @@ class Publisher:
 
     Args:
         kafka_config: librdkafka settings (``Settings.kafka_client_config()``).
-        linger_ms: librdkafka batching delay; the worker also wakes this often.
+        linger_ms: librdkafka batching delay.
+        wake_ms: how often the worker wakes when idle (``flush`` wakes it at once).
         max_queue: records the in-memory queue holds; beyond that new records are dropped
             and counted (``dropped["queue full"]``).
         spool_dir: where to spool during a broker outage; None keeps everything in
@@ -68,6 +69,7 @@ class Publisher:
         spool_bytes: int = 1 << 30,
         stall_s: float = 2.0,
         replay_batch: int = 2_000,
+        wake_ms: int = 100,
     ) -> None:
         from confluent_kafka import KafkaException, Producer
 
@@ -90,6 +92,7 @@ class Publisher:
         except KafkaException as exc:
             raise PublishError(f"invalid Kafka settings: {exc.args[0]}") from None
         self.linger_s = linger_ms / 1000
+        self.wake_s = max(wake_ms, linger_ms) / 1000
         self.max_queue = max_queue
         self.stall_s = stall_s
         self.replay_batch = replay_batch
@@ -255,9 +258,15 @@ class Publisher:
         if stalled != self._was_stalled:
             self._was_stalled = stalled
             if stalled:
-                log.warning("Kafka unreachable: spooling to %s", self.spool.dir if self.spool else "memory")
+                log.warning(
+                    "Kafka unreachable: spooling to %s",
+                    self.spool.dir if self.spool is not None else "memory",
+                )
             else:
-                log.warning("Kafka reachable again: replaying %d spooled records", len(self.spool or ()))
+                log.warning(
+                    "Kafka reachable again: replaying %d spooled records",
+                    len(self.spool) if self.spool is not None else 0,
+                )
         items: list[_Item] = []
         while self._queue and len(items) < 10_000:
             items.append(self._queue.popleft())
@@ -296,7 +305,7 @@ class Publisher:
                 with self._idle:
                     self._idle.notify_all()
                 if not self._queue:
-                    self._wake.wait(self.linger_s)
+                    self._wake.wait(self.wake_s)
                     self._wake.clear()
                 self._producer.poll(0)
             except Exception:  # the worker must survive anything

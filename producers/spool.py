@@ -13,6 +13,7 @@ Plain file I/O, no Kafka: the publisher decides what goes in and when it comes o
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import struct
@@ -107,7 +108,7 @@ class Spool:
             room -= size
         return kept, rejected
 
-    def _write(self, number: int, data: bytes) -> None:
+    def _write(self, number: int, data: builtins.bytes) -> None:
         with open(self._path(number), "ab") as f:
             f.write(data)
         self._bytes += len(data)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from . import db, demo, diagnose, doctor, grafana, import_trace, simulate, sink, sql, worker  # noqa: F401 - registration by import
+from . import db, demo, diagnose, doctor, grafana, import_trace, node_agent, simulate, sink, sql, worker  # noqa: F401 - registration by import
 from ._app import app, err_console
 
 __all__ = ["app", "main"]

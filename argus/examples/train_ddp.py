@@ -83,7 +83,7 @@ def train(
         model.delay_s = (base_ms + (slow_ms if rank == slow_rank else 0.0)) / 1000
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=False)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
         dist.all_reduce(flat)
         flat /= dist.get_world_size()

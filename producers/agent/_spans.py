@@ -58,7 +58,7 @@ class CudaClock:
     def __init__(self) -> None:
         import torch
 
-        self._event = torch.cuda.Event
+        self._event: Any = torch.cuda.Event
 
     def now(self) -> Any:
         """Record an event on the current stream."""

@@ -36,7 +36,9 @@ def start_offsets(conf: dict[str, Any], topics: list[str]) -> list[Any]:
     return out
 
 
-def consume(conf: dict[str, Any], assignment: list[Any], job: str, until: Any, timeout: float = 60.0) -> list[Any]:
+def consume(
+    conf: dict[str, Any], assignment: list[Any], job: str, until: Any, timeout: float = 60.0
+) -> list[Any]:
     """Decoded records of ``job`` from ``assignment`` until ``until(records)`` or the timeout."""
     from confluent_kafka import Consumer
 
@@ -64,8 +66,20 @@ def test_four_gloo_ranks_one_slowed_diagnosis_names_it(kafka_conf, unique, tmp_p
     job, steps, slow = f"gloo-{unique}", 30, 2
     assignment = start_offsets(kafka_conf, [STEPS, STACKS, HEARTBEATS])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    args = ["--steps", str(steps), "--job", job, "--slow-rank", str(slow), "--slow-ms", "60",
-            "--bootstrap", kafka_conf["bootstrap.servers"], "--home", str(tmp_path)]
+    args = [
+        "--steps",
+        str(steps),
+        "--job",
+        job,
+        "--slow-rank",
+        str(slow),
+        "--slow-ms",
+        "60",
+        "--bootstrap",
+        kafka_conf["bootstrap.servers"],
+        "--home",
+        str(tmp_path),
+    ]
     codes = launch(4, args, timeout=240, env=env)
     assert codes == [0, 0, 0, 0]
 
@@ -91,7 +105,9 @@ def test_four_gloo_ranks_one_slowed_diagnosis_names_it(kafka_conf, unique, tmp_p
     # peers wait for the straggler in the all-reduce
     assert mid["all_reduce_ms"][slow] < mid["all_reduce_ms"][mid["rank"] != slow].min()
     wall = mid.step_ms
-    timed = sum(mid[c] for c in ("forward_ms", "backward_ms", "optimizer_ms", "all_reduce_ms", "dataloader_ms"))
+    timed = sum(
+        mid[c] for c in ("forward_ms", "backward_ms", "optimizer_ms", "all_reduce_ms", "dataloader_ms")
+    )
     assert (timed <= wall * 1.01 + 0.5).all()  # exclusive times never exceed the step
 
     anomalies = diagnose(batches)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
@@ -70,7 +69,13 @@ def test_publisher_delivers_in_order_and_never_raises(kafka_conf, unique, tmp_pa
     for i in range(3000):
         pub.publish_raw(topic, b"r%d" % (i % 4), b"%d" % i)
     per_call_us = (time.perf_counter() - t0) / 3000 * 1e6
-    pub.publish(topic, b"x", StepBatch.from_records([StepRecord("j", 0, 1, 0, start_ns=time.time_ns(), end_ns=time.time_ns() + 1)]))
+    pub.publish(
+        topic,
+        b"x",
+        StepBatch.from_records(
+            [StepRecord("j", 0, 1, 0, start_ns=time.time_ns(), end_ns=time.time_ns() + 1)]
+        ),
+    )
     pub.publish(topic, b"x", StepRecord("j", 0, 1, 0))  # not a Record type the codec knows: counted
     assert pub.flush(30) == 0
     assert pub.delivered == 3001

@@ -28,8 +28,9 @@ OUTAGE_S = float(os.environ.get("ARGUS_TEST_OUTAGE_S", "60"))
 
 def kafka(action: str, data: Path) -> None:
     env = dict(os.environ, ARGUS_KAFKA_PORT=str(PORT), ARGUS_KAFKA_DATA=str(data))
-    subprocess.run([str(REPO / "scripts" / "kafka.sh"), action], env=env, check=True, timeout=180,
-                   capture_output=True)
+    subprocess.run(
+        [str(REPO / "scripts" / "kafka.sh"), action], env=env, check=True, timeout=180, capture_output=True
+    )
 
 
 @pytest.fixture
@@ -40,7 +41,9 @@ def own_broker(tmp_path_factory):
     kafka("down", data)
 
 
-def read_all(conf: dict[str, Any], topics: list[str], job: str, want_steps: int, timeout: float = 90) -> list[Any]:
+def read_all(
+    conf: dict[str, Any], topics: list[str], job: str, want_steps: int, timeout: float = 90
+) -> list[Any]:
     from confluent_kafka import Consumer
 
     c = Consumer({**conf, "group.id": f"outage-{job}", "auto.offset.reset": "earliest"})
@@ -72,8 +75,15 @@ def test_broker_outage_spools_replays_in_order_and_never_delays_a_step(own_broke
     job = f"outage-{unique}"
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    agent = argus.attach(model, opt, job=job, kafka_bootstrap=conf["bootstrap.servers"], home=str(tmp_path),
-                         heartbeat_s=1.0, stack_hz=50.0)
+    agent = argus.attach(
+        model,
+        opt,
+        job=job,
+        kafka_bootstrap=conf["bootstrap.servers"],
+        home=str(tmp_path),
+        heartbeat_s=1.0,
+        stack_hz=50.0,
+    )
     publisher = argus.api._publisher
     x, y = torch.randn(32, 64), torch.randn(32, 1)
     cost_ns: list[int] = []  # the agent's own wall time on the training thread, per step
@@ -134,6 +144,8 @@ def test_broker_outage_spools_replays_in_order_and_never_delays_a_step(own_broke
         assert len(values) > OUTAGE_S / 2
     worst_ms = max(cost_ns) / 1e6
     p99_ms = sorted(cost_ns)[int(len(cost_ns) * 0.99)] / 1e6
-    print(f"steps={steps} outage_from_step={phases['down_at_step']} spooled={stats['spooled']} "
-          f"agent_ms_per_step p99={p99_ms:.3f} max={worst_ms:.3f}")
+    print(
+        f"steps={steps} outage_from_step={phases['down_at_step']} spooled={stats['spooled']} "
+        f"agent_ms_per_step p99={p99_ms:.3f} max={worst_ms:.3f}"
+    )
     assert worst_ms < 1.0, f"the agent delayed a step by {worst_ms:.3f} ms"

@@ -1,0 +1,61 @@
+"""argus.attach / argus.step / detach and the callbacks' logic."""
+
+from __future__ import annotations
+
+import pytest
+
+import argus
+from argus.api import StepCallbacks
+from schemas import STEPS
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes, object]] = []
+
+    def publish(self, topic, key, record):
+        self.records.append((topic, key, record))
+
+
+def test_step_is_a_noop_until_attached():
+    assert argus.api.attached() is None
+    with argus.step():
+        pass
+
+
+def test_attach_step_detach(tmp_path):
+    sink = ListSink()
+    agent = argus.attach(
+        sink=sink, job="api-test", home=str(tmp_path), rank=1, world=2, stack_hz=20, cupti=False
+    )
+    try:
+        assert argus.attach() is agent  # once per process
+        assert (agent.info.job, agent.info.rank, agent.info.world) == ("api-test", 1, 2)
+        for _ in range(3):
+            with argus.step(samples=4, tokens=64):
+                pass
+        cb = StepCallbacks()
+        cb.batch_begin()
+        cb.batch_end(tokens=1)
+    finally:
+        argus.detach()
+    assert argus.api.attached() is None
+    steps = [r for t, _k, r in sink.records if t == STEPS]
+    assert [b.step for b in steps] == [0, 1, 2, 3]
+    assert steps[0].records()[0].tokens == 64 and steps[3].records()[0].tokens == 1
+
+
+def test_bad_settings_raise_value_error():
+    with pytest.raises(ValueError, match=r"unknown argus\.attach settings"):
+        argus.attach(sink=ListSink(), no_such_setting=1)
+    assert argus.api.attached() is None
+
+
+def test_framework_callbacks_need_their_framework():
+    for name, hint in (("ArgusLightningCallback", "lightning"), ("ArgusHFCallback", "transformers")):
+        try:
+            cls = getattr(argus.api, name)
+        except ImportError as exc:
+            assert hint in str(exc)
+        else:
+            assert issubclass(cls, StepCallbacks)

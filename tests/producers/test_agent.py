@@ -1,0 +1,114 @@
+"""The rank agent in one process: spans, layout, stacks, hooks on a real torch loop."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from producers.agent import (
+    COLUMNS,
+    AgentConfig,
+    RankAgent,
+    RankInfo,
+    StackFolder,
+    coordinates,
+    detect_rank_info,
+    exclusive_ms,
+)
+from schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch
+
+IDX = {c: i for i, c in enumerate(COLUMNS)}
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes, object]] = []
+
+    def publish(self, topic, key, record):
+        self.records.append((topic, key, record))
+
+
+def test_exclusive_times_subtract_nested_spans():
+    # backward 10 ms holding an all-reduce of 4 ms which holds a GC pause of 1 ms
+    ms = exclusive_ms([IDX["backward_ms"], IDX["all_reduce_ms"], IDX["gc_ms"]], [10.0, 4.0, 1.0], [-1, 0, 1])
+    assert ms[IDX["backward_ms"]] == 6.0 and ms[IDX["all_reduce_ms"]] == 3.0 and ms[IDX["gc_ms"]] == 1.0
+    assert ms.sum() == 10.0
+
+
+def test_layout_megatron_order_and_environment():
+    assert coordinates(13, 16, tp_size=2, pp_size=2) == (2, 1, 1)
+    info = detect_rank_info(
+        "j", env={"RANK": "5", "WORLD_SIZE": "8", "TORCHELASTIC_RESTART_COUNT": "2"}, tp_size=2
+    )
+    assert (info.rank, info.world, info.run, info.dp, info.tp, info.pp) == (5, 8, 2, 2, 1, 0)
+    with pytest.raises(ValueError):
+        detect_rank_info("j", env={}, rank=9, world=4)
+
+
+def test_stack_folder_names_frames_like_the_detectors():
+    folder = StackFolder()
+    box: list[str] = []
+    ready, done = threading.Event(), threading.Event()
+
+    def inner_work() -> None:
+        ready.set()
+        done.wait(5)
+
+    t = threading.Thread(target=inner_work)
+    t.start()
+    ready.wait(5)
+    box.append(folder.sample(t.ident) or "")
+    done.set()
+    t.join()
+    assert "test_agent.py:inner_work;threading.py:wait" in box[0]
+    assert box[0].startswith("threading.py:_bootstrap")
+
+
+def test_agent_on_a_real_torch_loop():
+    import torch
+
+    sink = ListSink()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1)), batch_size=8
+    )
+    info = RankInfo("job-a", 0, 3, 4, 3, "hostA", dp=3)
+    agent = RankAgent(sink, info, AgentConfig(stack_hz=200, heartbeat_s=0.05, cupti=False))
+    agent.install(model, opt)
+    try:
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            time.sleep(0.01)
+            gc.collect()
+            opt.step()
+        time.sleep(0.2)
+    finally:
+        agent.close()
+    steps = [r for t, _k, r in sink.records if t == STEPS]
+    assert [b.step for b in steps] == list(range(8))
+    assert all(isinstance(b, StepBatch) and len(b) == 1 for b in steps)
+    rec = steps[3].records()[0]
+    assert (rec.rank, rec.host, rec.dp) == (3, "hostA", 3)
+    assert rec.forward_ms > 0 and rec.backward_ms > 0 and rec.optimizer_ms > 0 and rec.dataloader_ms > 0
+    assert rec.gc_ms > 0
+    phases = sum(getattr(rec, c) for c in COLUMNS)
+    assert phases <= rec.step_ms + 0.01
+    assert rec.step_ms > 10
+    stacks = [r for t, _k, r in sink.records if t == STACKS]
+    assert stacks and all(isinstance(s, StackSample) for s in stacks)
+    assert any("test_agent.py:test_agent_on_a_real_torch_loop" in st for s in stacks for st in s.stacks)
+    beats = [r for t, _k, r in sink.records if t == HEARTBEATS]
+    assert isinstance(beats[-1], Heartbeat) and beats[-1].last_step == 7
+    # hooks are gone after close
+    import torch.autograd
+
+    assert torch.autograd.backward.__module__ == "torch.autograd"
+    assert not any("callback" in repr(cb) and "Instrumentation" in repr(cb) for cb in gc.callbacks)
+    assert np.isfinite([rec.forward_ms, rec.backward_ms]).all()

@@ -1,0 +1,132 @@
+"""CUPTI activity records (cupti-python's own classes) → kernel sketches per step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from producers.collectors.cupti import CuptiCollector, activity_arrays, step_events, sync_ns_per_step
+from schemas import KernelNames, KernelSketch
+from schemas.kernel_codec import decode_payload
+
+cupti = pytest.importorskip("cupti.cupti")  # cupti-python is in the dev extra; it imports without a GPU
+
+K = cupti.ActivityKind
+CUSTOM0 = int(cupti.ExternalCorrelationKind.CUSTOM0)
+
+
+def kernel(name, start, end, stream, corr):
+    r = cupti.ActivityKernel11()
+    r.kind, r.name, r.start, r.end, r.stream_id, r.correlation_id = (
+        int(K.CONCURRENT_KERNEL),
+        name,
+        start,
+        end,
+        stream,
+        corr,
+    )
+    return r
+
+
+def memcpy(kind, nbytes, start, end, stream, corr):
+    r = cupti.ActivityMemcpy6()
+    r.kind, r.copy_kind, r.bytes, r.start, r.end, r.stream_id, r.correlation_id = (
+        int(K.MEMCPY),
+        int(kind),
+        nbytes,
+        start,
+        end,
+        stream,
+        corr,
+    )
+    return r
+
+
+def memset(nbytes, start, end, stream, corr):
+    r = cupti.ActivityMemset4()
+    r.kind, r.bytes, r.start, r.end, r.stream_id, r.correlation_id = (
+        int(K.MEMSET),
+        nbytes,
+        start,
+        end,
+        stream,
+        corr,
+    )
+    return r
+
+
+def sync(start, end, corr):
+    r = cupti.ActivitySynchronization2()
+    r.kind, r.type, r.start, r.end, r.correlation_id = (
+        int(K.SYNCHRONIZATION),
+        int(cupti.ActivitySynchronizationType.STREAM_SYNCHRONIZE),
+        start,
+        end,
+        corr,
+    )
+    return r
+
+
+def tag(corr, step):
+    r = cupti.ActivityExternalCorrelation()
+    r.kind, r.external_kind, r.external_id, r.correlation_id = (
+        int(K.EXTERNAL_CORRELATION),
+        CUSTOM0,
+        step,
+        corr,
+    )
+    return r
+
+
+def test_activity_arrays_reads_kernels_copies_sets_and_syncs():
+    recs = [
+        kernel("gemm", 1000, 1500, 7, 1),
+        memcpy(cupti.ActivityMemcpyKind.HTOD, 4096, 1600, 1700, 8, 2),
+        memset(512, 1700, 1710, 7, 3),
+        sync(1800, 2100, 4),
+        kernel("bad-timestamp", 0, 0, 7, 5),  # CUPTI could not time it: dropped
+        tag(1, 0),
+        tag(2, 0),
+        tag(3, 1),
+        tag(4, 1),
+    ]
+    a = activity_arrays(recs)
+    assert a.names == ["gemm", "[memcpy HtoD]", "[memset]"]
+    assert a.start_ns.tolist() == [1000, 1600, 1700] and a.end_ns.tolist() == [1500, 1700, 1710]
+    assert a.stream_ids.tolist() == [7, 8, 7] and a.nbytes.tolist() == [0, 4096, 512]
+    assert a.external == {1: 0, 2: 0, 3: 1, 4: 1}
+    assert {k: v.tolist() for k, v in step_events(a).items()} == {0: [0, 1], 1: [2]}
+    assert sync_ns_per_step(a) == {1: 300}
+
+
+def test_collector_emits_names_once_and_sketches_with_exact_counts():
+    rng = np.random.default_rng(3)
+    c = CuptiCollector("job", 0, 5)
+    recs, corr, t = [], 0, 10_000
+    expected = {}
+    for step in range(4):
+        durs = {"gemm": rng.integers(100, 200, 30), "nccl:all_reduce": rng.integers(500, 900, 3)}
+        expected[step] = durs
+        for name, ds in durs.items():
+            for d in ds:
+                corr += 1
+                recs.append(tag(corr, step))
+                recs.append(kernel(name, t, t + int(d), 7 if name == "gemm" else 13, corr))
+                t += int(d) + 50
+    # records arrive split over two buffers, a tag before its kernel's buffer
+    out = c.feed(recs[: len(recs) // 2], current_step=1) + c.feed(recs[len(recs) // 2 :], current_step=6)
+    names = [r for r in out if isinstance(r, KernelNames)]
+    sketches = [r for r in out if isinstance(r, KernelSketch)]
+    assert [n.names for n in names] == [("gemm", "nccl:all_reduce")]
+    assert [s.step for s in sketches] == [0, 1, 2, 3]
+    prev = None
+    for s in sketches:
+        stats = decode_payload(s.payload, prev)
+        prev = stats
+        by_id = dict(zip(stats.ids.tolist(), range(len(stats.ids)), strict=True))
+        for kid, name in enumerate(names[0].names):
+            ds = expected[s.step][name]
+            i = by_id[kid]
+            assert stats.count[i] == len(ds) and stats.total_ns[i] == int(ds.sum())
+            assert stats.min_ns[i] == ds.min() and stats.max_ns[i] == ds.max()
+    assert c.dropped_records == 0
