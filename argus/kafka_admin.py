@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["KafkaUnavailable", "ensure_topics", "probe_kafka"]
+__all__ = ["KafkaUnavailable", "ensure_topics", "probe_kafka", "topic_partitions"]
 
 log = logging.getLogger("argus.kafka")
 
@@ -66,3 +66,15 @@ def ensure_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise KafkaUnavailable(f"cannot create topic {topic}: {exc.args[0]}") from None
     return created
+
+
+def topic_partitions(conf: dict[str, Any], topic: str, timeout: float = 10.0) -> int:
+    """How many partitions ``topic`` has (0 when it does not exist)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        md = _admin(conf).list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc.args[0]}") from None
+    meta = md.topics.get(topic)
+    return 0 if meta is None or meta.error is not None else len(meta.partitions)

@@ -47,6 +47,7 @@ from schemas import (
 )
 
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler
+from .ordering import next_in_order
 
 __all__ = ["FINDINGS", "StreamConfig", "StreamMetrics", "build_app"]
 
@@ -71,6 +72,7 @@ class StreamConfig:
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
     diagnoser: DiagnoserConfig = field(default_factory=DiagnoserConfig)
     job_ttl_s: float = 6 * 3600.0
+    max_held_steps: int = 8
 
 
 @dataclass
@@ -195,17 +197,21 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                 continue
             state_key = f"{sf.job}|{sf.run}".encode()
             raw = job_states.get(state_key)
-            state = (
-                JobState.from_dict(json.loads(raw)) if raw else JobState.new(sf.job, sf.run, cfg.diagnoser)
-            )
-            if sf.step <= state.last_step:
-                continue  # replayed after a restart: the state already holds it
-            result = apply_findings(state, sf, cfg.diagnoser)
-            for anomaly in result.anomalies:
-                fut = await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
-                await fut
-                metrics.anomalies[anomaly.cause] += 1
-            job_states[state_key] = json.dumps({**state.to_dict(), "seen_s": time.time()}).encode()
+            doc = json.loads(raw) if raw else {}
+            state = JobState.from_dict(doc["state"]) if doc else JobState.new(sf.job, sf.run, cfg.diagnoser)
+            held: dict[int, Any] = {int(k): v for k, v in doc.get("held", {}).items()}
+            if sf.step <= state.last_step or sf.step in held:
+                continue  # a duplicate (replayed after a restart): already diagnosed or held
+            held[sf.step] = sf.to_dict()
+            while (step := next_in_order(state.last_step, held, cfg.max_held_steps)) is not None:
+                result = apply_findings(state, StepFindings.from_dict(held.pop(step)), cfg.diagnoser)
+                for anomaly in result.anomalies:
+                    fut = await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
+                    await fut  # delivered before the state that produced it is written
+                    metrics.anomalies[anomaly.cause] += 1
+            job_states[state_key] = json.dumps(
+                {"state": state.to_dict(), "held": held, "seen_s": time.time()}
+            ).encode()
 
     @app.timer(60.0)  # type: ignore[untyped-decorator]
     async def expire_jobs() -> None:

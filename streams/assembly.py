@@ -4,7 +4,12 @@ Pure bookkeeping, no Kafka and no clock of its own (the caller passes ``now``): 
 job is complete when every rank it expects has arrived, or when it has waited long
 enough — then the ranks that never arrived are reported as missing (a hung or lost rank is
 a finding too). The expected world is what the job showed before (the largest rank + 1
-seen in any step of its run), so the first step of a job completes by its timeout.
+seen in any part of its run, trusted once one step of the run completed by waiting), so the
+first step of a job completes by waiting and a part of a step never sets the world alone.
+
+Steps are released as they complete, which is not always step order (a worker catching
+up after a restart reads many partitions at once): the temporal stage puts them back in
+order (:func:`streams.ordering.next_in_order`).
 
 Memory is bounded by configuration: at most ``max_open_steps`` steps wait at once; beyond
 that the oldest is completed early with what it has.
@@ -12,6 +17,7 @@ that the oldest is completed early with what it has.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,13 +41,15 @@ class AssemblyConfig:
     """A step completes at the latest this long after its first part."""
     max_open_steps: int = 4096
     """Steps waiting at once, over all jobs (memory bound)."""
+    remember_steps: int = 4096
+    """Completed steps remembered per job, to tell a late part from a new step."""
 
 
 @dataclass
 class _Open:
     parts: list[StepBatch] = field(default_factory=list)
     tokens: list[Any] = field(default_factory=list)
-    ranks: int = 0
+    ranks: set[int] = field(default_factory=set)
     first_seen: float = 0.0
     last_seen: float = 0.0
 
@@ -76,8 +84,10 @@ class StepAssembler:
         self.config = config or AssemblyConfig()
         self._open: dict[_StepKey, _Open] = {}
         self._world: dict[tuple[str, int], int] = {}
+        self._seen_world: dict[tuple[str, int], int] = {}
         self._latest: dict[tuple[str, int], int] = {}
-        self._done: dict[tuple[str, int], int] = {}
+        self._completed: dict[tuple[str, int], deque[int]] = {}
+        self._out: list[CompleteStep] = []
 
     @property
     def open_steps(self) -> int:
@@ -95,51 +105,60 @@ class StepAssembler:
         its own one-part step marked ``late`` so its token is still acknowledged.
         """
         job_run = (part.job, part.run)
-        top = int(part["rank"].max()) + 1
-        if top > self._world.get(job_run, 0):
-            self._world[job_run] = top
+        self._seen_world[job_run] = max(self._seen_world.get(job_run, 0), int(part["rank"].max()) + 1)
         self._latest[job_run] = max(self._latest.get(job_run, -1), part.step)
         key = (part.job, part.run, part.step)
         entry = self._open.get(key)
-        if entry is None and part.step <= self._done.get(job_run, -1):
+        if entry is None and part.step in self._completed.get(job_run, ()):
             return [CompleteStep(part, (), (token,), "late")]
         if entry is None:
             entry = self._open[key] = _Open(first_seen=now)
         entry.parts.append(part)
         entry.tokens.append(token)
-        entry.ranks += len(part)
+        entry.ranks.update(part["rank"].tolist())
         entry.last_seen = now
-        out = []
-        if entry.ranks >= self._world[job_run]:
-            out.append(self._complete(key, "all_ranks"))
+        if job_run in self._world:
+            self._world[job_run] = self._seen_world[job_run]
+        world = self._world.get(job_run, 0)
+        if world and len(entry.ranks) >= world:
+            self._complete(key, "all_ranks")
         if len(self._open) > self.config.max_open_steps:
             oldest = min(self._open, key=lambda k: self._open[k].first_seen)
-            out.append(self._complete(oldest, "overflow"))
-        return out
+            self._complete(oldest, "overflow")
+        return self._released()
 
     def due(self, now: float) -> list[CompleteStep]:
         """Steps that completed by waiting: settled after their job moved on, or timed out."""
-        out = []
-        for key, entry in list(self._open.items()):
+        for key, entry in sorted(self._open.items()):
             moved_on = self._latest.get(key[:2], -1) > key[2]
-            if now - entry.first_seen >= self.config.max_wait_s:
-                out.append(self._complete(key, "timeout"))
+            world = self._world.get(key[:2], 0)
+            if world and len(entry.ranks) >= world:  # the world became known after it arrived
+                self._complete(key, "all_ranks")
+            elif now - entry.first_seen >= self.config.max_wait_s:
+                self._complete(key, "timeout")
             elif moved_on and now - entry.last_seen >= self.config.settle_s:
-                out.append(self._complete(key, "settled"))
-        return out
+                self._complete(key, "settled")
+        return self._released()
 
     def drain(self) -> Iterator[CompleteStep]:
-        """Complete everything that waits (shutdown)."""
+        """Complete and release everything that waits (shutdown)."""
         for key in sorted(self._open):
-            yield self._complete(key, "timeout")
+            self._complete(key, "timeout")
+        yield from self._released()
 
-    def _complete(self, key: _StepKey, reason: str) -> CompleteStep:
+    def _released(self) -> list[CompleteStep]:
+        out, self._out = self._out, []
+        return out
+
+    def _complete(self, key: _StepKey, reason: str) -> None:
         entry = self._open.pop(key)
         batch = _concat(entry.parts)
-        world = self._world.get(key[:2], 0)
+        job_run = key[:2]
+        world = max(self._seen_world.get(job_run, 0), int(batch["rank"].max()) + 1)
+        self._world[job_run] = world
         present = np.zeros(world, dtype=bool)
         present[batch["rank"][batch["rank"] < world]] = True
         missing = tuple(int(r) for r in np.flatnonzero(~present))
-        job_run = key[:2]
-        self._done[job_run] = max(self._done.get(job_run, -1), key[2])
-        return CompleteStep(batch, missing, tuple(entry.tokens), reason)
+        done = self._completed.setdefault(job_run, deque(maxlen=self.config.remember_steps))
+        done.append(key[2])
+        self._out.append(CompleteStep(batch, missing, tuple(entry.tokens), reason))

@@ -1,0 +1,82 @@
+"""Step assembly: complete on all ranks, on settling, on timeout; missing ranks named."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from producers.simulator import ClusterSimulator, Layout
+from streams import AssemblyConfig, StepAssembler
+
+
+def parts(step_batch, size: int):
+    return [
+        step_batch.take(np.arange(i, min(i + size, len(step_batch)))) for i in range(0, len(step_batch), size)
+    ]
+
+
+def test_steps_complete_when_every_rank_arrived() -> None:
+    sim = ClusterSimulator(Layout(dp=4, tp=8, pp=2), seed=1, job="a")
+    asm = StepAssembler(AssemblyConfig(settle_s=1.0, max_wait_s=5.0))
+    first, second = (s.batch for s in sim.run(2))
+    out = [c for i, p in enumerate(parts(first, 16)) for c in asm.add(p, i, now=0.0)]
+    assert out == []  # the world is unknown until the first step completes by waiting
+    assert [c.reason for c in asm.due(now=5.0)] == ["timeout"]
+    done = [c for i, p in enumerate(parts(second, 16)) for c in asm.add(p, i, now=6.0)]
+    assert [c.reason for c in done] == ["all_ranks"]
+    assert len(done[0].batch) == 64 and done[0].missing == () and done[0].tokens == (0, 1, 2, 3)
+
+
+def test_a_rank_that_never_arrives_is_reported_missing() -> None:
+    sim = ClusterSimulator(Layout(dp=4, tp=8, pp=2), seed=1, job="b")
+    steps = [s.batch for s in sim.run(3)]
+    asm = StepAssembler(AssemblyConfig(settle_s=0.5, max_wait_s=30.0))
+    for p in parts(steps[0], 64):
+        asm.add(p, None, now=0.0)
+    assert len(asm.due(now=31.0)) == 1
+    lost = steps[1].take(np.flatnonzero(steps[1]["rank"] != 13))
+    assert asm.add(lost, "x", now=32.0) == []
+    asm.add(steps[2].take(np.arange(8)), "y", now=32.1)  # the job moved on
+    assert asm.due(now=32.3) == []  # not settled yet
+    (done,) = asm.due(now=32.7)
+    assert done.reason == "settled" and done.missing == (13,) and done.batch.step == 1
+
+
+def test_duplicate_parts_count_once_and_late_parts_are_acknowledged() -> None:
+    sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=1, job="c")
+    s0, s1 = (s.batch for s in sim.run(2))
+    asm = StepAssembler()
+    asm.add(s0, 1, now=0.0)
+    asm.due(now=100.0)
+    half = s1.take(np.arange(4))
+    assert asm.add(half, 2, now=101.0) + asm.add(half, 3, now=101.0) == []  # a retry is no progress
+    (done,) = asm.add(s1.take(np.arange(4, 8)), 4, now=101.0)
+    assert (
+        done.reason == "all_ranks" and len(done.batch) == 8 and done.batch["rank"].tolist() == list(range(8))
+    )
+    (late,) = asm.add(half, 5, now=102.0)
+    assert late.reason == "late" and late.tokens == (5,)
+
+
+def test_memory_is_bounded_by_open_steps() -> None:
+    sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=1, job="d")
+    asm = StepAssembler(AssemblyConfig(max_open_steps=4, max_wait_s=1e9, settle_s=1e9))
+    done = []
+    for s in sim.run(10):
+        done += asm.add(s.batch.take(np.arange(4)), s.step, now=float(s.step))
+        assert asm.open_steps <= 4
+    done += asm.due(now=10.0)
+    assert done[0].reason == "overflow" and sorted(t for c in done for t in c.tokens) == list(range(10))
+
+
+def test_out_of_order_steps_are_released_as_they_complete_and_none_dropped() -> None:
+    sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=2, job="e")
+    batches = [s.batch for s in sim.run(6)]
+    asm = StepAssembler(AssemblyConfig(settle_s=0.5))
+    asm.add(batches[0], 0, now=0.0)
+    assert [c.batch.step for c in asm.due(now=11.0)] == [0]  # world now 8
+    out = []
+    for step in (3, 1, 2, 5, 4):  # catching up: partitions deliver out of order
+        out += asm.add(batches[step], step, now=13.0)
+    assert [c.batch.step for c in out] == [3, 1, 2, 5, 4]
+    (late,) = asm.add(batches[4], 9, now=15.0)
+    assert late.reason == "late" and late.tokens == (9,)

@@ -1,0 +1,149 @@
+"""The stream worker as users run it (`argus worker`), on the real broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+
+from argus.kafka_admin import ensure_topics
+from argus.simulate import layout_for, parse_fault, publish_simulation
+from detectors import diagnose
+from producers.publisher import Publisher
+from producers.simulator import ClusterSimulator
+from schemas import ALL_TOPICS, ANOMALIES, STEP_SUMMARIES, Anomaly, decode
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+class Worker:
+    """An `argus worker` subprocess."""
+
+    def __init__(self, app_id: str, home: Path, bootstrap: str) -> None:
+        env = {**os.environ, "ARGUS_HOME": str(home), "ARGUS_KAFKA_BOOTSTRAP": bootstrap}
+        self.log = open(home / f"{app_id}-{time.time_ns()}.log", "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "argus.cli", "worker", "--app-id", app_id],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def worker_factory(kafka_conf, tmp_path) -> Iterator[Any]:
+    ensure_topics(kafka_conf, ALL_TOPICS, partitions=16)
+    started: list[Worker] = []
+
+    def start(app_id: str) -> Worker:
+        w = Worker(app_id, tmp_path, kafka_conf["bootstrap.servers"])
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def publish(kafka_conf, job: str, steps: int, faults: list[str], *, ranks: int = 256, rate: float = 0.0):
+    layout = layout_for(ranks)
+    publisher = Publisher(kafka_conf)
+    result = publish_simulation(
+        publisher.publish,
+        job=job,
+        layout=layout,
+        steps=steps,
+        faults=[parse_fault(f, layout) for f in faults],
+        rate=rate,
+        seed=7,
+    )
+    assert publisher.flush(30) == 0
+    return layout, result
+
+
+def collect(kafka_conf, job: str, *, until, timeout: float = 120.0) -> tuple[dict[str, Anomaly], set[int]]:
+    """Anomalies (latest version per id) and summarized steps of ``job`` until ``until`` holds."""
+    c = Consumer({**kafka_conf, "group.id": f"peek-{time.time_ns()}", "auto.offset.reset": "earliest"})
+    c.subscribe([ANOMALIES, STEP_SUMMARIES])
+    anomalies: dict[str, Anomaly] = {}
+    steps: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not until(anomalies, steps):
+            for m in c.consume(500, timeout=0.5):
+                if m.error():
+                    continue
+                r = decode(m.value())
+                if r.job != job:
+                    continue
+                if m.topic() == ANOMALIES:
+                    anomalies[r.id] = r
+                else:
+                    steps.add(r.step)
+    finally:
+        c.close()
+    return anomalies, steps
+
+
+def test_one_straggler_yields_one_anomaly_and_a_clean_job_none(kafka_conf, worker_factory, unique) -> None:
+    slow, clean = f"e2e-slow-{unique}", f"e2e-clean-{unique}"
+    publish(kafka_conf, slow, 40, ["compute_straggler@15+15:77"])
+    publish(kafka_conf, clean, 40, [])
+    worker_factory(f"t-{unique}")
+    found, steps = collect(
+        kafka_conf, slow, until=lambda a, s: len(s) >= 40 and any(x.end_step >= 29 for x in a.values())
+    )
+    assert len(steps) == 40
+    assert len(found) == 1, [(a.cause, a.suspect) for a in found.values()]
+    (anomaly,) = found.values()
+    assert (anomaly.cause, anomaly.suspect, anomaly.start_step) == ("compute_straggler", "rank:77", 15)
+    assert anomaly.gpu_hours_lost > 0 and "compute_ms_z" in anomaly.evidence
+    none, clean_steps = collect(kafka_conf, clean, until=lambda a, s: len(s) >= 40, timeout=60)
+    assert len(clean_steps) == 40 and none == {}
+
+
+def test_sigkill_and_restart_emit_the_same_anomalies(kafka_conf, worker_factory, unique) -> None:
+    job = f"e2e-kill-{unique}"
+    faults = [
+        "compute_straggler@12+10:40",
+        "dataloader_stall@30:200",
+        "gc_pause@45:9",
+        "compute_straggler@50+8:131",
+    ]
+    layout, _ = publish(kafka_conf, job, 70, faults)
+    # The uninterrupted run: the same simulation diagnosed offline.
+    sim = ClusterSimulator(
+        layout, seed=7, job=job, faults=[parse_fault(f, layout) for f in faults], checkpoint_every=0
+    )
+    offline = diagnose(s.batch for s in sim.run(70))
+    expected = {a.id for a in offline}
+    assert len(expected) == 4
+
+    first = worker_factory(f"k-{unique}")
+    collect(kafka_conf, job, until=lambda a, s: len(s) >= 25, timeout=120)
+    first.kill()  # SIGKILL mid-run: no shutdown, nothing flushed
+    worker_factory(f"k-{unique}")
+    found, _ = collect(kafka_conf, job, until=lambda a, s: len(s) >= 70 and set(a) >= expected, timeout=180)
+    described = sorted((a.cause, a.suspect, a.start_step) for a in found.values())
+    assert set(found) == expected, (described, sorted((a.cause, a.suspect, a.start_step) for a in offline))
