@@ -17,6 +17,7 @@ import builtins
 import logging
 import os
 import struct
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def _unpack(data: bytes, pos: int, limit: int) -> tuple[list[SpoolRecord], int]:
     """Up to ``limit`` whole records of ``data`` from ``pos``; the position after them."""
     out: list[SpoolRecord] = []
     while len(out) < limit and pos + _HEAD.size <= len(data):
+        if len(out) % 256 == 255:
+            time.sleep(0)  # a replay thread must not hold the GIL for long
         t, k, v = _HEAD.unpack_from(data, pos)
         o = pos + _HEAD.size
         end = o + t + k + v
