@@ -1,0 +1,199 @@
+"""Stream worker throughput and detection latency on the real broker.
+
+1. Throughput: a simulated job of 16,384 ranks (4,096 with --quick) is published ahead,
+   then one `argus worker` process catches up; records/s = rank-steps summarized per
+   second of the worker's wall time (first to last summary).
+2. Latency: the same worker, a job published live at a fixed step rate with faults
+   injected; for every anomaly, its Kafka timestamp minus the end of the step that
+   confirmed it (both wall clocks of this machine).
+Peak RSS of the worker process is sampled throughout.
+
+    python bench/streams.py [--quick]
+
+Last line: JSON with records_per_s, latency_p50_s, latency_p99_s, worker_rss_mb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import psutil
+from confluent_kafka import Consumer
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from argus.config import load_settings  # noqa: E402
+from argus.kafka_admin import ensure_topics  # noqa: E402
+from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
+from producers.publisher import Publisher  # noqa: E402
+from schemas import ALL_TOPICS, ANOMALIES, STEP_SUMMARIES, decode  # noqa: E402
+
+
+class PeakRss(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            try:
+                self.peak = max(self.peak, self.proc.memory_info().rss)
+            except psutil.Error:
+                return
+
+
+def consume(
+    conf: dict, job: str, want_steps: int, timeout: float
+) -> tuple[list[float], list[tuple[float, int]]]:
+    """Receive times of the job's summaries and (Kafka timestamp ms, detected_ns) of its anomalies."""
+    c = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"})
+    c.subscribe([STEP_SUMMARIES, ANOMALIES])
+    summaries: list[float] = []
+    anomalies: list[tuple[float, int]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and len(summaries) < want_steps:
+            for m in c.consume(1000, timeout=0.2):
+                if m.error():
+                    continue
+                r = decode(m.value())
+                if r.job != job:
+                    continue
+                if m.topic() == STEP_SUMMARIES:
+                    summaries.append(time.time())
+                else:
+                    anomalies.append((m.timestamp()[1], r.detected_ns))
+        # anomalies of the last steps close a little later
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            for m in c.consume(1000, timeout=0.2):
+                if not m.error() and m.topic() == ANOMALIES:
+                    r = decode(m.value())
+                    if r.job == job:
+                        anomalies.append((m.timestamp()[1], r.detected_ns))
+    finally:
+        c.close()
+    return summaries, anomalies
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    ranks = 4096 if args.quick else 16384
+    steps = 40 if args.quick else 60
+    live_steps = 40 if args.quick else 80
+    settings = load_settings()
+    conf = settings.kafka_client_config()
+    ensure_topics(conf, ALL_TOPICS, partitions=settings.kafka_partitions)
+    layout = layout_for(ranks)
+    publisher = Publisher(conf)
+    run = uuid.uuid4().hex[:8]
+
+    # 1. Throughput: publish ahead, then let one worker catch up.
+    job = f"bench-tput-{run}"
+    t0 = time.monotonic()
+    publish_simulation(publisher.publish, job=job, layout=layout, steps=steps, seed=1)
+    assert publisher.flush(120) == 0
+    print(
+        f"published {ranks * steps:,} rank-steps of {ranks} ranks in {time.monotonic() - t0:.1f} s",
+        flush=True,
+    )
+
+    home = Path(tempfile.mkdtemp(prefix="argus-bench-"))
+    env = {**os.environ, "ARGUS_HOME": str(home)}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "argus.cli", "worker", "--app-id", f"bench-{run}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(home / "worker.log", "w"),
+    )
+    rss = PeakRss(worker.pid)
+    rss.start()
+    try:
+        summaries, _ = consume(conf, job, steps, timeout=600)
+        if len(summaries) < 2:
+            raise SystemExit(
+                f"worker summarized {len(summaries)} of {steps} steps; see {home / 'worker.log'}"
+            )
+        span = summaries[-1] - summaries[0]
+        records_per_s = ranks * (len(summaries) - 1) / max(span, 1e-9)
+        print(
+            f"throughput: {len(summaries)} steps in {span:.1f} s -> {records_per_s:,.0f} rank-steps/s",
+            flush=True,
+        )
+
+        # 2. Latency: live job at a rate the worker keeps up with, faults injected.
+        rate = min(2.0, 0.5 * records_per_s / ranks)
+        live = f"bench-live-{run}"
+        faults = [
+            parse_fault(f, layout)
+            for f in (
+                f"compute_straggler@10+8:{ranks // 3}",
+                f"dataloader_stall@20:{ranks // 5}",
+                f"gc_pause@28:{ranks // 7}",
+                f"compute_straggler@33+6:{ranks // 2}",
+            )
+        ] + (
+            [
+                parse_fault(f"dataloader_stall@{s}:{(s * 97) % ranks}", layout)
+                for s in range(45, live_steps - 3, 6)
+            ]
+        )
+        pub = threading.Thread(
+            target=lambda: publish_simulation(
+                publisher.publish, job=live, layout=layout, steps=live_steps, faults=faults, seed=2, rate=rate
+            )
+        )
+        pub.start()
+        _, anomalies = consume(conf, live, live_steps, timeout=live_steps / rate + 120)
+        pub.join()
+        publisher.flush(30)
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        rss.stop.set()
+    first = {}
+    for ts_ms, detected_ns in anomalies:  # the first emission of each anomaly is its detection
+        first.setdefault(detected_ns, ts_ms)
+    lat = np.array([ts / 1e3 - ns / 1e9 for ns, ts in first.items()])
+    p50, p99 = (float(np.percentile(lat, q)) for q in (50, 99)) if len(lat) else (float("nan"),) * 2
+    rss_mb = rss.peak / 2**20
+    print()
+    print(
+        f"{'ranks':>8} {'records/s':>12} {'anomalies':>10} {'latency p50 s':>14} {'p99 s':>8} {'worker RSS MB':>14}"
+    )
+    print(f"{ranks:>8} {records_per_s:>12,.0f} {len(lat):>10} {p50:>14.3f} {p99:>8.3f} {rss_mb:>14.0f}")
+    print(
+        json.dumps(
+            {
+                "records_per_s": round(records_per_s),
+                "latency_p50_s": round(p50, 3),
+                "latency_p99_s": round(p99, 3),
+                "worker_rss_mb": round(rss_mb, 1),
+                "ranks": ranks,
+                "step_rate_live": round(rate, 3),
+                "anomalies": len(lat),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
