@@ -119,7 +119,7 @@ def main() -> None:
         [sys.executable, "-m", "argus.cli", "worker", "--app-id", f"bench-{run}"],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=open(home / "worker.log", "w"),
+        stderr=open(home / "worker.log", "w"),  # noqa: SIM115 - lives as long as the worker
     )
     rss = PeakRss(worker.pid)
     rss.start()
