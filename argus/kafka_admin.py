@@ -15,23 +15,45 @@ class KafkaUnavailable(Exception):
     """The broker cannot be reached or refused us."""
 
 
-def _admin(conf: dict[str, Any]) -> Any:
+def _admin(conf: dict[str, Any], errors: list[Any] | None = None) -> Any:
     from confluent_kafka.admin import AdminClient
 
     quiet = dict(conf)
     quiet.setdefault("log_level", 3)  # librdkafka: errors only; we report reachability ourselves
+    if errors is not None:
+        quiet["error_cb"] = errors.append
     return AdminClient(quiet, logger=logging.getLogger("argus.kafka.admin"))
+
+
+def _reason(conf: dict[str, Any], err: Any, errors: list[Any]) -> str:
+    """The clearest reason: an authentication failure beats the metadata timeout it causes."""
+    from confluent_kafka import KafkaError
+
+    where = conf.get("bootstrap.servers")
+    for e in errors:
+        if e.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+            user = conf.get("sasl.username", "")
+            return (
+                f"Kafka at {where} refused the credentials of user {user!r} ({conf.get('sasl.mechanism')}): "
+                f"authentication failed"
+            )
+        if e.code() == KafkaError._SSL:
+            return f"TLS handshake with Kafka at {where} failed: {e.str()}"
+    return f"cannot reach Kafka at {where}: {err}"
 
 
 def probe_kafka(conf: dict[str, Any], timeout: float = 5.0) -> str:
     """One line about the cluster, or :class:`KafkaUnavailable` with the reason."""
     from confluent_kafka import KafkaException
 
+    errors: list[Any] = []
+    admin = _admin(conf, errors)
     try:
-        md = _admin(conf).list_topics(timeout=timeout)
+        md = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else exc
-        raise KafkaUnavailable(f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {err}") from None
+        admin.poll(0.5)  # serve the error callbacks: they say why (e.g. authentication)
+        raise KafkaUnavailable(_reason(conf, err, errors)) from None
     brokers = ", ".join(f"{b.host}:{b.port}" for b in md.brokers.values())
     return f"{len(md.brokers)} broker(s) ({brokers}), {len(md.topics)} topics"
 
@@ -75,6 +97,8 @@ def topic_partitions(conf: dict[str, Any], topic: str, timeout: float = 10.0) ->
     try:
         md = _admin(conf).list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc.args[0]}") from None
+        raise KafkaUnavailable(
+            f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc.args[0]}"
+        ) from None
     meta = md.topics.get(topic)
     return 0 if meta is None or meta.error is not None else len(meta.partitions)

@@ -8,7 +8,9 @@
 #
 # Settings (environment): ARGUS_KAFKA_PORT (9092; the controller uses PORT+1),
 # ARGUS_KAFKA_DATA (.argus/kafka in the repo), ARGUS_CACHE (~/.cache/argus, the jars),
-# ARGUS_KAFKA_HEAP (512m).
+# ARGUS_KAFKA_HEAP (512m). With ARGUS_KAFKA_SCRAM_USER and ARGUS_KAFKA_SCRAM_PASSWORD (or
+# ARGUS_KAFKA_SCRAM_PASSWORD_FILE) set when the storage is first formatted, the broker also
+# listens with SASL_PLAINTEXT (SCRAM-SHA-512) on PORT+2 for that user.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,10 +55,24 @@ up() {
   mkdir -p "$data"
   sed -e "s#@PORT@#$port#g" -e "s#@CONTROLLER_PORT@#$cport#g" -e "s#@DATA@#$data#g" \
     "$here/kafka/server.properties.in" >"$data/server.properties"
+  local scram_pw="${ARGUS_KAFKA_SCRAM_PASSWORD:-}" scram_args=()
+  if [[ -z "$scram_pw" && -n "${ARGUS_KAFKA_SCRAM_PASSWORD_FILE:-}" ]]; then scram_pw="$(<"$ARGUS_KAFKA_SCRAM_PASSWORD_FILE")"; fi
+  if [[ -n "${ARGUS_KAFKA_SCRAM_USER:-}" && -n "$scram_pw" ]]; then
+    local sport="$((port + 2))"
+    cat >>"$data/server.properties" <<PROPS
+# SASL_PLAINTEXT (SCRAM-SHA-512) listener for clients that authenticate
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,SASL_PLAINTEXT://127.0.0.1:$sport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sport
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+PROPS
+    scram_args=(--add-scram "SCRAM-SHA-512=[name=$ARGUS_KAFKA_SCRAM_USER,password=$scram_pw]")
+  fi
   if [[ ! -f "$data/log/meta.properties" ]]; then
     local cluster
     cluster="$(java_run kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)"
-    java_run kafka.tools.StorageTool format -t "$cluster" -c "$data/server.properties" >"$data/format.log" 2>&1 || {
+    java_run kafka.tools.StorageTool format -t "$cluster" -c "$data/server.properties" "${scram_args[@]}" \
+      >"$data/format.log" 2>&1 || {
       log "formatting KRaft storage failed:"; cat "$data/format.log" >&2; exit 1; }
   fi
   : >"$data/broker.log"
