@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import sys
 
-from . import db, demo, diagnose, doctor, grafana, import_trace, node_agent, simulate, sink, sql, worker  # noqa: F401 - registration by import
+from . import (  # noqa: F401 - registration by import
+    db,
+    demo,
+    diagnose,
+    doctor,
+    grafana,
+    import_trace,
+    node_agent,
+    report,
+    simulate,
+    sink,
+    sql,
+    worker,
+)
 from ._app import app, err_console
 
 __all__ = ["app", "main"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ALERTS", "DASHBOARDS", "AlertRule", "Dashboard", "Panel", "all_panels"]
+__all__ = ["ALERTS", "DASHBOARDS", "REPORT", "AlertRule", "Dashboard", "Panel", "all_panels"]
 
 JOB = "job = decodeURLComponent('${job:percentencode}')"
 RANK = "rank = toUInt32OrZero(decodeURLComponent('${rank:percentencode}'))"
@@ -309,3 +309,61 @@ FROM step_summaries WHERE $__timeFilter(time) GROUP BY job HAVING missing > 0"""
 def all_panels() -> list[tuple[Dashboard, Panel]]:
     """Every panel with its dashboard (for tests, export and the report)."""
     return [(d, p) for d in DASHBOARDS for p in d.panels]
+
+
+# -- argus report ------------------------------------------------------------------------
+# Queries only the report needs (it reuses the panels above for everything else). Same
+# macros and variables as the panels, so the same expander runs them.
+
+REPORT = (
+    Panel(
+        "busy_by_step",
+        "Busy time per rank and step (ms)",
+        "heatmap",
+        f"""WITH (SELECT max(rank) FROM steps WHERE {JOB} AND $__timeFilter(time)) AS max_rank,
+     (SELECT min(first_step) FROM jobs WHERE {JOB}) AS first,
+     (SELECT max(last_step) FROM jobs WHERE {JOB}) AS last
+SELECT first + intDiv(step - first, intDiv(last - first, 240) + 1) * (intDiv(last - first, 240) + 1) AS step_group,
+       intDiv(rank, intDiv(max_rank, 256) + 1) * (intDiv(max_rank, 256) + 1) AS rank_group,
+       max({BUSY}) AS busy_ms
+FROM steps WHERE {JOB} AND $__timeFilter(time)
+GROUP BY step_group, rank_group ORDER BY step_group, rank_group""",
+        "At most 240 step columns and 256 rank rows; a cell is the busiest rank-step in it.",
+    ),
+    Panel(
+        "phases_by_rank",
+        "Phases per rank (mean ms per step)",
+        "table",
+        f"""SELECT rank, any(host) AS host, count() AS steps, avg(step_ms) AS step, avg(forward_ms) AS forward,
+       avg(backward_ms) AS backward, avg(optimizer_ms) AS optimizer, avg(dataloader_ms) AS dataloader,
+       avg(h2d_ms) AS h2d, avg(gc_ms) AS gc, avg(compile_ms) AS compile, avg(checkpoint_ms) AS checkpoint,
+       avg({COLLECTIVE}) AS collective, avg({BUSY}) AS busy
+FROM steps WHERE {JOB} AND $__timeFilter(time)
+GROUP BY rank ORDER BY rank""",
+    ),
+    Panel(
+        "suspect_ranks",
+        "Suspect ranks by cost",
+        "table",
+        f"""SELECT arrayJoin(anomalies.ranks) AS rank, max(anomalies.gpu_hours_lost) AS lost,
+       argMax(anomalies.cause, anomalies.gpu_hours_lost) AS top_cause
+FROM anomalies WHERE {JOB} AND $__timeFilter(time)
+GROUP BY rank ORDER BY lost DESC, rank LIMIT 3""",
+    ),
+    Panel(
+        "kernel_shift",
+        "Kernels: this rank vs its peers (µs)",
+        "table",
+        f"""WITH per_rank AS (
+    SELECT name, rank, sum(total_ns) AS total_ns, sum(count) AS calls,
+           quantile(0.5)(p50_ns) AS p50, quantile(0.5)(p99_ns) AS p99
+    FROM kernels WHERE {JOB} AND $__timeFilter(time) GROUP BY name, rank)
+SELECT name, sumIf(total_ns, {RANK}) / 1e6 AS total_ms, sumIf(calls, {RANK}) AS calls,
+       anyIf(p50, {RANK}) / 1e3 AS p50_us, anyIf(p99, {RANK}) / 1e3 AS p99_us,
+       medianIf(p50, NOT {RANK}) / 1e3 AS peers_p50_us, medianIf(p99, NOT {RANK}) / 1e3 AS peers_p99_us,
+       countIf(NOT {RANK}) AS peers
+FROM per_rank GROUP BY name HAVING total_ms > 0 ORDER BY total_ms DESC LIMIT 15""",
+        "Median over steps of each rank's per-step p50/p99; peers are every other rank with kernel data.",
+    ),
+)
+"""Report-only queries (not on a dashboard): the steps axis, per-rank phases, suspects, kernel shifts."""
