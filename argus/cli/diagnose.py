@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
@@ -13,38 +12,8 @@ from rich.table import Table
 
 from detectors import diagnose_series
 
+from ..csvlogs import CsvError, read_series
 from ._app import app, console, fail
-
-
-def _read(path: Path, rank_col: str, t_col: str, value_col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The three columns of a CSV as numbers (other columns ignored, blank values skipped)."""
-    try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in (rank_col, t_col, value_col) if c not in header]
-            if missing:
-                fail(
-                    f"{path}: missing column(s) {', '.join(missing)}; the header has {', '.join(header) or 'nothing'}"
-                )
-            ranks, ts, vs = [], [], []
-            for line, row in enumerate(reader, start=2):
-                raw = (row.get(rank_col), row.get(t_col), row.get(value_col))
-                if any(v is None or v.strip() == "" for v in raw):
-                    continue
-                try:
-                    ranks.append(int(float(raw[0] or "")))
-                    ts.append(float(raw[1] or ""))
-                    vs.append(float(raw[2] or ""))
-                except ValueError:
-                    fail(f"{path}:{line}: not a number in {rank_col}/{t_col}/{value_col}: {raw!r}")
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc.strerror or exc}")
-    except (csv.Error, UnicodeDecodeError) as exc:
-        fail(f"{path} is not a readable CSV: {exc}")
-    if not vs:
-        fail(f"{path}: no data rows")
-    return np.array(ranks, np.int64), np.array(ts), np.array(vs)
 
 
 @app.command()
@@ -64,7 +33,10 @@ def diagnose(
     if (time_col is None) == (step_col is None):
         fail("give exactly one of --time-col or --step-col")
     t_col = time_col or step_col or ""
-    rank, t, value = _read(steps_csv, rank_col, t_col, value_col)
+    try:
+        rank, t, value = read_series(steps_csv, rank_col, t_col, value_col)
+    except CsvError as exc:
+        fail(str(exc))
     try:
         found = diagnose_series(
             rank,
