@@ -1,99 +1,619 @@
-"""``argus demo``: records through the real broker into ClickHouse, and what comes back."""
+"""``argus demo``: the whole system on this machine, started and stopped by one command.
+
+What runs (all real, nothing mocked):
+
+1. the project's Kafka broker (``scripts/kafka.sh``; started only if none answers, and then
+   stopped again at the end), a stream worker (``argus worker``) and the sink
+   (``argus sink``) as child processes, under a demo-specific ``ARGUS_HOME``
+   (``<home>/demo``: its own chDB directory) and demo-specific consumer groups whose
+   offsets are moved to the end of the topics first, so the demo never reads anybody's
+   backlog and never fights a user's own worker or sink over offsets;
+2. a real 4-rank ``torch.distributed`` (gloo) training with the agent attached and one rank
+   slowed (:mod:`argus.examples.train_ddp`);
+3. a simulated 4,096-rank job with three different faults
+   (:func:`argus.simulate.publish_simulation`).
+
+The demo waits on the pipeline's own effects: the worker's step summaries and findings of
+both jobs, the worker group's committed offsets past them, the anomalies topic, and the
+sink group's committed offsets past everything (the sink commits only after its insert).
+Then it stops the sink (which holds the chDB directory), writes the HTML reports with
+``argus report``, reads the anomalies back from ClickHouse and checks them against what
+was injected. Every child process runs in its own session and is stopped (SIGTERM, then
+SIGKILL) on success, error and Ctrl-C alike.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
 
-import numpy as np
-
-from schemas import ALL_TOPICS, STEPS, StepBatch, step_key
+from schemas import ALL_TOPICS, ANOMALIES, STEP_SUMMARIES, Anomaly, SchemaError, StepSummary, decode, job_key
 
 from .config import Settings
-from .kafka_admin import ensure_topics, probe_kafka
+from .kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
 
-__all__ = ["DemoResult", "run_foundation_demo", "synthetic_steps"]
+__all__ = [
+    "DEMO_FAULTS",
+    "DemoConfig",
+    "DemoError",
+    "DemoProgress",
+    "DemoResult",
+    "Expected",
+    "Finding",
+    "match_findings",
+    "run_demo",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+FINDINGS_TOPIC = (
+    "argus.step-findings"  # streams.FINDINGS, spelled here to keep streams out of the CLI's import
+)
+DEMO_FAULTS = (
+    "link_degradation@8+14:2051",
+    "sequence_length_imbalance@26+14:1234",
+    "host_cpu_contention@44+14:host=300",
+)
+"""The simulated job's faults: a slow link, a data-parallel load imbalance, a busy host."""
+
+
+class DemoError(Exception):
+    """The demo could not complete; the message says which part failed and where its log is."""
+
+
+class DemoProgress(Protocol):
+    """Where the demo reports what it is doing (the CLI draws rich progress bars)."""
+
+    def update(self, task: str, done: float, total: float | None = None, note: str = "") -> None:
+        """Task ``task`` has ``done`` of ``total`` units (None: indeterminate)."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """The demo's knobs; the defaults finish in a few minutes on a 2-core machine."""
+
+    train_ranks: int = 4
+    train_steps: int = 40
+    slow_rank: int = 2
+    slow_ms: float = 60.0
+    sim_ranks: int = 4096
+    sim_steps: int = 64
+    faults: tuple[str, ...] = DEMO_FAULTS
+    app_id: str = "argus-demo"
+    sink_group: str = "argus-demo-sink"
+    timeout_s: float = 240.0
+    reports: bool = True
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One thing the diagnosis must find: injected on purpose."""
+
+    job: str
+    causes: tuple[str, ...]
+    suspect: str
+    first_step: int
+    last_step: int
+    ranks: tuple[int, ...] = ()
+
+    @property
+    def cause(self) -> str:
+        """The root-cause class(es) accepted, for people."""
+        return " or ".join(self.causes)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One anomaly as stored in ClickHouse (the latest version of its id)."""
+
+    job: str
+    start_step: int
+    end_step: int
+    suspect: str
+    cause: str
+    ranks: tuple[int, ...]
+    score: float
+    evidence: dict[str, float]
+    step_ms_added: float
+    gpu_hours_lost: float
+    summary: str
 
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What the demo sent and what it read back."""
+    """What ran, what was found, and whether it matches what was injected."""
 
-    job: str
-    sent_rows: int
-    stored_rows: int
-    slowest: list[tuple[Any, ...]]
-    seconds: float
+    train_job: str
+    sim_job: str
+    home: Path
+    expected: tuple[Expected, ...]
+    findings: tuple[Finding, ...]
+    matched: dict[Expected, Finding | None]
+    reports: dict[str, Path]
+    report_error: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Every injected fault (and the slowed rank) was named with its root-cause class."""
+        return all(f is not None for f in self.matched.values())
 
 
-def synthetic_steps(job: str, ranks: int, steps: int, *, slow_rank: int, seed: int = 0) -> list[StepBatch]:
-    """A small job with one slow rank, one batch per host (8 ranks) per step."""
-    rng = np.random.default_rng(seed)
-    t0 = time.time_ns()
-    out: list[StepBatch] = []
-    for step in range(steps):
-        cols = StepBatch.empty_columns(ranks)
-        cols["rank"][:] = np.arange(ranks)
-        cols["host"][:] = [f"node{r // 8:03d}" for r in range(ranks)]
-        cols["dp"][:] = np.arange(ranks)
-        fwd = rng.normal(30.0, 0.5, ranks)
-        fwd[slow_rank] *= 1.5
-        cols["forward_ms"][:] = fwd
-        cols["backward_ms"][:] = 2 * fwd
-        cols["optimizer_ms"][:] = 5.0
-        cols["all_reduce_ms"][:] = fwd.max() * 3 - 3 * fwd + 10.0
-        step_ms = 3 * fwd + 5.0 + cols["all_reduce_ms"]
-        start = t0 + int(step * 200e6)
-        cols["start_ns"][:] = start
-        cols["end_ns"][:] = start + (step_ms * 1e6).astype(np.int64)
-        cols["samples"][:] = 32
-        full = StepBatch(job, 0, step, cols)
-        out.extend(full.take(np.arange(h, min(h + 8, ranks))) for h in range(0, ranks, 8))
+def match_findings(
+    expected: Iterable[Expected], findings: Sequence[Finding]
+) -> dict[Expected, Finding | None]:
+    """For each expectation the best finding of the same job and an accepted root-cause class whose
+    window overlaps the injected steps and whose suspect is the injected one (the same
+    suspect string, or a rank among the injected ranks), else None."""
+    out: dict[Expected, Finding | None] = {}
+    for e in expected:
+        hits = [
+            f
+            for f in findings
+            if f.job == e.job
+            and f.cause in e.causes
+            and f.start_step <= e.last_step
+            and f.end_step >= e.first_step
+            and (f.suspect == e.suspect or bool(set(f.ranks) & set(e.ranks)))
+        ]
+        out[e] = max(hits, key=lambda f: f.score) if hits else None
     return out
 
 
-def run_foundation_demo(
-    settings: Settings, *, ranks: int = 64, steps: int = 50, timeout_s: float = 90.0
-) -> DemoResult:
-    """Publish a synthetic job, sink it into ClickHouse, read it back."""
-    from producers.publisher import Publisher
-    from sinks import migrate
-    from sinks.kafka_sink import KafkaSink
+# --- child processes ---------------------------------------------------------------
 
-    from .wiring import open_configured_store
 
-    begin = time.monotonic()
-    conf = settings.kafka_client_config()
-    probe_kafka(conf)
-    ensure_topics(conf, ALL_TOPICS, partitions=settings.kafka_partitions)
-    job = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    batches = synthetic_steps(job, ranks, steps, slow_rank=ranks // 3)
-    publisher = Publisher(conf)
-    for b in batches:
-        publisher.publish(STEPS, step_key(job, b.step), b)
-    left = publisher.flush(30)
-    if left:
-        raise RuntimeError(f"{left} records were not delivered to Kafka")
-    sent = sum(len(b) for b in batches)
+@dataclass
+class _Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
 
-    store = open_configured_store(settings)
-    migrate(store, ttl_days=settings.ttl_days)
-    sink = KafkaSink(lambda: store, conf, batch_seconds=0.3)
-    stored = 0
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline and stored < sent:
-            sink.poll(0.5)
-            stored = store.query_rows("SELECT count() FROM steps WHERE job = {job:String}", {"job": job})[0][
-                0
-            ]
-        slowest = store.query_rows(
-            "SELECT rank, any(host), count() AS steps, round(median(step_ms), 1) AS step_ms, "
-            "round(median(forward_ms), 1) AS forward_ms, round(median(all_reduce_ms), 1) AS all_reduce_ms "
-            "FROM steps WHERE job = {job:String} GROUP BY rank ORDER BY forward_ms DESC LIMIT 5",
-            {"job": job},
+
+class _Children:
+    """Child processes, each the leader of its own session so its whole tree can be stopped."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.started: list[_Child] = []
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> _Child:
+        log_path = self.logs / f"{name}.log"
+        log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        proc = subprocess.Popen(
+            list(argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO
         )
+        child = _Child(name, proc, log_path, log)
+        self.started.append(child)
+        return child
+
+    def check_alive(self, *names: str) -> None:
+        """Raise DemoError when one of ``names`` exited early."""
+        for c in self.started:
+            if c.name in names and c.proc.poll() is not None:
+                raise DemoError(f"{c.name} exited early (code {c.proc.returncode}); {_tail(c.log_path)}")
+
+    def stop(self, child: _Child, timeout: float = 30.0) -> int:
+        """SIGTERM the child's process group, SIGKILL it after ``timeout``; its exit code."""
+        if child.proc.poll() is None:
+            _signal_group(child.proc.pid, signal.SIGTERM)
+            try:
+                child.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(child.proc.pid, signal.SIGKILL)
+                child.proc.wait(10)
+        _signal_group(child.proc.pid, signal.SIGKILL)  # stragglers of its tree, if any
+        child.log.close()
+        return int(child.proc.returncode)
+
+    def stop_all(self) -> None:
+        """Stop every child still running, newest first."""
+        for c in reversed(self.started):
+            self.stop(c, timeout=15.0)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return f"log {path} unreadable"
+    return f"last lines of {path}:\n  " + "\n  ".join(text[-lines:]) if text else f"log {path} is empty"
+
+
+# --- Kafka offsets -----------------------------------------------------------------
+
+
+def _consumer(conf: dict[str, Any], group: str) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 3})
+
+
+def _end_offsets(conf: dict[str, Any], topics: Iterable[str]) -> dict[tuple[str, int], int]:
+    """The high watermark of every partition of ``topics``."""
+    from confluent_kafka import TopicPartition
+
+    c = _consumer(conf, "argus-demo-peek")
+    try:
+        out = {}
+        for t in topics:
+            for p in c.list_topics(t, timeout=10).topics[t].partitions:
+                out[(t, p)] = int(c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
+        return out
     finally:
-        sink.close()
-    return DemoResult(job, sent, stored, slowest, time.monotonic() - begin)
+        c.close()
+
+
+def _commit(conf: dict[str, Any], group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit ``offsets`` for ``group`` (moves an idle group to the end of its topics)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    c = _consumer(conf, group)
+    try:
+        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    except KafkaException as exc:
+        raise DemoError(
+            f"cannot position consumer group {group!r} ({exc.args[0]}); is another demo running?"
+        ) from None
+    finally:
+        c.close()
+
+
+def _lagging(conf: dict[str, Any], group: str, targets: dict[tuple[str, int], int]) -> int:
+    """How many of ``targets`` the group's committed offsets have not reached yet."""
+    from confluent_kafka import TopicPartition
+
+    if not targets:
+        return 0
+    c = _consumer(conf, group)
+    try:
+        got = c.committed([TopicPartition(t, p) for t, p in targets], timeout=10)
+    finally:
+        c.close()
+    return sum(1 for tp in got if tp.offset < targets[(tp.topic, tp.partition)])
+
+
+class _Monitor:
+    """Reads the worker's output for the demo's jobs, from the topics' ends at creation."""
+
+    def __init__(self, conf: dict[str, Any], jobs: Sequence[str]) -> None:
+        from confluent_kafka import TopicPartition
+
+        self._keys = {job_key(j): j for j in jobs}
+        self.steps: dict[str, set[int]] = {j: set() for j in jobs}
+        self.findings: dict[str, int] = dict.fromkeys(jobs, 0)
+        self.findings_end: dict[tuple[str, int], int] = {}
+        self.anomalies: dict[str, Anomaly] = {}
+        self.position: dict[tuple[str, int], int] = {}
+        ends = _end_offsets(conf, [STEP_SUMMARIES, FINDINGS_TOPIC, ANOMALIES])
+        self._c = _consumer(conf, "argus-demo-monitor")
+        self._c.assign([TopicPartition(t, p, o) for (t, p), o in ends.items()])
+        self.position.update(ends)
+
+    def poll(self, seconds: float = 0.3) -> None:
+        """Consume what arrived within ``seconds``."""
+        for m in self._c.consume(1000, timeout=seconds):
+            if m.error():
+                continue
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            self.position[(topic, partition)] = offset + 1
+            job = self._keys.get(m.key() or b"")
+            if job is None:
+                continue
+            if topic == FINDINGS_TOPIC:
+                self.findings[job] += 1
+                self.findings_end[(topic, partition)] = offset + 1
+                continue
+            try:
+                rec = decode(m.value())
+            except SchemaError:
+                continue
+            if isinstance(rec, StepSummary):
+                self.steps[job].add(rec.step)
+            elif isinstance(rec, Anomaly):
+                self.anomalies[rec.id] = rec
+
+    def reached(self, targets: dict[tuple[str, int], int]) -> bool:
+        """Whether this monitor has read up to ``targets``."""
+        return all(self.position.get(tp, 0) >= o for tp, o in targets.items())
+
+    def close(self) -> None:
+        self._c.close()
+
+
+# --- the demo ------------------------------------------------------------------------
+
+
+def _wait(
+    what: str,
+    done: Callable[[], bool],
+    deadline: float,
+    *,
+    tick: Callable[[], None] = lambda: time.sleep(0.3),
+) -> None:
+    while not done():
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out waiting for {what}")
+        tick()
+
+
+def _broker(settings: Settings, conf: dict[str, Any]) -> bool:
+    """Make sure a broker answers; start the project's own if none does. True if started."""
+    try:
+        probe_kafka(conf, timeout=3)
+        return False
+    except KafkaUnavailable as exc:
+        script = REPO / "scripts" / "kafka.sh"
+        local = settings.kafka_bootstrap.split(":")[0] in ("127.0.0.1", "localhost")
+        if not (script.is_file() and local):
+            raise DemoError(f"{exc}; start a broker (`make kafka-up`) or set ARGUS_KAFKA_BOOTSTRAP") from None
+    try:
+        subprocess.run([str(script), "up"], check=True, timeout=300, stdout=subprocess.DEVNULL)
+        probe_kafka(conf, timeout=30)
+    except (subprocess.SubprocessError, KafkaUnavailable) as exc:
+        raise DemoError(f"could not start the local broker with {script} up: {exc}") from None
+    return True
+
+
+def _read_findings(home: Path, jobs: Sequence[str]) -> list[Finding]:
+    """The latest version of every anomaly of ``jobs`` from the demo's chDB store."""
+    from sinks import ChdbStore, SinkError
+
+    params = {f"j{i}": j for i, j in enumerate(jobs)}
+    try:
+        store = ChdbStore(home / "clickhouse")
+        try:
+            rows = store.query_rows(
+                "SELECT job, start_step, end_step, suspect, cause, ranks, score, evidence, step_ms_added, "
+                "gpu_hours_lost, summary FROM anomalies FINAL "
+                f"WHERE job IN ({', '.join(f'{{{k}:String}}' for k in params)}) "
+                "ORDER BY job, start_step, suspect",
+                params,
+            )
+        finally:
+            store.close()
+    except SinkError as exc:
+        raise DemoError(
+            f"cannot read the anomalies from ClickHouse at {home / 'clickhouse'}: {exc}"
+        ) from None
+    return [
+        Finding(
+            str(r[0]),
+            int(r[1]),
+            int(r[2]),
+            str(r[3]),
+            str(r[4]),
+            tuple(int(x) for x in r[5]),
+            float(r[6]),
+            {str(k): float(v) for k, v in (r[7].items() if isinstance(r[7], dict) else r[7])},
+            float(r[8]),
+            float(r[9]),
+            str(r[10]),
+        )
+        for r in rows
+    ]
+
+
+def _write_reports(env: dict[str, str], jobs: Sequence[str], out: Path) -> tuple[dict[str, Path], str]:
+    """``argus report --job J -o FILE`` for each job; the files written, or why none were."""
+    out.mkdir(parents=True, exist_ok=True)
+    cli = [sys.executable, "-m", "argus.cli"]
+    probe = subprocess.run([*cli, "report", "--help"], env=env, capture_output=True, timeout=60, cwd=REPO)
+    if probe.returncode != 0:
+        return {}, "`argus report` is not available in this installation; no HTML report written"
+    written: dict[str, Path] = {}
+    for job in jobs:
+        path = out / f"{job}.html"
+        r = subprocess.run(
+            [*cli, "report", "--job", job, "-o", str(path)],
+            env=env,
+            capture_output=True,
+            timeout=120,
+            cwd=REPO,
+        )
+        if r.returncode != 0 or not path.is_file():
+            err = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
+            return written, f"argus report --job {job} failed: {err[-1] if err else r.returncode}"
+        written[job] = path
+    return written, ""
+
+
+def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None = None) -> DemoResult:
+    """Run the demo end to end (see the module docstring); stop everything it started.
+
+    Raises :class:`DemoError` with the failing part and its log when something does not
+    come up or does not finish within ``cfg.timeout_s``.
+    """
+    from producers.publisher import Publisher
+    from sinks.kafka_sink import SINK_TOPICS
+
+    from .simulate import layout_for, parse_fault, publish_simulation
+
+    cfg = cfg or DemoConfig()
+    began = time.monotonic()
+    deadline = began + cfg.timeout_s
+    timings: dict[str, float] = {}
+    home = settings.home / "demo"
+    logs = home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    train_job, sim_job = f"demo-train-{stamp}", f"demo-sim-{stamp}"
+    layout = layout_for(cfg.sim_ranks)
+    faults = [parse_fault(f, layout) for f in cfg.faults]
+    conf = settings.kafka_client_config()
+    env = {
+        **os.environ,
+        "ARGUS_HOME": str(home),
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "OMP_NUM_THREADS": "1",
+    }
+    children = _Children(logs)
+    started_broker = False
+    monitor: _Monitor | None = None
+    try:
+        progress.update("broker", 0, None, settings.kafka_bootstrap)
+        started_broker = _broker(settings, conf)
+        try:
+            ensure_topics(conf, [*ALL_TOPICS, FINDINGS_TOPIC], partitions=settings.kafka_partitions)
+        except KafkaUnavailable as exc:
+            raise DemoError(str(exc)) from None
+        ends = _end_offsets(conf, [*ALL_TOPICS, FINDINGS_TOPIC])
+        _commit(
+            conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in ("argus.steps", FINDINGS_TOPIC)}
+        )
+        _commit(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
+        monitor = _Monitor(conf, [train_job, sim_job])
+        progress.update("broker", 1, 1, "started here" if started_broker else "already running")
+
+        cli = [sys.executable, "-m", "argus.cli"]
+        children.start("worker", [*cli, "worker", "--app-id", cfg.app_id], env)
+        children.start("sink", [*cli, "sink", "--group", cfg.sink_group, "--batch-seconds", "0.5"], env)
+        train = children.start(
+            "train",
+            [
+                sys.executable,
+                "-m",
+                "argus.examples.train_ddp",
+                "--world",
+                str(cfg.train_ranks),
+                "--steps",
+                str(cfg.train_steps),
+                "--job",
+                train_job,
+                "--slow-rank",
+                str(cfg.slow_rank),
+                "--slow-ms",
+                str(cfg.slow_ms),
+                "--bootstrap",
+                settings.kafka_bootstrap,
+                "--home",
+                str(home),
+            ],
+            env,
+        )
+        note = f"{cfg.train_ranks} gloo ranks, rank {cfg.slow_rank} +{cfg.slow_ms:.0f} ms"
+
+        def tick() -> None:
+            assert monitor is not None
+            monitor.poll()
+            children.check_alive("worker", "sink")
+            progress.update("train", len(monitor.steps[train_job]), cfg.train_steps, note)
+            progress.update("diagnose", sum(monitor.findings.values()), cfg.train_steps + cfg.sim_steps)
+
+        _wait("the training", lambda: train.proc.poll() is not None, deadline, tick=tick)
+        if train.proc.returncode != 0:
+            raise DemoError(f"the training exited with code {train.proc.returncode}; {_tail(train.log_path)}")
+        children.stop(train)
+        timings["train_s"] = time.monotonic() - began
+
+        publisher = Publisher(conf)
+        sim_note = f"{cfg.sim_ranks:,} ranks ({layout.dp}×{layout.tp}×{layout.pp}), {len(faults)} faults"
+        published = [0]
+
+        def sim_step(n: int) -> None:
+            published[0] += n
+            progress.update("simulate", published[0], cfg.sim_steps, sim_note)
+
+        sim = publish_simulation(
+            publisher.publish,
+            job=sim_job,
+            layout=layout,
+            steps=cfg.sim_steps,
+            faults=faults,
+            seed=0,
+            checkpoint_every=0,
+            progress=sim_step,
+        )
+        if publisher.flush(60):
+            raise DemoError("the simulated job's records were not all delivered to Kafka")
+        publisher.shutdown()
+        timings["simulate_s"] = time.monotonic() - began
+
+        want = {train_job: cfg.train_steps, sim_job: cfg.sim_steps}
+        _wait(
+            "the stream worker to diagnose every step",
+            lambda: all(monitor.findings[j] >= n and len(monitor.steps[j]) >= n for j, n in want.items()),
+            deadline,
+            tick=tick,
+        )
+        _wait(
+            "the stream worker to finish the temporal stage",
+            lambda: _lagging(conf, cfg.app_id, monitor.findings_end) == 0,
+            deadline,
+            tick=tick,
+        )
+        anomalies_end = {tp: o for tp, o in _end_offsets(conf, [ANOMALIES]).items()}
+        _wait("the anomalies", lambda: monitor.reached(anomalies_end), deadline, tick=tick)
+        timings["diagnose_s"] = time.monotonic() - began
+
+        sink_targets = _end_offsets(conf, SINK_TOPICS)
+        lag = [len(sink_targets)]
+
+        def sink_tick() -> None:
+            tick()
+            lag[0] = _lagging(conf, cfg.sink_group, sink_targets)
+            progress.update("sink", len(sink_targets) - lag[0], len(sink_targets), "partitions stored")
+
+        _wait("the sink to store everything", lambda: lag[0] == 0, deadline, tick=sink_tick)
+        for name in ("sink", "worker"):
+            child = next(c for c in children.started if c.name == name)
+            code = children.stop(child)
+            if code not in (0, -signal.SIGTERM):
+                raise DemoError(f"{name} stopped with code {code}; {_tail(child.log_path)}")
+        timings["stored_s"] = time.monotonic() - began
+    finally:
+        if monitor is not None:
+            monitor.close()
+        children.stop_all()
+        if started_broker:
+            subprocess.run([str(REPO / "scripts" / "kafka.sh"), "down"], check=False, timeout=120)
+
+    reports: dict[str, Path] = {}
+    report_error = "skipped"
+    if cfg.reports:
+        progress.update("report", 0, None)
+        reports, report_error = _write_reports(env, [train_job, sim_job], home / "reports")
+        progress.update("report", 1, 1)
+    timings["report_s"] = time.monotonic() - began
+    findings = _read_findings(home, [train_job, sim_job])
+    # The real run's slowed rank is slower in forward, its peers wait for it in the
+    # all-reduce: a compute straggler, or a masked one when the waiting dominates.
+    expected = (
+        Expected(
+            train_job,
+            ("compute_straggler", "masked_compute_straggler"),
+            f"rank:{cfg.slow_rank}",
+            0,
+            cfg.train_steps - 1,
+            (cfg.slow_rank,),
+        ),
+        *(
+            Expected(sim_job, (lb.kind,), lb.suspect, lb.first_step, lb.last_step, lb.ranks)
+            for lb in sim.labels
+        ),
+    )
+    timings["total_s"] = time.monotonic() - began
+    return DemoResult(
+        train_job,
+        sim_job,
+        home,
+        expected,
+        tuple(findings),
+        match_findings(expected, findings),
+        reports,
+        report_error,
+        timings,
+    )

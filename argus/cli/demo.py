@@ -1,49 +1,123 @@
-"""``argus demo``: the whole path on this machine."""
+"""``argus demo``: the whole system on this machine (see :mod:`argus.demo`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
+if TYPE_CHECKING:
+    from ..demo import DemoResult
+
+EXIT_MISSED = 1
+
+_TASKS = {
+    "broker": "Kafka broker",
+    "train": "real training (torch.distributed, gloo)",
+    "simulate": "simulated job published",
+    "diagnose": "steps diagnosed by the stream worker",
+    "sink": "sink → ClickHouse",
+    "report": "HTML reports (argus report)",
+}
+
+
+class _RichProgress:
+    """:class:`argus.demo.DemoProgress` drawn as rich progress bars, one per task."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+        self.ids: dict[str, TaskID] = {}
+
+    def update(self, task: str, done: float, total: float | None = None, note: str = "") -> None:
+        if task not in self.ids:
+            self.ids[task] = self.bar.add_task(_TASKS.get(task, task), total=total, note=note)
+        self.bar.update(self.ids[task], completed=done, total=total, note=note)
+
+
+def _diagnosis_table(result: DemoResult) -> Table:
+    table = Table(title="diagnosis (read back from ClickHouse)", show_lines=False)
+    for col in ("job", "window", "suspect", "root cause", "evidence", "cost"):
+        table.add_column(col, overflow="fold")
+    for f in result.findings:
+        top = sorted(f.evidence.items(), key=lambda kv: -abs(kv[1]))[:3]
+        table.add_row(
+            f.job,
+            f"steps {f.start_step}–{f.end_step}",
+            f.suspect,
+            f.cause,
+            ", ".join(f"{k} {v:.3g}" for k, v in top),
+            f"+{f.step_ms_added:.1f} ms/step, {f.gpu_hours_lost:.3g} GPU·h",
+        )
+    return table
+
+
+def _check_table(result: DemoResult) -> Table:
+    table = Table("", "job", "injected", "suspect", "steps", "found", title="injected on purpose vs found")
+    for e, f in result.matched.items():
+        table.add_row(
+            "[green]✓[/]" if f else "[red]✗[/]",
+            e.job,
+            e.cause,
+            e.suspect,
+            f"{e.first_step}–{e.last_step}",
+            f"{f.cause} {f.suspect} (steps {f.start_step}–{f.end_step})" if f else "not found",
+        )
+    return table
+
 
 @app.command()
 def demo(
-    ranks: int = typer.Option(64, min=8, max=4096, help="ranks of the synthetic job"),
-    steps: int = typer.Option(50, min=1, max=10_000, help="steps of the synthetic job"),
+    train_steps: int = typer.Option(40, min=10, max=1000, help="steps of the real 4-rank training"),
+    sim_ranks: int = typer.Option(4096, min=256, max=65_536, help="ranks of the simulated job"),
+    sim_steps: int = typer.Option(64, min=60, max=10_000, help="steps of the simulated job"),
+    timeout: float = typer.Option(240.0, min=30.0, help="seconds before the demo gives up"),
 ) -> None:
-    """Send a synthetic job through the real Kafka broker into ClickHouse and print what comes back."""
-    from sinks import SinkError, StoreLockedError
-
-    from ..demo import run_foundation_demo
-    from ..kafka_admin import KafkaUnavailable
+    """The whole system on this machine: broker, stream worker and sink as child processes,
+    a real 4-rank gloo training with one rank slowed and a simulated 4,096-rank job with
+    three faults; prints the diagnosis, writes the HTML reports, stops what it started."""
+    from ..config import ConfigError
+    from ..demo import DemoConfig, DemoError, run_demo
 
     s = settings()
     try:
-        with console.status(f"publishing {ranks} ranks × {steps} steps and sinking them into ClickHouse"):
-            result = run_foundation_demo(s, ranks=ranks, steps=steps)
-    except KafkaUnavailable as exc:
-        fail(f"{exc}. Start the broker with `make kafka-up`.", EXIT_UNAVAILABLE)
-    except StoreLockedError as exc:
+        cfg = DemoConfig(train_steps=train_steps, sim_ranks=sim_ranks, sim_steps=sim_steps, timeout_s=timeout)
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("[dim]{task.fields[note]}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as bar:
+            result = run_demo(s, _RichProgress(bar), cfg)
+    except ConfigError as exc:
+        fail(str(exc))
+    except DemoError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
-    except SinkError as exc:
-        fail(f"ClickHouse: {exc}", EXIT_UNAVAILABLE)
+    console.print(_diagnosis_table(result))
+    console.print(_check_table(result))
+    for job, path in result.reports.items():
+        console.print(f"report for [bold]{job}[/]: {path}")
+    if result.report_error:
+        console.print(f"[yellow]{result.report_error}[/]")
+    t = result.timings
     console.print(
-        f"job [bold]{result.job}[/]: sent {result.sent_rows} step records, "
-        f"read back {result.stored_rows} from ClickHouse in {result.seconds:.1f} s"
+        f"done in {t['total_s']:.0f} s (training {t['train_s']:.0f} s, all diagnosed {t['diagnose_s']:.0f} s, "
+        f"stored {t['stored_s']:.0f} s). Query it: ARGUS_HOME={result.home} argus sql "
+        f"\"SELECT cause, suspect, start_step, end_step FROM anomalies FINAL WHERE job = '{result.sim_job}'\""
     )
-    table = Table(
-        "rank",
-        "host",
-        "steps",
-        "median step ms",
-        "median forward ms",
-        "median all-reduce ms",
-        title="slowest ranks by forward time (read back from ClickHouse)",
-    )
-    for row in result.slowest:
-        table.add_row(*(str(v) for v in row))
-    console.print(table)
-    if result.stored_rows != result.sent_rows:
-        fail(f"only {result.stored_rows} of {result.sent_rows} rows arrived", EXIT_UNAVAILABLE)
+    if not result.ok:
+        fail("the diagnosis missed something that was injected (see the table above)", EXIT_MISSED)
