@@ -1,5 +1,6 @@
 """The diagnosis: pure functions over step batches, kernel statistics and stacks.
 
+Hangs and fail-stops: :mod:`~detectors.hang` (latest heartbeats + now → suspects).
 Progressive, as in DESIGN.md: :mod:`~detectors.iteration` (job step time),
 :mod:`~detectors.cross_rank` (robust z-scores within the layout's groups),
 :mod:`~detectors.kernel` and :mod:`~detectors.stacks` (only for suspects),
@@ -17,9 +18,12 @@ from ._classes import (
     DATALOADER_STALL,
     DECIDING_FIGURE,
     GC_PAUSE,
+    HANG,
+    HANG_CAUSES,
     HOST_CPU_CONTENTION,
     JIT_COMPILE_STALL,
     LINK_DEGRADATION,
+    LOST_RANK,
     MASKED_COMPUTE_STRAGGLER,
     ONE_OFF_CAUSES,
     PIPELINE_BUBBLE,
@@ -47,6 +51,7 @@ from .facade import (
     diagnose_step,
     step_findings,
 )
+from .hang import HangConfig, HangFinding, HangState, HangVerdict, detect_hang, hang_anomalies, stack_where
 from .iteration import IterationState, IterationVerdict, attribute, iteration_level, update_baseline
 from .kernel import KernelFinding, kernel_level
 from .rootcause import classify_ranks, stage_imbalance
@@ -59,9 +64,12 @@ __all__ = [
     "DATALOADER_STALL",
     "DECIDING_FIGURE",
     "GC_PAUSE",
+    "HANG",
+    "HANG_CAUSES",
     "HOST_CPU_CONTENTION",
     "JIT_COMPILE_STALL",
     "LINK_DEGRADATION",
+    "LOST_RANK",
     "MASKED_COMPUTE_STRAGGLER",
     "METRICS",
     "ONE_OFF_CAUSES",
@@ -75,6 +83,10 @@ __all__ = [
     "DiagnoserConfig",
     "Episode",
     "Finding",
+    "HangConfig",
+    "HangFinding",
+    "HangState",
+    "HangVerdict",
     "IterationState",
     "IterationVerdict",
     "JobDiagnoser",
@@ -91,14 +103,17 @@ __all__ = [
     "attribute",
     "classify_ranks",
     "cross_rank",
+    "detect_hang",
     "diagnose",
     "diagnose_series",
     "diagnose_step",
     "gpu_hours",
+    "hang_anomalies",
     "iteration_level",
     "kernel_level",
     "rank_metrics",
     "stack_diff",
+    "stack_where",
     "stage_imbalance",
     "step_findings",
     "step_ms_added",

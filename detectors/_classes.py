@@ -8,9 +8,12 @@ __all__ = [
     "DATALOADER_STALL",
     "DECIDING_FIGURE",
     "GC_PAUSE",
+    "HANG",
+    "HANG_CAUSES",
     "HOST_CPU_CONTENTION",
     "JIT_COMPILE_STALL",
     "LINK_DEGRADATION",
+    "LOST_RANK",
     "MASKED_COMPUTE_STRAGGLER",
     "ONE_OFF_CAUSES",
     "PIPELINE_BUBBLE",
@@ -32,7 +35,11 @@ HOST_CPU_CONTENTION = "host_cpu_contention"
 GC_PAUSE = "gc_pause"
 CHECKPOINT_STALL = "checkpoint_stall"
 UNKNOWN = "unknown"
-# a later issue adds "hang" and "lost_rank" (level "hang")
+HANG = "hang"
+"""A rank (or a group) that never enters the collective its peers wait in (level "hang")."""
+LOST_RANK = "lost_rank"
+"""A rank or a host whose heartbeats stopped while the job stalls (level "hang")."""
+HANG_CAUSES: tuple[str, ...] = (HANG, LOST_RANK)
 
 ROOT_CAUSES: tuple[str, ...] = (
     COMPUTE_STRAGGLER,

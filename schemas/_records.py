@@ -284,7 +284,11 @@ class GpuSample(Record):
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat(Record):
-    """Where a rank is, sent every few seconds even when no step completes."""
+    """Where a rank is, sent every few seconds even when no step completes.
+
+    ``pause`` / ``pause_until_ns`` (schema v2): what the job declared it is doing instead of
+    steps (e.g. ``"checkpoint"``) and until when; a declared pause is not a hang.
+    """
 
     job: str
     run: int
@@ -298,6 +302,8 @@ class Heartbeat(Record):
     kinds: tuple[str, ...] = ()
     nbytes: tuple[int, ...] = ()
     stack: str = ""
+    pause: str = ""
+    pause_until_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

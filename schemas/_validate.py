@@ -179,6 +179,9 @@ def _heartbeat(h: Heartbeat) -> None:
     _texts(h, "groups", h.groups, "max_id_len")
     _texts(h, "kinds", h.kinds, "max_id_len")
     _text(h, "stack", h.stack, "max_stack_len")
+    _text(h, "pause", h.pause)
+    if h.pause_until_ns < 0:
+        raise _fail(h, "pause_until_ns is negative")
 
 
 def _step_summary(s: StepSummary) -> None:

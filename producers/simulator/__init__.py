@@ -11,6 +11,12 @@ Typical use::
         s.kernel_stats([17, 18])   # schemas.KernelStats per rank
         s.stacks([17])             # schemas.StackSample per rank
     sim.labels                     # ground truth
+
+Hangs (heartbeats over wall time, :class:`HangSimulator`)::
+
+    hs = HangSimulator(Layout(dp=16, tp=8, pp=8), HangScenario("collective_hang"), seed=1)
+    for now_ns, beats in hs.ticks(1.0, 80.0): ...
+    hs.labels
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from ._faults import (
     Label,
     random_fault,
 )
+from ._hangs import HANG_LOST, HANG_SCENARIOS, HangLabel, HangScenario, HangSimulator
 from ._kernels import KERNEL_NAMES, kernel_names
 from ._layout import Layout
 from ._stacks import STACKS
@@ -44,6 +51,8 @@ __all__ = [
     "DATALOADER_STALL",
     "FAULT_KINDS",
     "GC_PAUSE",
+    "HANG_LOST",
+    "HANG_SCENARIOS",
     "HOST_CPU_CONTENTION",
     "JIT_COMPILE_STALL",
     "KERNEL_NAMES",
@@ -56,6 +65,9 @@ __all__ = [
     "STACKS",
     "ClusterSimulator",
     "Fault",
+    "HangLabel",
+    "HangScenario",
+    "HangSimulator",
     "Label",
     "Layout",
     "PhaseTimes",
