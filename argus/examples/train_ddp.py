@@ -3,7 +3,9 @@
 One process per rank (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set by a
 launcher, or :func:`launch` to start them all here). Gradients are averaged with
 ``torch.distributed.all_reduce``; ``--slow-rank`` makes one rank's forward pass slower by
-``--slow-ms`` (a compute straggler: its peers wait for it in the all-reduce)::
+``--slow-ms`` (a compute straggler: its peers wait for it in the all-reduce);
+``--hang-rank R --hang-step S`` makes rank R block forever on a lock before step S's
+all-reduce (a hang: its peers wait in the all-reduce until they are killed)::
 
     python -m argus.examples.train_ddp --world 4 --steps 40 --slow-rank 2 --job demo-1
 """
@@ -56,6 +58,8 @@ def train(
     bootstrap: str | None = None,
     home: str | None = None,
     stack_hz: float = 50.0,
+    hang_rank: int = -1,
+    hang_step: int = -1,
 ) -> dict[str, object]:
     """Train for ``steps`` steps in this process (one rank) with the agent attached."""
     import torch
@@ -79,12 +83,14 @@ def train(
     data = TensorDataset(torch.randn(batch * steps, seq, dim), torch.randn(batch * steps))
     loader = DataLoader(data, batch_size=batch)
     params = [p for p in model.parameters()]
-    for x, y in loader:
+    for step, (x, y) in enumerate(loader):
         model.delay_s = (base_ms + (slow_ms if rank == slow_rank else 0.0)) / 1000
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=False)
         loss.backward()  # type: ignore[no-untyped-call]
         flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+        if rank == hang_rank and step == hang_step:
+            _block_forever()  # the hang: its peers wait in the all-reduce below
         dist.all_reduce(flat)
         flat /= dist.get_world_size()
         offset = 0
@@ -98,6 +104,15 @@ def train(
     stats = argus.detach(timeout=30)
     dist.destroy_process_group()
     return stats
+
+
+def _block_forever() -> None:
+    """A Python deadlock: wait on a lock nobody releases (until the process is killed)."""
+    import threading
+
+    lock = threading.Lock()
+    lock.acquire()
+    lock.acquire()
 
 
 def _free_port() -> int:
@@ -143,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=60.0)
     ap.add_argument("--base-ms", type=float, default=20.0)
+    ap.add_argument("--hang-rank", type=int, default=-1, help="this rank blocks before an all-reduce")
+    ap.add_argument("--hang-step", type=int, default=-1, help="... at this step (never returns)")
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--home", default=None)
     a = ap.parse_args(argv)
@@ -160,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         base_ms=a.base_ms,
         bootstrap=a.bootstrap,
         home=a.home,
+        hang_rank=a.hang_rank,
+        hang_step=a.hang_step,
     )
     print(f"rank {os.environ.get('RANK')}: {stats}", file=sys.stderr)
     dropped = stats.get("dropped") if isinstance(stats, dict) else None
