@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["KafkaUnavailable", "ensure_topics", "probe_kafka", "topic_partitions"]
+__all__ = ["KafkaUnavailable", "ensure_topics", "probe_kafka", "skip_to_end", "topic_partitions"]
 
 log = logging.getLogger("argus.kafka")
 
@@ -102,3 +102,26 @@ def topic_partitions(conf: dict[str, Any], topic: str, timeout: float = 10.0) ->
         ) from None
     meta = md.topics.get(topic)
     return 0 if meta is None or meta.error is not None else len(meta.partitions)
+
+
+def skip_to_end(conf: dict[str, Any], group: str, topics: Iterable[str], timeout: float = 30.0) -> int:
+    """Commit ``group``'s offsets at the current end of ``topics`` (a new consumer group then
+    starts with what comes next, not the topics' history); returns partitions committed."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    try:
+        md = consumer.list_topics(timeout=timeout)
+        offsets = []
+        for topic in topics:
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None:
+                continue
+            for p in meta.partitions:
+                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+                offsets.append(TopicPartition(topic, p, high))
+        if offsets:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        return len(offsets)
+    finally:
+        consumer.close()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch, decode
+from tests.figures import report
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -154,6 +155,16 @@ def test_broker_outage_spools_replays_in_order_and_never_delays_a_step(own_broke
     print(
         f"steps={steps} outage_from_step={phases['down_at_step']} spooled={stats['spooled']} "
         f"agent_ms_per_step wall p99={p99_ms:.3f} max={worst_ms:.3f} cpu max={worst_cpu_ms:.3f}"
+    )
+    report(
+        "broker_outage",
+        sent=steps,
+        received=len(set(step_ids)),
+        lost=steps - len(set(step_ids)),
+        duplicated=len(step_ids) - len(set(step_ids)),
+        max_step_delay_ms=round(worst_cpu_ms, 3),
+        step_delay_p99_ms=round(p99_ms, 3),
+        outage_s=OUTAGE_S,
     )
     # The agent's own work on the training thread never reaches 1 ms; wall time also holds
     # the OS preempting the thread for other processes, so only its p99 is held to 1 ms.

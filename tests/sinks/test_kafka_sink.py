@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
-import numpy as np
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
@@ -13,6 +13,7 @@ from argus.kafka_admin import ensure_topics
 from schemas import Anomaly, StepBatch, encode, step_key
 from sinks import to_arrow
 from sinks.kafka_sink import KafkaSink
+from tests.figures import report
 
 from ..schemas.test_codec import T0, step_batch
 
@@ -160,8 +161,10 @@ def test_store_outage_is_retried_until_it_returns(kafka_conf, store, unique) -> 
 
     topic = make_topic(kafka_conf, f"t-outage-{unique}", partitions=1)
     job = f"outage-{unique}"
-    produce(kafka_conf, topic, batches(job, 20))
-    down_until = time.monotonic() + 2.0
+    steps = int(os.environ.get("ARGUS_TEST_STORE_STEPS", "20"))
+    produce(kafka_conf, topic, batches(job, steps))
+    outage_s = float(os.environ.get("ARGUS_TEST_STORE_OUTAGE_S", "2"))
+    down_until = time.monotonic() + outage_s
 
     class Outage(Borrowed):
         def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
@@ -178,8 +181,21 @@ def test_store_outage_is_retried_until_it_returns(kafka_conf, store, unique) -> 
         max_backoff_s=0.5,
     )
     try:
-        assert drain(sink, store, job, 160) == 160
+        assert drain(sink, store, job, 8 * steps, timeout=outage_s + 60) == 8 * steps
     finally:
         sink.close()
     assert sink.stats.insert_retries >= 1
-    assert np.isclose(count(store, "steps", job), 160)
+    per_step = store.query_rows(
+        "SELECT count(), uniqExact(step, rank) FROM steps WHERE job = {j:String}", {"j": job}
+    )
+    rows, unique_rows = per_step[0]
+    report(
+        "store_outage",
+        sent=8 * steps,
+        received=unique_rows,
+        lost=8 * steps - unique_rows,
+        duplicated=rows - unique_rows,
+        outage_s=outage_s,
+        retries=sink.stats.insert_retries,
+    )
+    assert rows == unique_rows == 8 * steps

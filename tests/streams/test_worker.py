@@ -20,6 +20,7 @@ from detectors import diagnose
 from producers.publisher import Publisher
 from producers.simulator import ClusterSimulator
 from schemas import ALL_TOPICS, ANOMALIES, STEP_SUMMARIES, Anomaly, decode
+from tests.figures import report
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -145,5 +146,64 @@ def test_sigkill_and_restart_emit_the_same_anomalies(kafka_conf, worker_factory,
     first.kill()  # SIGKILL mid-run: no shutdown, nothing flushed
     worker_factory(f"k-{unique}")
     found, _ = collect(kafka_conf, job, until=lambda a, s: len(s) >= 70 and set(a) >= expected, timeout=180)
+    report(
+        "worker_crash",
+        sent=len(expected),
+        received=len(set(found) & expected),
+        lost=len(expected - set(found)),
+        duplicated=len(set(found) - expected),
+    )
     described = sorted((a.cause, a.suspect, a.start_step) for a in found.values())
     assert set(found) == expected, (described, sorted((a.cause, a.suspect, a.start_step) for a in offline))
+
+
+def test_garbage_on_the_steps_topic_goes_to_dead_letters_and_the_worker_goes_on(
+    kafka_conf, worker_factory, unique
+) -> None:
+    import numpy as np
+    from confluent_kafka import Producer
+
+    from schemas import DEAD_LETTER, STEPS, StepBatch, encode, step_key
+
+    from ..schemas.test_codec import step_batch
+
+    good = step_batch(8)
+    nan = dict(good.columns)
+    nan["forward_ms"] = np.full(8, np.nan)
+    huge = dict(good.columns)
+    huge["rank"] = np.arange(8) + 10_000_000
+    hostile = [
+        b"",
+        b"\x00\x00\x00\x03\xe7garbage",  # unknown schema id
+        bytes(range(256)) * 8,  # magic 0, then schema id 0x01020304
+        encode(StepBatch(f"bad-{unique}", 0, 1, nan), check=False),
+        encode(StepBatch(f"bad-{unique}", 0, 2, huge), check=False),
+    ]
+    p = Producer(kafka_conf)
+    for i, value in enumerate(hostile):
+        p.produce(STEPS, key=step_key(f"bad-{unique}", i), value=value)
+    assert p.flush(20) == 0
+    job = f"after-garbage-{unique}"
+    publish(kafka_conf, job, 12, [])
+    worker = worker_factory(f"g-{unique}")
+    _, steps = collect(kafka_conf, job, until=lambda a, s: len(s) >= 12, timeout=120)
+    assert len(steps) == 12 and worker.proc.poll() is None  # it went on, it did not crash
+
+    c = Consumer({**kafka_conf, "group.id": f"dlq-{unique}", "auto.offset.reset": "earliest"})
+    c.subscribe([DEAD_LETTER])
+    reasons: list[str] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(reasons) < len(hostile):
+        for m in c.consume(500, timeout=0.5):
+            if not m.error() and m.key() and m.key().startswith(f"bad-{unique}".encode()):
+                reasons.append(dict(m.headers() or [])["argus-reason"].decode())
+    c.close()
+    assert sorted(reasons) == sorted(["decode", "unknown_schema", "unknown_schema", "invalid", "invalid"])
+    report(
+        "hostile_steps_topic",
+        sent=len(hostile),
+        received=len(reasons),
+        lost=len(hostile) - len(reasons),
+        duplicated=0,
+        crashes=int(worker.proc.poll() is not None),
+    )
