@@ -1,0 +1,130 @@
+"""Reliability at full size: every scenario of issue 9 on the real broker and store.
+
+The scenarios live once, as tests (tests/producers/test_publisher_outage.py,
+tests/streams/test_worker.py, tests/sinks/test_kafka_sink.py, tests/streams/test_load.py,
+tests/security/test_fuzz.py); CI runs them small, this bench runs them at full size through
+their environment knobs and tabulates the figures each prints (``ARGUS-FIGURES {...}``):
+
+| scenario | full | --quick |
+| --- | --- | --- |
+| broker outage (real agent + spool) | 60 s | 15 s |
+| worker SIGKILL and restart | 70 steps, 4 faults | same |
+| store outage (sink retries) | 30 s, 400 steps | 10 s, 100 steps |
+| garbage on the steps topic | 5 hostile messages | same |
+| 2x the throughput goal | 10 min | 2 min |
+| property-based fuzzing | 10,000 cases per property | 2,000 |
+
+    python bench/reliability.py [--quick]
+
+Last line: JSON with lost_total, duplicated_total, crashes, max_step_delay_ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PREFIX = "ARGUS-FIGURES "
+
+
+def run(tests: list[str], env: dict[str, str], timeout: float) -> tuple[bool, list[dict], float, str]:
+    began = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *tests],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    figures = [json.loads(ln[len(PREFIX) :]) for ln in proc.stdout.splitlines() if ln.startswith(PREFIX)]
+    tail = "\n".join(proc.stdout.splitlines()[-15:])
+    return proc.returncode == 0, figures, time.monotonic() - began, tail
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    q = args.quick
+    scenarios = [
+        (
+            "broker outage",
+            ["tests/producers/test_publisher_outage.py"],
+            {"ARGUS_TEST_OUTAGE_S": "15" if q else "60"},
+        ),
+        (
+            "worker crash",
+            ["tests/streams/test_worker.py::test_sigkill_and_restart_emit_the_same_anomalies"],
+            {},
+        ),
+        (
+            "store outage",
+            ["tests/sinks/test_kafka_sink.py::test_store_outage_is_retried_until_it_returns"],
+            {
+                "ARGUS_TEST_STORE_OUTAGE_S": "10" if q else "30",
+                "ARGUS_TEST_STORE_STEPS": "100" if q else "400",
+            },
+        ),
+        (
+            "hostile input",
+            [
+                "tests/streams/test_worker.py::"
+                "test_garbage_on_the_steps_topic_goes_to_dead_letters_and_the_worker_goes_on"
+            ],
+            {},
+        ),
+        ("load 2x", ["tests/streams/test_load.py"], {"ARGUS_TEST_LOAD_S": "120" if q else "600"}),
+        ("fuzzing", ["tests/security/test_fuzz.py"], {"ARGUS_FUZZ_EXAMPLES": "2000" if q else "10000"}),
+    ]
+    rows = []
+    crashes = 0
+    for name, tests, env in scenarios:
+        print(f"running {name} ...", flush=True)
+        ok, figures, seconds, tail = run(tests, env, timeout=3600)
+        if not ok:
+            crashes += 1
+            print(f"  FAILED after {seconds:.0f} s:\n{tail}", flush=True)
+        if not figures:
+            figures = [{"scenario": name}]
+        for f in figures:
+            f["passed"] = ok
+            f["seconds"] = round(seconds, 1)
+            f.setdefault("crashes", 0 if ok else 1)
+            rows.append(f)
+    print()
+    head = (
+        f"{'scenario':<22} {'sent':>10} {'received':>10} {'lost':>6} {'dup':>5} {'max step delay ms':>18} "
+        f"{'worker RSS MB':>14} {'passed':>7} {'s':>6}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['scenario']:<22} {r.get('sent', '-'):>10} {r.get('received', '-'):>10} {r.get('lost', '-'):>6} "
+            f"{r.get('duplicated', '-'):>5} {r.get('max_step_delay_ms', '-'):>18} {r.get('worker_rss_mb', '-'):>14} "
+            f"{'yes' if r['passed'] else 'NO':>7} {r['seconds']:>6}"
+        )
+    delays = [r["max_step_delay_ms"] for r in rows if "max_step_delay_ms" in r]
+    print(
+        json.dumps(
+            {
+                "lost_total": sum(r.get("lost", 0) for r in rows),
+                "duplicated_total": sum(r.get("duplicated", 0) for r in rows),
+                "crashes": crashes + sum(r.get("crashes", 0) for r in rows if r["passed"]),
+                "max_step_delay_ms": max(delays) if delays else None,
+                "scenarios": len(scenarios),
+                "failed": [r["scenario"] for r in rows if not r["passed"]],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
