@@ -60,11 +60,6 @@ class AlertRule:
     severity: str = "page"
 
 
-_PER_RANK = f"""
-    SELECT rank, any(host) AS host, count() AS steps, median({BUSY}) AS busy_ms,
-           median({COLLECTIVE}) AS collective_ms, median(step_ms) AS step_median_ms
-    FROM steps WHERE {JOB} AND $__timeFilter(time) GROUP BY rank"""
-
 JOB_OVERVIEW = Dashboard(
     uid="argus-job",
     title="Argus / Job overview",
@@ -120,15 +115,17 @@ GROUP BY t, rank_group ORDER BY t, rank_group""",
             "slow_ranks",
             "Slowest ranks (robust z-score of busy time)",
             "table",
-            f"""WITH per_rank AS ({_PER_RANK}),
-     center AS (SELECT median(busy_ms) AS med FROM per_rank),
-     spread AS (SELECT median(abs(busy_ms - (SELECT med FROM center))) AS mad FROM per_rank)
-SELECT rank, host, steps, round(busy_ms, 2) AS busy_ms, round(collective_ms, 2) AS collective_ms,
-       round(step_median_ms, 2) AS step_ms,
-       round((busy_ms - (SELECT med FROM center))
-             / greatest(1.4826 * (SELECT mad FROM spread), 0.01 * (SELECT med FROM center), 0.001), 2) AS z
-FROM per_rank ORDER BY z DESC LIMIT 10""",
-            "z = (busy − median) / (1.4826 · MAD) over all ranks of the job in the time range.",
+            f"""WITH per_rank AS (
+    SELECT rank, any(host) AS rank_host, sum(steps) AS n, sum(busy_sum) / n AS busy_ms,
+           sum(collective_sum) / n AS collective_ms, sum(step_sum) / n AS step_mean_ms
+    FROM steps_rank_minutely WHERE {JOB} AND $__timeFilter(minute) GROUP BY rank)
+SELECT rank, rank_host AS host, n AS steps, round(busy_ms, 2) AS busy_ms, round(collective_ms, 2) AS collective_ms,
+       round(step_mean_ms, 2) AS step_ms, round((busy_ms - med) / greatest(1.4826 * mad, 0.01 * med, 0.001), 2) AS z
+FROM (SELECT *, median(abs(busy_ms - med)) OVER () AS mad
+      FROM (SELECT *, median(busy_ms) OVER () AS med FROM per_rank))
+ORDER BY z DESC LIMIT 10""",
+            "Mean busy time per rank (from the per-minute rollup); z = (busy − median) / (1.4826 · MAD) "
+            "over all ranks of the job in the time range.",
         ),
         Panel(
             "anomalies",
@@ -334,11 +331,12 @@ GROUP BY step_group, rank_group ORDER BY step_group, rank_group""",
         "phases_by_rank",
         "Phases per rank (mean ms per step)",
         "table",
-        f"""SELECT rank, any(host) AS host, count() AS steps, avg(step_ms) AS step, avg(forward_ms) AS forward,
-       avg(backward_ms) AS backward, avg(optimizer_ms) AS optimizer, avg(dataloader_ms) AS dataloader,
-       avg(h2d_ms) AS h2d, avg(gc_ms) AS gc, avg(compile_ms) AS compile, avg(checkpoint_ms) AS checkpoint,
-       avg({COLLECTIVE}) AS collective, avg({BUSY}) AS busy
-FROM steps WHERE {JOB} AND $__timeFilter(time)
+        f"""SELECT rank, any(host) AS rank_host, sum(steps) AS n, sum(step_sum) / n AS step,
+       sum(forward_sum) / n AS forward, sum(backward_sum) / n AS backward, sum(optimizer_sum) / n AS optimizer,
+       sum(dataloader_sum) / n AS dataloader, sum(h2d_sum) / n AS h2d, sum(gc_sum) / n AS gc,
+       sum(compile_sum) / n AS compile, sum(checkpoint_sum) / n AS checkpoint,
+       sum(collective_sum) / n AS collective, sum(busy_sum) / n AS busy
+FROM steps_rank_minutely WHERE {JOB} AND $__timeFilter(minute)
 GROUP BY rank ORDER BY rank""",
     ),
     Panel(
