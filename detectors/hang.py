@@ -218,11 +218,12 @@ class HangState:
         return ids
 
     def step_s(self) -> float:
-        """The job's step time from its progress points (0 before two points)."""
+        """The job's step time: the median over its progress points of time per step (0 before two)."""
         if len(self.progress) < 2:
             return 0.0
-        (t0, s0), (t1, s1) = self.progress[0], self.progress[-1]
-        return (t1 - t0) / 1e9 / max(s1 - s0, 1)
+        pts = np.array(self.progress, np.float64)
+        per_step = np.diff(pts[:, 0]) / 1e9 / np.maximum(np.diff(pts[:, 1]), 1)
+        return float(np.median(per_step))  # robust to one late or early progress point
 
     def interval_s(self) -> float:
         """The median gap between the last two heartbeats of a rank (0 before any)."""
@@ -329,6 +330,7 @@ class _Graph:
 
     low: np.ndarray  # per group: lowest seq a member waits in (_NONE: nobody waits)
     waiters: np.ndarray  # per group: members waiting in it
+    wait_step: np.ndarray  # per group: the lowest last_step of its waiters (waited longest)
     behind_n: np.ndarray  # per group: live members that have not entered it
     size: np.ndarray  # per group: members seen
     kind: np.ndarray  # per group: kind id of that collective (-1 unknown)
@@ -351,6 +353,8 @@ def _graph(st: HangState, live: np.ndarray) -> _Graph:
     np.minimum.at(low, g[inflight], fin[inflight] + 1)
     waiting = inflight & (fin + 1 == low[g])
     is_behind = (low[g] != _NONE) & (ent < low[g])
+    wait_step = np.full(ng, _NONE, np.int64)
+    np.minimum.at(wait_step, g[waiting], st.last_step[r[waiting]])
     gkind = np.full(ng, -1, np.int64)
     gbytes = np.zeros(ng, np.int64)
     exact = waiting & (ent == low[g])  # its last entered collective is the one waited in
@@ -365,6 +369,7 @@ def _graph(st: HangState, live: np.ndarray) -> _Graph:
     return _Graph(
         low,
         np.bincount(g[waiting], minlength=ng),
+        wait_step,
         np.bincount(g[is_behind], minlength=ng),
         np.bincount(all_g, minlength=ng),
         gkind,
@@ -377,38 +382,34 @@ def _graph(st: HangState, live: np.ndarray) -> _Graph:
     )
 
 
-def _collective(st: HangState, gr: _Graph, ranks: np.ndarray) -> tuple[int, dict[str, float]]:
-    """The group (id, -1 if none) the given ranks hold up most peers in, with its figures."""
-    sel = gr.is_behind & np.isin(gr.r, ranks) if len(gr.r) else np.zeros(0, bool)
-    groups = np.unique(gr.g[sel])
+def _pick(gr: _Graph, groups: np.ndarray) -> tuple[int, dict[str, float]]:
+    """Of candidate groups, the one waited in longest (its waiters' lowest last step),
+    then the one with most waiters; with its figures."""
     if not len(groups):
         return -1, {}
-    best = int(groups[np.argmax(gr.waiters[groups])])
+    order = np.lexsort((-gr.waiters[groups], gr.wait_step[groups]))
+    best = int(groups[order[0]])
     return best, {
         "seq": float(gr.low[best]),
         "nbytes": float(gr.nbytes[best]),
         "waiting_ranks": float(gr.waiters[best]),
         "group_size": float(gr.size[best]),
     }
+
+
+def _collective(gr: _Graph, ranks: np.ndarray) -> tuple[int, dict[str, float]]:
+    """The collective the given (live) ranks have not entered while peers wait in it."""
+    sel = gr.is_behind & np.isin(gr.r, ranks) if len(gr.r) else np.zeros(0, bool)
+    return _pick(gr, np.unique(gr.g[sel]))
 
 
 def _lost_peers(st: HangState, gr: _Graph, lost: np.ndarray) -> tuple[int, dict[str, float]]:
-    """For lost ranks: the group whose live members wait longest for them (stale seqs)."""
+    """For lost ranks (stale sequence numbers): the collective live peers wait for them in."""
     rows = np.flatnonzero(lost)
     gids = st.gid[rows]
-    ents = st.ent[rows]
     low = gr.low[np.maximum(gids, 0)]
-    ok = (gids >= 0) & (low != _NONE) & (ents <= low)
-    if not ok.any():
-        return -1, {}
-    cand = np.unique(gids[ok])
-    best = int(cand[np.argmax(gr.waiters[cand])])
-    return best, {
-        "seq": float(gr.low[best]),
-        "nbytes": float(gr.nbytes[best]),
-        "waiting_ranks": float(gr.waiters[best]),
-        "group_size": float(gr.size[best]),
-    }
+    ok = (gids >= 0) & (low != _NONE) & (st.ent[rows] <= low)
+    return _pick(gr, np.unique(gids[ok]))
 
 
 def _finding(
@@ -535,12 +536,12 @@ def detect_hang(state: HangState, now_ns: int, config: HangConfig | None = None)
     roots = np.flatnonzero(gr.behind & ~gr.blocked & live)
     if len(roots) and len(roots) <= cfg.max_suspects:
         for r in roots:
-            gid, figs = _collective(st, gr, np.array([r]))
+            gid, figs = _collective(gr, np.array([r]))
             findings.append(_finding(st, gr, HANG, "rank", f"rank:{int(r)}", np.array([r]), gid, figs, base))
     elif len(roots):
         hosts = set(st.host[roots].tolist())
         kind, name = ("host", str(hosts.pop())) if len(hosts) == 1 else ("ranks", f"{len(roots)} ranks")
-        gid, figs = _collective(st, gr, roots)
+        gid, figs = _collective(gr, roots)
         findings.append(_finding(st, gr, HANG, kind, name, roots, gid, figs, base))
     elif not findings:
         stuck = np.flatnonzero((gr.waiters > 0) & (gr.behind_n == 0))

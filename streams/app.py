@@ -16,6 +16,16 @@ Two stages (DESIGN.md):
   is written, and anomaly ids are deterministic: after a SIGKILL the restarted worker may
   send an anomaly again, never loses one, and downstream keeps each id once.
 
+- **hangs** (agent ``watch_heartbeats``, source ``argus.heartbeats`` keyed by job): the
+  latest heartbeat of every rank of a job in a :class:`detectors.HangState`; a timer
+  (``hang_tick_s``, the detector's clock) calls :func:`detectors.detect_hang` for every
+  job and sends its hang / lost-rank anomalies to ``argus.anomalies`` (each id when first
+  named, then again every ``hang_update_s`` with the cost so far). This state is in
+  memory on purpose: it is the last few seconds of heartbeats, rebuilt within one
+  heartbeat period after a restart (only the stall clock restarts, so a hang that began
+  before the restart is named at most one threshold late); a job's state expires after
+  ``job_ttl_s`` without heartbeats.
+
 Bad input (bytes that do not decode or validate) goes to ``argus.dead-letter`` with the
 reason in the headers and a counter; the worker never crashes on input.
 """
@@ -32,13 +42,25 @@ from typing import Any
 
 import faust
 
-from detectors import DiagnoserConfig, JobState, StepFindings, apply_findings, step_findings
+from detectors import (
+    DiagnoserConfig,
+    HangConfig,
+    HangState,
+    JobState,
+    StepFindings,
+    apply_findings,
+    detect_hang,
+    hang_anomalies,
+    step_findings,
+)
 from schemas import (
     ANOMALIES,
     DEAD_LETTER,
+    HEARTBEATS,
     STEP_SUMMARIES,
     STEPS,
     DeadLetter,
+    Heartbeat,
     SchemaError,
     StepBatch,
     decode,
@@ -73,6 +95,9 @@ class StreamConfig:
     diagnoser: DiagnoserConfig = field(default_factory=DiagnoserConfig)
     job_ttl_s: float = 6 * 3600.0
     max_held_steps: int = 8
+    hang: HangConfig = field(default_factory=HangConfig)
+    hang_tick_s: float = 1.0
+    hang_update_s: float = 60.0
 
 
 @dataclass
@@ -86,6 +111,8 @@ class StreamMetrics:
     dead_letters: Counter[str] = field(default_factory=Counter)
     completion_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     open_steps: int = 0
+    heartbeats: int = 0
+    hang_jobs: int = 0
     started: float = field(default_factory=time.monotonic)
 
     def completion_quantiles(self) -> tuple[float, float]:
@@ -219,5 +246,47 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         for key in [k for k, v in job_states.items() if v and json.loads(v).get("seen_s", 0) < cutoff]:
             del job_states[key]
 
-    app.argus_agents = (assemble, diagnose)  # type: ignore[attr-defined]
+    heartbeats_topic = app.topic(HEARTBEATS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
+    hang_states: dict[tuple[str, int], HangState] = {}
+    hang_sent: dict[str, float] = {}  # anomaly id -> when last sent (monotonic)
+
+    @app.agent(heartbeats_topic)
+    async def watch_heartbeats(stream: Any) -> None:
+        async for events in stream.take_events(cfg.take, within=cfg.within_s):
+            by_job: dict[tuple[str, int], list[Heartbeat]] = {}
+            for event in events:
+                try:
+                    beat = decode(event.value or b"", expect=Heartbeat)
+                except SchemaError as exc:
+                    await dead_letter(event, exc.reason, str(exc))
+                    continue
+                by_job.setdefault((beat.job, beat.run), []).append(beat)
+            for key, beats in by_job.items():
+                state = hang_states.get(key)
+                if state is None:
+                    state = hang_states[key] = HangState(*key, progress_points=cfg.hang.progress_points)
+                metrics.heartbeats += state.observe(beats)
+            metrics.hang_jobs = len(hang_states)
+
+    @app.timer(cfg.hang_tick_s)  # type: ignore[untyped-decorator]
+    async def detect_hangs() -> None:
+        now_ns, now = time.time_ns(), time.monotonic()
+        for key, state in list(hang_states.items()):
+            if state.seen.any() and now_ns - int(state.time_ns.max()) > cfg.job_ttl_s * 1e9:
+                del hang_states[key]
+                continue
+            for anomaly in hang_anomalies(detect_hang(state, now_ns, cfg.hang)):
+                last = hang_sent.get(anomaly.id)
+                if last is not None and now - last < cfg.hang_update_s:
+                    continue
+                fut = await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
+                await fut
+                if last is None:
+                    metrics.anomalies[anomaly.cause] += 1
+                    log.warning("hang: %s", anomaly.summary)
+                hang_sent[anomaly.id] = now
+        for aid in [a for a, t in hang_sent.items() if now - t > cfg.job_ttl_s]:
+            del hang_sent[aid]
+
+    app.argus_agents = (assemble, diagnose, watch_heartbeats)  # type: ignore[attr-defined]
     return app, metrics

@@ -177,6 +177,7 @@ class HangSimulator:
             "fin": ent.copy(),
             "kind": kind,
             "stack": np.full(n, STACKS["forward_ms"], object),
+            "last": np.full(n, self.hang_step - 1, np.int64),
         }
 
     def _freeze(self) -> dict[str, np.ndarray]:
@@ -249,6 +250,7 @@ class HangSimulator:
         up = free & (pp > star)
         ent[up, 2], fin[up, 2], knd[up, 2] = nxt + 1, nxt, "recv"
         stack[free] = np.where(same[free], STACKS["collective"], _P2P)
+        st["last"][free] = h  # they finished step h (its all-reduce) and went on
         return st
 
     def _rank_shift(self, stages: int) -> np.ndarray:
@@ -324,6 +326,7 @@ class HangSimulator:
             e, fi, k = ent[r], fin[r], kinds[r]
             self._fz.append((tuple(e[j] for j in js), tuple(fi[j] for j in js), tuple(k[j] for j in js)))
         self._stacks = [str(x) for x in f["stack"].tolist()]
+        self._last = f["last"].tolist()
 
     def _beat(self, rank: int, t: int) -> Heartbeat:
         sc = self.scenario
@@ -339,7 +342,7 @@ class HangSimulator:
             stack, last = STACKS["forward_ms"], steps - 1
         else:
             ent, fin, kinds = self._fz[rank]
-            stack, last = self._stacks[rank], self.hang_step - 1
+            stack, last = self._stacks[rank], self._last[rank]
             if sc.kind == "declared_checkpoint":
                 pause, until = "checkpoint", end_pause
         return Heartbeat(
@@ -359,7 +362,9 @@ class HangSimulator:
             until,
         )
 
-    def ticks(self, tick_s: float, until_s: float, from_s: float = 0.0) -> Iterator[tuple[int, list[Heartbeat]]]:
+    def ticks(
+        self, tick_s: float, until_s: float, from_s: float = 0.0
+    ) -> Iterator[tuple[int, list[Heartbeat]]]:
         """``(now_ns, heartbeats sent since the last tick)`` every ``tick_s`` from ``from_s`` to ``until_s``."""
         step = int(tick_s * 1e9)
         t = self.start_ns + int(from_s * 1e9)

@@ -38,7 +38,8 @@ def test_the_culprit_is_the_only_rank_behind_its_waiting_peers() -> None:
     entered, finished = seq.pop(37)
     assert entered == finished  # never entered the all-reduce
     assert all(e == entered + 1 and f == finished for e, f in seq.values())  # the peers wait in it
-    assert all(b.last_step == sim.hang_step - 1 for b in after)
+    last = {b.rank: b.last_step for b in after}
+    assert last[37] == sim.hang_step - 1 and max(last.values()) <= sim.hang_step  # no step after the hang
 
 
 @pytest.mark.parametrize("kind", ["process_death", "host_silent"])

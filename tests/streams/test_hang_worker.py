@@ -1,0 +1,58 @@
+"""The stream worker's heartbeat agent, on the real broker: a simulated rank that never
+enters its all-reduce is named on ``argus.anomalies`` within 30 s of the hang."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer
+
+from argus.kafka_admin import ensure_topics
+from producers.publisher import Publisher
+from producers.simulator import HangScenario, HangSimulator, Layout
+from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, Anomaly, decode, job_key
+from tests.streams.test_worker import Worker
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def test_the_worker_names_a_hung_rank_and_its_all_reduce(kafka_conf, tmp_path, unique) -> None:
+    ensure_topics(kafka_conf, ALL_TOPICS, partitions=16)
+    job = f"e2e-hang-{unique}"
+    worker = Worker(f"hang-{unique}", tmp_path, kafka_conf["bootstrap.servers"])
+    consumer = Consumer({**kafka_conf, "group.id": f"peek-{job}", "auto.offset.reset": "latest"})
+    consumer.subscribe([ANOMALIES])
+    publisher = Publisher(kafka_conf)
+    try:
+        history_s = 20.0
+        sim = HangSimulator(
+            Layout(dp=4, tp=8, pp=4),
+            HangScenario("collective_hang", at_s=history_s + 10.0, rank=77),
+            job=job,
+            heartbeat_s=2.0,
+            start_ns=time.time_ns() - int(history_s * 1e9),
+        )
+        sent_to = sim.start_ns
+        found: Anomaly | None = None
+        deadline = time.monotonic() + 90
+        while found is None and time.monotonic() < deadline:
+            now = time.time_ns()
+            for beat in sim.beats(sent_to, now):
+                publisher.publish(HEARTBEATS, job_key(job), beat)
+            sent_to = now
+            publisher.flush(5)
+            for m in consumer.consume(100, timeout=0.5):
+                if m.error():
+                    continue
+                a = decode(m.value())
+                if a.job == job:
+                    found = a
+        assert found is not None, "no hang anomaly from the worker"
+        assert (found.cause, found.level, found.suspect, found.ranks) == ("hang", "hang", "rank:77", (77,))
+        assert "all_reduce" in found.summary and sim.labels[0].group in found.summary
+        assert 0 < (found.detected_ns - sim.hang_ns) / 1e9 <= 30
+    finally:
+        consumer.close()
+        publisher.shutdown(5)
+        worker.stop()
