@@ -151,6 +151,22 @@ GROUP BY t ORDER BY t""",
             width=24,
             height=6,
         ),
+        Panel(
+            "hangs",
+            "Hangs and lost ranks: who, which collective, doing what",
+            "table",
+            f"""SELECT time, cause, suspect_kind, suspect, arrayStringConcat(arrayMap(r -> toString(r), ranks), ',') AS ranks,
+       start_step AS stuck_step, round(evidence['stalled_s'], 1) AS stalled_s,
+       toUInt64(evidence['seq']) AS collective_seq, round(evidence['nbytes'] / 1048576, 1) AS collective_mib,
+       toUInt32(evidence['waiting_ranks']) AS waiting_ranks, round(gpu_hours_lost, 2) AS gpu_hours_lost, summary
+FROM anomalies WHERE {JOB} AND level = 'hang' AND $__timeFilter(time)
+ORDER BY time DESC LIMIT 1 BY id LIMIT 50""",
+            "A stalled job (no step for longer than its threshold): the ranks that never entered the "
+            "collective their peers wait in, or whose heartbeats stopped; the summary names the collective, "
+            "its group and what the suspect is doing instead.",
+            width=24,
+            height=6,
+        ),
     ),
 )
 
@@ -299,6 +315,21 @@ FROM step_summaries WHERE $__timeFilter(time) GROUP BY job HAVING missing > 0"""
         keep_firing="2m",
         summary="Job {{ $labels.job }}: {{ $values.B }} rank(s) stopped reporting steps",
         description="A rank whose step records stop is hung or lost; see the job's anomalies for which one.",
+    ),
+    AlertRule(
+        uid="argus-hang",
+        title="Argus: job hangs",
+        sql="""SELECT job, cause, suspect, argMax(summary, time) AS detail, max(evidence['stalled_s']) AS stalled_s
+FROM anomalies WHERE level = 'hang' AND $__timeFilter(time)
+GROUP BY job, cause, suspect ORDER BY stalled_s DESC LIMIT 100""",
+        value="stalled_s",
+        fire_above=0.0,
+        recover_below=0.5,
+        pending="0s",
+        keep_firing="2m",
+        summary="Job {{ $labels.job }} hangs ({{ $labels.cause }}): {{ $labels.suspect }} — {{ $labels.detail }}",
+        description="No step completed for longer than the job's threshold. The stream worker re-sends the "
+        "anomaly every minute while the hang lasts, so the rule clears once steps resume.",
     ),
 )
 

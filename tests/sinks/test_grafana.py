@@ -10,8 +10,15 @@ from typing import Any
 
 import pytest
 
-from detectors import JobDiagnoser
-from producers.simulator import COMPUTE_STRAGGLER, ClusterSimulator, Fault, Layout
+from detectors import HangState, JobDiagnoser, detect_hang, hang_anomalies
+from producers.simulator import (
+    COMPUTE_STRAGGLER,
+    ClusterSimulator,
+    Fault,
+    HangScenario,
+    HangSimulator,
+    Layout,
+)
 from schemas import GpuSample, KernelSketch
 from sinks import to_arrow
 from sinks.grafana import ALERTS, DASHBOARDS, all_panels, expand, percent_encode, rendered_files
@@ -99,6 +106,9 @@ def test_every_panel_runs_and_returns_rows(store, jobs, dashboard, panel) -> Non
     assert names, panel.key
     if panel.key == "missing_ranks":  # every rank reported every step: a flat zero line
         assert rows and all(r[1] == 0 for r in rows)
+        return
+    if panel.key == "hangs":  # a straggler is not a hang (see test_the_hang_panel_...)
+        assert rows == []
         return
     assert rows, f"{dashboard.uid}/{panel.key} returned no rows"
     if panel.kind == "timeseries":
@@ -190,3 +200,48 @@ def test_dashboards_reference_the_datasource_and_their_queries() -> None:
         for p in doc["panels"]:
             g = p["gridPos"]
             assert g["x"] >= 0 and g["x"] + g["w"] <= 24
+
+
+HUNG_RANK = 45
+
+
+@pytest.fixture(scope="module")
+def hang_job(store, jobs, unique_module: str) -> str:
+    """A simulated job in which rank 45 never enters its all-reduce, diagnosed every second."""
+    job = f"gf-hang-{unique_module}"
+    start = datetime.now(UTC) - timedelta(minutes=3)
+    sim = HangSimulator(
+        Layout(dp=4, tp=8, pp=2),
+        HangScenario("collective_hang", at_s=30.0, rank=HUNG_RANK),
+        job=job,
+        start_ns=int(start.timestamp() * 1e9),
+    )
+    state = HangState(job)
+    found: dict[str, Any] = {}
+    for now, beats in sim.ticks(1.0, 60.0):
+        state.observe(beats)
+        found.update({a.id: a for a in hang_anomalies(detect_hang(state, now))})
+    assert found
+    table, data = to_arrow(list(found.values()))
+    store.insert_arrow(table, data)
+    return job
+
+
+def test_the_hang_panel_names_the_rank_and_the_all_reduce(store, jobs, hang_job) -> None:
+    panel = dict((p.key, p) for _, p in all_panels())["hangs"]
+    names, rows = run_panel(store, panel.sql, jobs, job=hang_job)
+    assert len(rows) == 1
+    row = dict(zip(names, rows[0], strict=True))
+    assert (row["cause"], row["suspect"], row["ranks"]) == ("hang", f"rank:{HUNG_RANK}", str(HUNG_RANK))
+    assert "all_reduce" in row["summary"] and row["waiting_ranks"] == 3 and row["collective_mib"] == 512.0
+    assert row["stalled_s"] > 10
+
+
+def test_hang_alert_pages_with_the_suspect_for_the_hung_job_only(store, jobs, hang_job) -> None:
+    rule = next(r for r in ALERTS if r.uid == "argus-hang")
+    names, rows = run_panel(store, rule.sql, jobs)
+    firing = [dict(zip(names, r, strict=True)) for r in rows if r[names.index(rule.value)] > rule.fire_above]
+    mine = [f for f in firing if f["job"] in {hang_job, *jobs["names"].values()}]
+    assert [(f["job"], f["suspect"]) for f in mine] == [(hang_job, f"rank:{HUNG_RANK}")]
+    assert "all_reduce" in mine[0]["detail"]
+    assert "{{ $labels.suspect }}" in rule.summary and "{{ $labels.detail }}" in rule.summary
