@@ -2,7 +2,9 @@
 
 Seeded runs of every fault class alone and mixed, at 1,024 and 16,384 ranks (1,024 only
 with --quick), plus fault-free runs of 10,000 steps; the time to analyse one step at
-16,384 and 100,000 ranks. Prints a table per class, then one JSON line.
+16,384 and 100,000 ranks; the hang classes (``hang``, ``lost_rank``) on every hang scenario
+of the simulator, with the delay from the hang to the alarm (seconds, 1 s detector tick)
+and the alarms on a declared long checkpoint. Prints a table per class, then one JSON line.
 
     .venv/bin/python bench/diagnosis.py [--quick]
 """
@@ -21,14 +23,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from detectors import JobDiagnoser
+from detectors import HANG_CAUSES, HangState, JobDiagnoser, detect_hang, hang_anomalies
 from producers.simulator import (
     FAULT_KINDS,
+    HANG_SCENARIOS,
     KERNEL_NAMES,
     ONE_OFF_KINDS,
     PIPELINE_STAGE_IMBALANCE,
     ClusterSimulator,
     Fault,
+    HangScenario,
+    HangSimulator,
     Label,
     Layout,
     random_fault,
@@ -89,8 +94,8 @@ def _where(a: Anomaly, lab: Label) -> bool:
 
 
 def suspects_of(a: Anomaly) -> int:
-    """Named suspects of an anomaly: its ranks (rank, link) or one host / stage / job."""
-    return len(a.ranks) if a.suspect_kind in ("rank", "link") else 1
+    """Named suspects of an anomaly: its ranks (rank, link, ranks, group) or one host / stage / job."""
+    return len(a.ranks) if a.suspect_kind in ("rank", "link", "ranks", "group") else 1
 
 
 @dataclass
@@ -103,6 +108,7 @@ class Tally:
     located_right: int = 0
     delays: list[int] = field(default_factory=list)
     suspects: list[int] = field(default_factory=list)
+    hang_delays: list[float] = field(default_factory=list)
 
 
 def score(runs: list[Run], tallies: dict[str, Tally]) -> None:
@@ -162,6 +168,53 @@ def suite(n_ranks: int, seeds: int, mixed: int, base_seed: int) -> list[Run]:
     return runs
 
 
+HANG_AT_S, HANG_WINDOW_S = 40.0, 30.0
+
+
+def hang_suite(n_ranks: int, seeds: int, tallies: dict[str, Tally]) -> tuple[int, int, list[float]]:
+    """Every hang scenario ``seeds`` times: tallies per class (delays in seconds), plus the
+    declared-checkpoint runs and their alarms, and the detector's ms per tick."""
+    layout = LAYOUTS[n_ranks]
+    checkpoints = alarms = 0
+    tick_ms: list[float] = []
+    for k, kind in enumerate(HANG_SCENARIOS):
+        for i in range(seeds):
+            sim = HangSimulator(layout, HangScenario(kind, at_s=HANG_AT_S), seed=n_ranks + 100 * k + i)
+            state = HangState(sim.job)
+            found: dict[str, tuple[Anomaly, float]] = {}
+            for now, beats in sim.ticks(1.0, HANG_AT_S + HANG_WINDOW_S + 1, from_s=HANG_AT_S - 12.0):
+                state.observe(beats)
+                t0 = time.perf_counter()
+                verdict = detect_hang(state, now)
+                tick_ms.append((time.perf_counter() - t0) * 1e3)
+                for a in hang_anomalies(verdict):
+                    found.setdefault(a.id, (a, (now - sim.hang_ns) / 1e9))
+            if kind == "declared_checkpoint":
+                checkpoints += 1
+                alarms += len(found)
+            for a, _ in found.values():
+                t = tallies[a.cause]
+                t.anomalies += 1
+                t.suspects.append(suspects_of(a))
+                if any(lab.cause == a.cause and lab.suspect == a.suspect for lab in sim.labels):
+                    t.true_pos += 1
+            for lab in sim.labels:
+                t = tallies[lab.cause]
+                t.labels += 1
+                near = [
+                    (a, d)
+                    for a, d in found.values()
+                    if a.suspect == lab.suspect or set(a.ranks) & set(lab.ranks)
+                ]
+                right = [d for a, d in near if a.cause == lab.cause and lab.collective in a.summary]
+                t.located += bool(near)
+                if right and min(right) <= HANG_WINDOW_S:
+                    t.located_right += 1
+                    t.recalled += 1
+                    t.hang_delays.append(min(right))
+    return checkpoints, alarms, tick_ms
+
+
 def fault_free(n_ranks: int, steps: int, seed: int) -> int:
     """Anomalies raised on fault-free runs totalling ``steps`` steps."""
     layout = LAYOUTS[n_ranks]
@@ -201,6 +254,13 @@ def main() -> None:
         if args.quick:
             seeds, mixed = 4, 2
         score(suite(n, seeds, mixed, base_seed=n), tallies)
+    hang_tallies: dict[str, Tally] = defaultdict(Tally)
+    ckpt_runs = ckpt_alarms = 0
+    hang_tick: dict[int, float] = {}
+    for n in sizes:
+        runs, alarms_, ticks = hang_suite(n, 2 if args.quick else (4 if n == 1024 else 2), hang_tallies)
+        ckpt_runs, ckpt_alarms = ckpt_runs + runs, ckpt_alarms + alarms_
+        hang_tick[n] = float(np.percentile(ticks, 99))
     free_steps = 10_000
     alarms = fault_free(1024, free_steps, seed=5_000_000)
     ms16 = time_step(16384)
@@ -225,6 +285,32 @@ def main() -> None:
     other = {k: v.anomalies for k, v in tallies.items() if k not in FAULT_KINDS}
     if other:
         print(f"anomalies of other classes (false alarms): {other}")
+    print(
+        f"\n{'hang class':28s} {'prec':>6s} {'recall':>6s} {'acc':>6s} {'n':>4s} {'alarm s max':>11s} {'alarm s avg':>11s} {'susp max':>8s}"
+    )
+    hang_prec, hang_rec, hang_delay, hang_susp = [], [], [], []
+    for kind in HANG_CAUSES:
+        t = hang_tallies[kind]
+        p = t.true_pos / t.anomalies if t.anomalies else 0.0
+        r = t.recalled / t.labels if t.labels else 0.0
+        acc = t.located_right / t.located if t.located else 0.0
+        hmax = max(t.hang_delays) if t.hang_delays else -1.0
+        havg = float(np.mean(t.hang_delays)) if t.hang_delays else -1.0
+        smax = max(t.suspects) if t.suspects else 0
+        hang_prec.append(p)
+        hang_rec.append(r)
+        hang_delay.append(hmax)
+        hang_susp.append(smax)
+        precs.append(p)
+        recs.append(r)
+        accs.append(acc)
+        susp.append(smax)
+        print(f"{kind:28s} {p:6.3f} {r:6.3f} {acc:6.3f} {t.labels:4d} {hmax:11.1f} {havg:11.1f} {smax:8d}")
+    hang_other = {k: v.anomalies for k, v in hang_tallies.items() if k not in HANG_CAUSES}
+    if hang_other:
+        print(f"hang anomalies of other classes: {hang_other}")
+    print(f"declared long checkpoints: {ckpt_alarms} alarm(s) in {ckpt_runs} runs")
+    print("hang detector p99 ms per tick: " + ", ".join(f"{n:,} ranks {v:.1f}" for n, v in hang_tick.items()))
     print(f"false alarms: {alarms} in {free_steps} fault-free steps at 1,024 ranks")
     print(f"ms per step: 16,384 ranks {ms16:.1f}, 100,000 ranks {ms100:.1f}")
     print(f"wall time {time.perf_counter() - t_start:.0f} s")
@@ -236,6 +322,12 @@ def main() -> None:
         "false_alarms_per_10k_steps": round(alarms * 10_000 / free_steps, 3),
         "ms_per_step_100k": round(ms100, 2),
         "ms_per_step_16k": round(ms16, 2),
+        "hang_precision_min": round(min(hang_prec), 4),
+        "hang_recall_min": round(min(hang_rec), 4),
+        "hang_alarm_s_max": round(max(hang_delay), 1),
+        "hang_suspects_max": int(max(hang_susp)),
+        "hang_checkpoint_alarms": ckpt_alarms,
+        "hang_tick_ms_p99": {str(n): round(v, 2) for n, v in hang_tick.items()},
         "ranks": sizes,
     }
     print(json.dumps(out))
