@@ -7,10 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer.main
 import yaml
-
-from argus.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -130,7 +127,7 @@ def test_every_variable_is_in_env_example_and_no_secret_is_inlined() -> None:
     example = env_example()
     used = {m["name"]: m for s in strings(COMPOSE) for m in VAR.finditer(s)}
     assert used, "the file uses no variables?"
-    for name, m in used.items():
+    for name in used:
         assert name in example, f"${{{name}}} is not documented in .env.example"
     for name, value in example.items():
         if SECRETISH.search(name):
@@ -139,21 +136,20 @@ def test_every_variable_is_in_env_example_and_no_secret_is_inlined() -> None:
         for key, value in (svc.get("environment") or {}).items():
             if SECRETISH.search(key):
                 m = VAR.fullmatch(str(value))
-                assert m and m["op"] == ":?", f"{svc_name}.{key} must be ${{VAR:?...}} from .env, not a literal"
+                assert m and m["op"] == ":?", (
+                    f"{svc_name}.{key} must be ${{VAR:?...}} from .env, not a literal"
+                )
 
 
 @pytest.mark.parametrize("name", ["worker", "sink", "simulated-job"])
-def test_argus_services_run_commands_the_cli_accepts(name: str) -> None:
+def test_argus_services_run_commands_the_cli_accepts(name: str, argus_accepts, argus_settings) -> None:
     svc = SERVICES[name]
     assert svc["image"] == SERVICES["worker"]["image"]
-    args = [VAR.sub(lambda m: m["arg"] or env_example()[m["name"]], str(a)) for a in svc["command"]]
-    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    command = commands.get(args[0])
-    assert command is not None, f"argus has no command {args[0]!r}"
-    command.make_context(args[0], args[1:])  # raises on an unknown option or a bad value
+    argus_accepts([VAR.sub(lambda m: m["arg"] or env_example()[m["name"]], str(a)) for a in svc["command"]])
     env = svc["environment"]
     assert env["ARGUS_KAFKA_BOOTSTRAP"] == "kafka:9092"
     assert all(k.startswith("ARGUS_") for k in env)
+    argus_settings(env)
 
 
 def test_dockerignore_keeps_the_image_small_and_secrets_out() -> None:

@@ -1,0 +1,239 @@
+"""The Helm chart: `helm lint`, and the manifests `helm template` renders (workloads, probes,
+resource requests, secrets referenced and never inlined, KEDA/HPA, Grafana ConfigMaps)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "argus"
+CACHE = Path(os.environ.get("ARGUS_CACHE", Path.home() / ".cache" / "argus"))
+HELM_VERSION = "v3.16.4"
+SECRETISH = re.compile(r"PASSWORD|TOKEN|SECRET")
+
+SECURE = [
+    "kafka.securityProtocol=SASL_SSL",
+    "kafka.sasl.mechanism=SCRAM-SHA-512",
+    "kafka.sasl.existingSecret=kafka-sasl",
+    "kafka.tls.existingSecret=kafka-ca",
+    "kafka.tls.certKey=tls.crt",
+    "clickhouse.existingSecret=clickhouse-creds",
+    "clickhouse.url=https://ch.example:8443",
+    "clickhouse.caSecret=clickhouse-ca",
+    "grafana.push=true",
+    "grafana.url=https://grafana.example",
+    "grafana.existingSecret=grafana-token",
+]
+EXISTING = {"kafka-sasl", "kafka-ca", "clickhouse-creds", "clickhouse-ca", "grafana-token"}
+
+
+@cache
+def helm() -> str:
+    """A helm binary: on PATH, in the cache, or built once with Go into the cache."""
+    for candidate in (
+        os.environ.get("HELM"),
+        shutil.which("helm"),
+        str(CACHE / "bin" / "helm"),
+        str(Path.home() / "go" / "bin" / "helm"),
+    ):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    if shutil.which("go") is None:
+        pytest.skip("no helm binary and no Go toolchain to build one (`make helm`)")
+    env = {**os.environ, "GOBIN": str(CACHE / "bin")}
+    subprocess.run(
+        ["go", "install", f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"], env=env, check=True, timeout=1800
+    )
+    return str(CACHE / "bin" / "helm")
+
+
+def render(*sets: str) -> list[dict[str, Any]]:
+    args = [helm(), "template", "argus", str(CHART), "--namespace", "gpu-obs"]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def pod_specs(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for d in docs:
+        if d["kind"] in ("Deployment", "DaemonSet", "Job"):
+            yield d["metadata"]["name"], d["spec"]["template"]["spec"]
+
+
+def test_helm_lint_passes_strict() -> None:
+    out = subprocess.run(
+        [helm(), "lint", "--strict", str(CHART)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    bad = subprocess.run(
+        [helm(), "lint", str(CHART), "--set", "kafka.securityProtocol=TLS"], capture_output=True, text=True
+    )
+    assert bad.returncode != 0 and "securityProtocol" in bad.stdout + bad.stderr  # values.schema.json
+
+
+def test_default_render_has_every_workload() -> None:
+    docs = render()
+    assert set(by_kind(docs, "Deployment")) == {"argus-worker", "argus-sink"}
+    assert set(by_kind(docs, "DaemonSet")) == {"argus-node-agent"}
+    assert set(by_kind(docs, "Service")) == {"argus-worker", "argus-sink"}
+    assert set(by_kind(docs, "ConfigMap")) == {"argus-dashboards", "argus-alert-rules", "argus-datasource"}
+    assert not by_kind(docs, "Secret") and not by_kind(docs, "HorizontalPodAutoscaler")
+    assert all(d["metadata"].get("namespace", "gpu-obs") == "gpu-obs" for d in docs)
+    agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]["spec"]
+    assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert any(t["key"] == "nvidia.com/gpu" for t in agent["tolerations"])
+
+
+@pytest.mark.parametrize("sets", [[], SECURE], ids=["default", "secure"])
+def test_every_container_requests_resources_and_runs_what_argus_accepts(
+    sets: list[str], argus_accepts, argus_settings
+) -> None:
+    for name, spec in pod_specs(render(*sets)):
+        for c in spec["containers"]:
+            requests = c["resources"]["requests"]
+            assert requests.get("cpu") and requests.get("memory"), name
+            assert c["resources"]["limits"]["memory"], name
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, name
+            argus_accepts([a.replace("$(NODE_NAME)", "node-1") for a in c["args"]])
+            argus_settings(e["name"] for e in c.get("env", []))
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+
+
+def test_deployments_probe_the_metrics_port_their_command_opens() -> None:
+    docs = render()
+    for name, dep in by_kind(docs, "Deployment").items():
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        port = int(c["args"][c["args"].index("--metrics-port") + 1])
+        assert c["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}], name
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, (name, probe)
+        svc = by_kind(docs, "Service")[name]
+        assert svc["spec"]["ports"][0]["port"] == port
+        assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]["spec"]["containers"][0]
+    assert agent["livenessProbe"]["exec"]["command"][0] == "argus"
+
+
+def test_secrets_are_referenced_never_inlined() -> None:
+    docs = render(*SECURE)
+    assert not by_kind(docs, "Secret")  # existing Secrets only
+    referenced: set[str] = set()
+    for name, spec in pod_specs(docs):
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for v in volumes.values():
+            if "secret" in v:
+                referenced.add(v["secret"]["secretName"])
+        for c in spec["containers"]:
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+            for e in c.get("env", []):
+                if ref := e.get("valueFrom", {}).get("secretKeyRef"):
+                    referenced.add(ref["name"])
+                    continue
+                if not SECRETISH.search(e["name"]):
+                    continue
+                # a secret setting is a file in a mounted Secret, never a value
+                assert e["name"].endswith("_FILE"), (name, e)
+                folder = str(Path(e["value"]).parent)
+                assert folder in mounts and "secret" in volumes[mounts[folder]], (name, e)
+    assert referenced == EXISTING
+    keda = by_kind(render(*SECURE, "worker.keda.enabled=true"), "TriggerAuthentication")["argus-kafka"]
+    assert {r["name"] for r in keda["spec"]["secretTargetRef"]} == {"kafka-sasl", "kafka-ca"}
+
+
+def test_created_secrets_hold_the_values_and_nothing_else_does() -> None:
+    password = "s3cret-Xq81-password"
+    docs = render(
+        "secrets.create=true",
+        "kafka.securityProtocol=SASL_PLAINTEXT",
+        "kafka.sasl.mechanism=PLAIN",
+        "secrets.kafkaSasl.username=argus",
+        f"secrets.kafkaSasl.password={password}",
+        "secrets.clickhouse.username=argus",
+        f"secrets.clickhouse.password={password}",
+    )
+    secrets = by_kind(docs, "Secret")
+    assert set(secrets) == {"argus-kafka-sasl", "argus-clickhouse"}
+    encoded = base64.b64encode(password.encode()).decode()
+    assert secrets["argus-clickhouse"]["data"]["password"] == encoded
+    for d in docs:
+        if d["kind"] != "Secret":
+            text = yaml.safe_dump(d)
+            assert password not in text and encoded not in text, d["metadata"]["name"]
+
+
+def test_keda_scales_workers_on_their_consumer_lag_and_the_hpa_is_the_fallback() -> None:
+    docs = render("worker.keda.enabled=true", "worker.keda.maxReplicas=500")
+    (so,) = by_kind(docs, "ScaledObject").values()
+    worker = by_kind(docs, "Deployment")["argus-worker"]
+    args = worker["spec"]["template"]["spec"]["containers"][0]["args"]
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == "kafka" and trigger["metadata"]["topic"] == "argus.steps"
+    assert trigger["metadata"]["consumerGroup"] == args[args.index("--app-id") + 1]
+    assert so["spec"]["scaleTargetRef"]["name"] == "argus-worker"
+    assert so["spec"]["maxReplicaCount"] == 64  # never more workers than partitions
+    assert "replicas" not in worker["spec"]  # the autoscaler owns it
+    assert not by_kind(docs, "HorizontalPodAutoscaler")
+
+    docs = render("worker.autoscaling.enabled=true")
+    (hpa,) = by_kind(docs, "HorizontalPodAutoscaler").values()
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "argus-worker",
+    }
+    assert not by_kind(docs, "ScaledObject")
+
+    both = subprocess.run(
+        [
+            helm(),
+            "template",
+            "a",
+            str(CHART),
+            "--set",
+            "worker.keda.enabled=true",
+            "--set",
+            "worker.autoscaling.enabled=true",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert both.returncode != 0 and "exclude each other" in both.stderr
+
+
+def test_grafana_configmaps_carry_the_generated_dashboards_and_alert_rules() -> None:
+    grafana = REPO / "deploy" / "grafana"
+    files = CHART / "files" / "grafana"
+    pairs = {
+        **{files / "dashboards" / p.name: p for p in (grafana / "dashboards").glob("*.json")},
+        files / "alerting" / "argus.yaml": grafana / "provisioning" / "alerting" / "argus.yaml",
+        files / "datasources" / "argus.yaml": grafana / "provisioning" / "datasources" / "argus.yaml",
+    }
+    for copy, original in pairs.items():
+        assert copy.is_file() and copy.read_text() == original.read_text(), f"run `make helm-files` ({copy})"
+    maps = by_kind(render(), "ConfigMap")
+    dashboards = maps["argus-dashboards"]
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert set(dashboards["data"]) == {p.name for p in (grafana / "dashboards").glob("*.json")}
+    for name, text in dashboards["data"].items():
+        assert text == (grafana / "dashboards" / name).read_text()
+    rules = maps["argus-alert-rules"]
+    assert rules["metadata"]["labels"]["grafana_alert"] == "1"
+    assert yaml.safe_load(rules["data"]["argus.yaml"])["groups"][0]["rules"]
+    assert maps["argus-datasource"]["metadata"]["labels"]["grafana_datasource"] == "1"
