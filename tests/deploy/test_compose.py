@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,9 @@ def test_every_variable_is_in_env_example_and_no_secret_is_inlined() -> None:
 
 
 @pytest.mark.parametrize("name", ["worker", "sink", "simulated-job"])
-def test_argus_services_run_commands_the_cli_accepts(name: str, argus_accepts, argus_settings) -> None:
+def test_argus_services_run_commands_the_cli_accepts(
+    name: str, argus_accepts: Callable[[list[str]], None], argus_settings: Callable[[Iterable[str]], None]
+) -> None:
     svc = SERVICES[name]
     assert svc["image"] == SERVICES["worker"]["image"]
     argus_accepts([VAR.sub(lambda m: m["arg"] or env_example()[m["name"]], str(a)) for a in svc["command"]])

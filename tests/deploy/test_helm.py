@@ -8,7 +8,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,9 @@ def test_default_render_has_every_workload() -> None:
 
 @pytest.mark.parametrize("sets", [[], SECURE], ids=["default", "secure"])
 def test_every_container_requests_resources_and_runs_what_argus_accepts(
-    sets: list[str], argus_accepts, argus_settings
+    sets: list[str],
+    argus_accepts: Callable[[list[str]], None],
+    argus_settings: Callable[[Iterable[str]], None],
 ) -> None:
     for name, spec in pod_specs(render(*sets)):
         for c in spec["containers"]:
