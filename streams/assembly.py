@@ -35,9 +35,9 @@ _StepKey = tuple[str, int, int]  # job, run, step
 class AssemblyConfig:
     """When a step counts as complete."""
 
-    settle_s: float = 1.0
+    settle_s: float = 5.0
     """A step whose job has moved on (a later step is arriving) completes after this much quiet."""
-    max_wait_s: float = 10.0
+    max_wait_s: float = 30.0
     """A step completes at the latest this long after its first part."""
     max_open_steps: int = 4096
     """Steps waiting at once, over all jobs (memory bound)."""

@@ -1,10 +1,13 @@
 """Put a job's steps back in order for the temporal stage (pure, deterministic).
 
-The cross-rank stage releases steps as they complete; after a restart, or when partitions
-are read unevenly, a later step can overtake an earlier one. The temporal stage holds
-steps that arrive early and diagnoses them in order; it waits for a missing step only
-until ``max_held`` later steps are held, then accepts the gap (that step was lost). The
-rule counts steps, not seconds, so a replay makes the same decisions as the first run.
+The cross-rank stage releases steps as they complete; after a restart, or when a worker
+catches up and Kafka hands it partitions unevenly, a later step can overtake an earlier one.
+The temporal stage holds steps that arrive early and diagnoses them in order. Every step
+that had any record completes in the cross-rank stage sooner or later (a missing rank only
+delays it to its timeout), so waiting is safe; a step that never comes (no rank reported
+it) is given up when the oldest held step has waited ``max_wait_s`` or more than
+``max_held`` steps are held. Without such a gap the order, and so the diagnosis, is the
+same in every run.
 """
 
 from __future__ import annotations
@@ -14,11 +17,23 @@ from collections.abc import Collection
 __all__ = ["next_in_order"]
 
 
-def next_in_order(last_step: int, held: Collection[int], max_held: int = 8) -> int | None:
-    """The held step to diagnose next after ``last_step``, or None to wait for more."""
+def next_in_order(
+    last_step: int,
+    held: Collection[int],
+    *,
+    max_held: int = 1024,
+    waited_s: float = 0.0,
+    max_wait_s: float = 30.0,
+) -> int | None:
+    """The held step to diagnose next after ``last_step``, or None to wait for more.
+
+    ``waited_s``: how long the oldest held step has waited.
+    """
     if not held:
         return None
     first = min(held)
-    if first == last_step + 1 or len(held) > max_held:
+    if first == last_step + 1 or (last_step < 0 and waited_s >= 1.0):
+        return first
+    if len(held) > max_held or waited_s >= max_wait_s:
         return first
     return None

@@ -73,5 +73,5 @@ def test_twice_the_goal_keeps_lag_bounded_and_memory_flat(kafka_conf, worker_fac
     )
     assert len(done) == steps
     assert steps * RANKS / published_s >= 90_000, "the publisher could not offer twice the goal"
-    assert caught_up_s < 10, f"the worker was {caught_up_s:.1f} s behind when publishing ended"
+    assert caught_up_s < 20, f"the worker was {caught_up_s:.1f} s behind when publishing ended"
     assert late < early * 1.3 + (64 << 20), f"worker memory grew from {early >> 20} to {late >> 20} MB"
