@@ -94,7 +94,8 @@ class StreamConfig:
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
     diagnoser: DiagnoserConfig = field(default_factory=DiagnoserConfig)
     job_ttl_s: float = 6 * 3600.0
-    max_held_steps: int = 8
+    max_held_steps: int = 1024
+    reorder_wait_s: float = 30.0
     hang: HangConfig = field(default_factory=HangConfig)
     hang_tick_s: float = 1.0
     hang_update_s: float = 60.0
@@ -216,29 +217,53 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
 
     @app.agent(findings_topic)
     async def diagnose(stream: Any) -> None:
-        async for event in stream.events():
+        # Steps that arrived before an earlier one wait here, unacknowledged: a killed worker
+        # gets them again from Kafka. Only the job's state goes to the changelog table.
+        held: dict[bytes, dict[int, tuple[Any, StepFindings, float]]] = {}
+        async for event in stream.noack().events():
             try:
                 sf = StepFindings.from_dict(json.loads(event.value))
             except (ValueError, KeyError, TypeError) as exc:
                 await dead_letter(event, "invalid", f"step findings: {exc}")
+                event.ack()
                 continue
             state_key = f"{sf.job}|{sf.run}".encode()
             raw = job_states.get(state_key)
-            doc = json.loads(raw) if raw else {}
-            state = JobState.from_dict(doc["state"]) if doc else JobState.new(sf.job, sf.run, cfg.diagnoser)
-            held: dict[int, Any] = {int(k): v for k, v in doc.get("held", {}).items()}
-            if sf.step <= state.last_step or sf.step in held:
-                continue  # a duplicate (replayed after a restart): already diagnosed or held
-            held[sf.step] = sf.to_dict()
-            while (step := next_in_order(state.last_step, held, cfg.max_held_steps)) is not None:
-                result = apply_findings(state, StepFindings.from_dict(held.pop(step)), cfg.diagnoser)
+            state = (
+                JobState.from_dict(json.loads(raw)["state"])
+                if raw
+                else JobState.new(sf.job, sf.run, cfg.diagnoser)
+            )
+            waiting = held.setdefault(state_key, {})
+            if sf.step <= state.last_step or sf.step in waiting:
+                event.ack()  # a duplicate (replayed after a restart): already diagnosed or held
+                continue
+            now = time.monotonic()
+            waiting[sf.step] = (event, sf, now)
+            changed = False
+            while True:
+                oldest = min((t for _, _, t in waiting.values()), default=now)
+                step = next_in_order(
+                    state.last_step,
+                    waiting,
+                    max_held=cfg.max_held_steps,
+                    waited_s=now - oldest,
+                    max_wait_s=cfg.reorder_wait_s,
+                )
+                if step is None:
+                    break
+                done_event, done_sf, _ = waiting.pop(step)
+                result = apply_findings(state, done_sf, cfg.diagnoser)
                 for anomaly in result.anomalies:
                     fut = await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
                     await fut  # delivered before the state that produced it is written
                     metrics.anomalies[anomaly.cause] += 1
-            job_states[state_key] = json.dumps(
-                {"state": state.to_dict(), "held": held, "seen_s": time.time()}
-            ).encode()
+                done_event.ack()
+                changed = True
+            if changed:
+                job_states[state_key] = json.dumps({"state": state.to_dict(), "seen_s": time.time()}).encode()
+            if not waiting:
+                held.pop(state_key, None)
 
     @app.timer(60.0)  # type: ignore[untyped-decorator]
     async def expire_jobs() -> None:
