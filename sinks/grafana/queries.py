@@ -283,17 +283,14 @@ ALERTS = (
         title="Argus: slow rank",
         sql=f"""WITH starts AS (SELECT job, run, min(first_step) AS first_step FROM jobs GROUP BY job, run),
      per_rank AS (
-        SELECT s.job AS job, s.rank AS rank, any(s.host) AS host, median({BUSY}) AS busy_ms, count() AS steps
-        FROM steps AS s INNER JOIN starts AS j ON s.job = j.job AND s.run = j.run
-        WHERE $__timeFilter(s.time) AND s.checkpoint_ms = 0 AND s.compile_ms = 0
-          AND s.step >= j.first_step + {WARMUP_STEPS}
-        GROUP BY s.job, s.rank HAVING steps >= 3),
-     center AS (SELECT job, median(busy_ms) AS med FROM per_rank GROUP BY job),
-     spread AS (SELECT p.job AS job, median(abs(p.busy_ms - c.med)) AS mad
-                FROM per_rank AS p INNER JOIN center AS c ON p.job = c.job GROUP BY p.job)
-SELECT p.job AS job, toString(p.rank) AS rank, p.host AS host,
-       (p.busy_ms - c.med) / greatest(1.4826 * d.mad, 0.02 * c.med, 0.001) AS z
-FROM per_rank AS p INNER JOIN center AS c ON p.job = c.job INNER JOIN spread AS d ON p.job = d.job
+        SELECT m.job AS job, m.rank AS rank, any(m.host) AS host, sum(m.steps) AS n, sum(m.busy_sum) / n AS busy_ms
+        FROM steps_rank_minutely AS m INNER JOIN starts AS j ON m.job = j.job AND m.run = j.run
+        WHERE $__timeFilter(m.minute) AND m.checkpoint_sum = 0 AND m.compile_sum = 0
+          AND m.max_step >= j.first_step + {WARMUP_STEPS}
+        GROUP BY m.job, m.rank HAVING n >= 3)
+SELECT job, toString(rank) AS rank, host, (busy_ms - med) / greatest(1.4826 * mad, 0.02 * med, 0.001) AS z
+FROM (SELECT *, median(abs(busy_ms - med)) OVER (PARTITION BY job) AS mad
+      FROM (SELECT *, median(busy_ms) OVER (PARTITION BY job) AS med FROM per_rank))
 WHERE z > 3 ORDER BY z DESC LIMIT 100""",
         value="z",
         fire_above=6.0,
@@ -301,7 +298,8 @@ WHERE z > 3 ORDER BY z DESC LIMIT 100""",
         pending="2m",
         keep_firing="5m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.job }} ({{ $labels.host }}) is slow: busy-time z = {{ $values.B }}",
-        description="Its peers wait for it in collectives. Warm-up, checkpoint and compile steps are excluded.",
+        description="Its peers wait for it in collectives. Mean busy time per rank over the per-minute rollup; "
+        "minutes in the warm-up, with a checkpoint or with compilation are excluded.",
     ),
     AlertRule(
         uid="argus-missing-ranks",
