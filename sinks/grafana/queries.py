@@ -98,16 +98,17 @@ GROUP BY t ORDER BY t""",
         ),
         Panel(
             "busy_heatmap",
-            "Busy time per rank and step (step time minus collective wait, ms)",
+            "Busy time per rank and minute (step time minus collective wait, ms)",
             "heatmap",
-            f"""SELECT $__timeInterval(time) AS t,
-       intDiv(rank, greatest(1, intDiv((SELECT max(rank) FROM steps WHERE {JOB} AND $__timeFilter(time)), 256)))
-           AS rank_group,
-       max({BUSY}) AS busy_ms
-FROM steps WHERE {JOB} AND $__timeFilter(time)
+            f"""SELECT t, intDiv(rank, greatest(1, intDiv(top_rank, 256))) AS rank_group, max(busy) AS busy_ms
+FROM (
+    SELECT toStartOfInterval(minute, INTERVAL greatest($__interval_s, 60) second) AS t, rank,
+           sum(busy_sum) / sum(steps) AS busy, max(rank) OVER () AS top_rank
+    FROM steps_rank_minutely WHERE {JOB} AND $__timeFilter(minute)
+    GROUP BY t, rank)
 GROUP BY t, rank_group ORDER BY t, rank_group""",
-            "A straggler is a bright row: it computes while its peers wait for it in collectives. "
-            "Above 256 ranks, rows are rank groups (the busiest rank of each).",
+            "A straggler is a bright row: it computes while its peers wait for it in collectives. One column "
+            "per minute (the per-rank rollup); above 256 ranks, rows are rank groups (the busiest rank of each).",
             width=24,
             height=10,
         ),
