@@ -2,12 +2,13 @@
 
 What runs (all real, nothing mocked):
 
-1. the project's Kafka broker (``scripts/kafka.sh``; started only if none answers, and then
-   stopped again at the end), a stream worker (``argus worker``) and the sink
-   (``argus sink``) as child processes, under a demo-specific ``ARGUS_HOME``
-   (``<home>/demo``: its own chDB directory) and demo-specific consumer groups whose
-   offsets are moved to the end of the topics first, so the demo never reads anybody's
-   backlog and never fights a user's own worker or sink over offsets;
+1. its own Kafka broker (``scripts/kafka.sh`` on 127.0.0.1:19092, data under
+   ``<home>/demo/kafka``; or the configured one with ``own_broker=False``), a stream worker
+   (``argus worker``) and the sink (``argus sink``) as child processes, under a
+   demo-specific ``ARGUS_HOME`` (``<home>/demo``: its own chDB directory) and demo-specific
+   consumer groups whose offsets are moved to the end of the topics first, so the demo never
+   reads a backlog and never fights a user's own worker or sink over offsets. Its own
+   broker also keeps other workers on a shared broker from diagnosing the demo's jobs too;
 2. a real 4-rank ``torch.distributed`` (gloo) training with the agent attached and one rank
    slowed (:mod:`argus.examples.train_ddp`);
 3. a simulated 4,096-rank job with three different faults
@@ -25,6 +26,7 @@ SIGKILL) on success, error and Ctrl-C alike.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -87,9 +89,15 @@ class DemoConfig:
     sim_steps: int = 64
     faults: tuple[str, ...] = DEMO_FAULTS
     app_id: str = "argus-demo"
-    sink_group: str = "argus-demo-sink"
+    own_broker: bool = True
+    broker_port: int = 19092
     timeout_s: float = 240.0
     reports: bool = True
+
+    @property
+    def sink_group(self) -> str:
+        """The demo sink's consumer group (the worker's is ``app_id``)."""
+        return f"{self.app_id}-sink"
 
 
 @dataclass(frozen=True)
@@ -242,16 +250,27 @@ def _consumer(conf: dict[str, Any], group: str) -> Any:
     return Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 3})
 
 
-def _end_offsets(conf: dict[str, Any], topics: Iterable[str]) -> dict[tuple[str, int], int]:
-    """The high watermark of every partition of ``topics``."""
-    from confluent_kafka import TopicPartition
+def _end_offsets(
+    conf: dict[str, Any], topics: Iterable[str], *, wait_s: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """The high watermark of every partition of ``topics`` (waiting up to ``wait_s`` for the
+    leaders of just-created topics)."""
+    from confluent_kafka import KafkaException, TopicPartition
 
     c = _consumer(conf, "argus-demo-peek")
+    deadline = time.monotonic() + wait_s
     try:
         out = {}
         for t in topics:
             for p in c.list_topics(t, timeout=10).topics[t].partitions:
-                out[(t, p)] = int(c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
+                while True:
+                    try:
+                        out[(t, p)] = int(c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
+                        break
+                    except KafkaException as exc:
+                        if time.monotonic() > deadline:
+                            raise DemoError(f"cannot read the offsets of {t}[{p}]: {exc.args[0]}") from None
+                        time.sleep(0.2)
         return out
     finally:
         c.close()
@@ -350,22 +369,51 @@ def _wait(
         tick()
 
 
-def _broker(settings: Settings, conf: dict[str, Any]) -> bool:
-    """Make sure a broker answers; start the project's own if none does. True if started."""
-    try:
-        probe_kafka(conf, timeout=3)
-        return False
-    except KafkaUnavailable as exc:
-        script = REPO / "scripts" / "kafka.sh"
-        local = settings.kafka_bootstrap.split(":")[0] in ("127.0.0.1", "localhost")
-        if not (script.is_file() and local):
-            raise DemoError(f"{exc}; start a broker (`make kafka-up`) or set ARGUS_KAFKA_BOOTSTRAP") from None
-    try:
-        subprocess.run([str(script), "up"], check=True, timeout=300, stdout=subprocess.DEVNULL)
-        probe_kafka(conf, timeout=30)
-    except (subprocess.SubprocessError, KafkaUnavailable) as exc:
-        raise DemoError(f"could not start the local broker with {script} up: {exc}") from None
-    return True
+class _Broker:
+    """The demo's own single-node broker (``scripts/kafka.sh``) on ``port``, data under ``data``."""
+
+    def __init__(self, port: int, data: Path) -> None:
+        self.script = REPO / "scripts" / "kafka.sh"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_KAFKA_SCRAM")}
+        self.env.update(ARGUS_KAFKA_PORT=str(port), ARGUS_KAFKA_DATA=str(data))
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.started = False
+
+    def start(self, log: Path) -> None:
+        """Start it (fetching the jars the first time) and wait until it answers."""
+        if not self.script.is_file():
+            raise DemoError(
+                f"{self.script} is missing: run the demo from a checkout, or use --broker configured"
+            )
+        self.started = True
+        with open(log, "ab") as out:
+            r = subprocess.run(
+                [str(self.script), "up"],
+                env=self.env,
+                stdout=out,
+                stderr=out,
+                timeout=600,
+                start_new_session=True,
+            )
+        if r.returncode != 0:
+            raise DemoError(f"the demo's Kafka broker did not start; {_tail(log)}")
+
+    def stop(self) -> None:
+        """Stop it (by the PID file kafka.sh keeps) if this demo started it."""
+        if self.started:
+            subprocess.run(
+                [str(self.script), "down"], env=self.env, capture_output=True, timeout=120, check=False
+            )
+
+
+def _own_broker_env(env: dict[str, str], bootstrap: str) -> dict[str, str]:
+    """``env`` for children of a demo on its own broker: a user's Kafka address and SASL/TLS
+    variables replaced by the plain local broker's."""
+    out = {k: v for k, v in env.items() if not k.startswith(("ARGUS_KAFKA_", "ARGUS_CONFIG"))}
+    out.update(ARGUS_KAFKA_BOOTSTRAP=bootstrap, ARGUS_KAFKA_SECURITY_PROTOCOL="PLAINTEXT")
+    if "ARGUS_KAFKA_PARTITIONS" in env:
+        out["ARGUS_KAFKA_PARTITIONS"] = env["ARGUS_KAFKA_PARTITIONS"]
+    return out
 
 
 def _read_findings(home: Path, jobs: Sequence[str]) -> list[Finding]:
@@ -453,30 +501,44 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
     train_job, sim_job = f"demo-train-{stamp}", f"demo-sim-{stamp}"
     layout = layout_for(cfg.sim_ranks)
     faults = [parse_fault(f, layout) for f in cfg.faults]
+    broker = _Broker(cfg.broker_port, home / "kafka") if cfg.own_broker else None
+    if broker is not None:
+        settings = dataclasses.replace(
+            settings,
+            kafka_bootstrap=broker.bootstrap,
+            kafka_security_protocol="PLAINTEXT",
+            kafka_sasl_mechanism="",
+            kafka_ssl_ca="",
+            kafka_ssl_cert="",
+            kafka_ssl_key="",
+        )
     conf = settings.kafka_client_config()
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("ARGUS_CLICKHOUSE_")},  # chDB: embedded
         "ARGUS_HOME": str(home),
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "OMP_NUM_THREADS": "1",
     }
+    if broker is not None:
+        env = _own_broker_env(env, broker.bootstrap)
     children = _Children(logs)
-    started_broker = False
     monitor: _Monitor | None = None
     try:
         progress.update("broker", 0, None, settings.kafka_bootstrap)
-        started_broker = _broker(settings, conf)
+        if broker is not None:
+            broker.start(logs / "kafka.log")
         try:
+            probe_kafka(conf, timeout=10)
             ensure_topics(conf, [*ALL_TOPICS, FINDINGS_TOPIC], partitions=settings.kafka_partitions)
         except KafkaUnavailable as exc:
-            raise DemoError(str(exc)) from None
+            raise DemoError(f"{exc}; check the broker or run the demo with its own (--broker own)") from None
         ends = _end_offsets(conf, [*ALL_TOPICS, FINDINGS_TOPIC])
         _commit(
             conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in ("argus.steps", FINDINGS_TOPIC)}
         )
         _commit(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
         monitor = _Monitor(conf, [train_job, sim_job])
-        progress.update("broker", 1, 1, "started here" if started_broker else "already running")
+        progress.update("broker", 1, 1, f"{'own broker on ' if broker else ''}{settings.kafka_bootstrap}")
 
         cli = [sys.executable, "-m", "argus.cli"]
         children.start("worker", [*cli, "worker", "--app-id", cfg.app_id], env)
@@ -578,8 +640,8 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
         if monitor is not None:
             monitor.close()
         children.stop_all()
-        if started_broker:
-            subprocess.run([str(REPO / "scripts" / "kafka.sh"), "down"], check=False, timeout=120)
+        if broker is not None:
+            broker.stop()
 
     reports: dict[str, Path] = {}
     report_error = "skipped"

@@ -80,9 +80,17 @@ def _check_table(result: DemoResult) -> Table:
 @app.command()
 def demo(
     train_steps: int = typer.Option(40, min=10, max=1000, help="steps of the real 4-rank training"),
-    sim_ranks: int = typer.Option(4096, min=256, max=65_536, help="ranks of the simulated job"),
+    sim_ranks: int = typer.Option(4096, min=4096, max=65_536, help="ranks of the simulated job"),
     sim_steps: int = typer.Option(64, min=60, max=10_000, help="steps of the simulated job"),
     timeout: float = typer.Option(240.0, min=30.0, help="seconds before the demo gives up"),
+    app_id: str = typer.Option(
+        "argus-demo", help="consumer group of the demo's worker (its sink's is APP_ID-sink)"
+    ),
+    broker: str = typer.Option(
+        "own",
+        help="own: start a broker for the demo (127.0.0.1:--port); configured: use ARGUS_KAFKA_BOOTSTRAP",
+    ),
+    port: int = typer.Option(19092, min=1024, max=65_000, help="port of the demo's own broker"),
 ) -> None:
     """The whole system on this machine: broker, stream worker and sink as child processes,
     a real 4-rank gloo training with one rank slowed and a simulated 4,096-rank job with
@@ -91,8 +99,18 @@ def demo(
     from ..demo import DemoConfig, DemoError, run_demo
 
     s = settings()
+    if broker not in ("own", "configured"):
+        fail(f"--broker must be own or configured, not {broker!r}")
     try:
-        cfg = DemoConfig(train_steps=train_steps, sim_ranks=sim_ranks, sim_steps=sim_steps, timeout_s=timeout)
+        cfg = DemoConfig(
+            own_broker=broker == "own",
+            broker_port=port,
+            train_steps=train_steps,
+            sim_ranks=sim_ranks,
+            sim_steps=sim_steps,
+            timeout_s=timeout,
+            app_id=app_id,
+        )
         with Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),

@@ -1,0 +1,137 @@
+"""`argus demo`: its pieces, and the whole demo end to end on the real broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from argus.demo import DemoError, Expected, Finding, _Children, match_findings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def finding(job: str, cause: str, suspect: str, start: int, end: int, ranks: tuple[int, ...] = ()) -> Finding:
+    return Finding(job, start, end, suspect, cause, ranks, 5.0, {"z": 5.0}, 10.0, 0.1, "")
+
+
+def test_a_finding_matches_only_with_its_cause_suspect_and_window() -> None:
+    link = Expected("j", ("link_degradation",), "node-1<->node-2", 10, 20, (8, 16))
+    straggler = Expected("j", ("compute_straggler", "masked_compute_straggler"), "rank:2", 0, 39, (2,))
+    found = [
+        finding("j", "link_degradation", "node-1<->node-2", 25, 30),  # after the window
+        finding("j", "compute_straggler", "node-1<->node-2", 12, 14),  # wrong class
+        finding("other", "link_degradation", "node-1<->node-2", 12, 14),  # other job
+        finding("j", "masked_compute_straggler", "rank:2", 5, 6, (2,)),
+        finding("j", "compute_straggler", "rank:3", 5, 6, (3,)),
+    ]
+    matched = match_findings([link, straggler], found)
+    assert matched[link] is None
+    assert matched[straggler] == found[3]
+    found.append(finding("j", "link_degradation", "rank:16", 19, 22, (16,)))  # named by a rank of the link
+    assert match_findings([link], found)[link] == found[-1]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_stopping_a_child_stops_its_whole_process_tree(tmp_path: Path) -> None:
+    children = _Children(tmp_path)
+    pidfile = tmp_path / "grandchild"
+    child = children.start("tree", ["sh", "-c", f"sleep 120 & echo $! > {pidfile}; wait"], dict(os.environ))
+    deadline = time.monotonic() + 10
+    while not (pidfile.is_file() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    grandchild = int(pidfile.read_text())
+    children.check_alive("tree")  # running: no error
+    assert _running(grandchild)
+    children.stop(child, timeout=5)
+    deadline = time.monotonic() + 5
+    while _running(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(grandchild)
+
+
+def test_a_child_that_exits_early_is_reported_with_its_log(tmp_path: Path) -> None:
+    children = _Children(tmp_path)
+    child = children.start("sink", ["sh", "-c", "echo broker refused us; exit 3"], dict(os.environ))
+    child.proc.wait(10)
+    with pytest.raises(DemoError, match=r"sink exited early \(code 3\)(.|\n)*broker refused us"):
+        children.check_alive("worker", "sink")
+    children.stop_all()
+
+
+def test_an_unreachable_broker_is_a_clean_error(tmp_path: Path) -> None:
+    env = {**os.environ, "ARGUS_HOME": str(tmp_path), "ARGUS_KAFKA_BOOTSTRAP": "10.255.255.1:9"}
+    out = subprocess.run(
+        [sys.executable, "-m", "argus.cli", "demo", "--broker", "configured"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "cannot reach Kafka" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_the_demo_names_the_slowed_rank_and_every_injected_fault(kafka_conf, unique, tmp_path: Path) -> None:
+    app_id = f"demo-test-{unique}"
+    env = {
+        **os.environ,
+        "ARGUS_HOME": str(tmp_path),
+        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
+        "COLUMNS": "250",
+    }
+    began = time.monotonic()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "argus.cli",
+            "demo",
+            "--train-steps",
+            "24",
+            "--app-id",
+            app_id,
+            "--port",
+            "19192",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    seconds = time.monotonic() - began
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout
+    assert text.count("✓") == 4 and "✗" not in text, text
+    for cause in ("link_degradation", "sequence_length_imbalance", "host_cpu_contention"):
+        assert cause in text
+    assert "rank:2" in text
+    reports = sorted((tmp_path / "demo" / "reports").glob("*.html"))
+    assert [p.name.split("-")[1] for p in reports] == ["sim", "train"]
+    sim_report = reports[0].read_text()
+    assert "host_cpu_contention" in sim_report and "node-00300" in sim_report
+    assert "rank:2" in reports[1].read_text()
+    # it stopped everything it started: no process of this demo is left
+    left = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if app_id in cmdline or str(tmp_path) in cmdline:
+            left.append(cmdline)
+    assert not left, left
+    assert seconds < 240
