@@ -23,11 +23,12 @@ import re
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
-from schemas import LIMITS, StepBatch, StepRecord
+from schemas import LIMITS, StepBatch, StepRecord, ValidationError, validate
 from schemas import Record as _Record
 
 from ..sketch import NameInterner, RankSketchEncoder, kernel_stats
@@ -107,6 +108,10 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
     return float((run_end[-1] - a[0, 0] - gaps) / 1e3)
 
 
+_MAX_DUR_US = 86_400e6  # no event lasts a day
+_MAX_TS_US = 4_102_444_800e6  # no event starts after 2100, whatever the time base
+
+
 @dataclass
 class _Step:
     number: int
@@ -126,6 +131,7 @@ class ImportSummary:
     kernels: int = 0
     kernels_outside_steps: int = 0
     events: int = 0
+    events_absurd: int = 0
     events_skipped: int = 0
     sketch_bytes: int = 0
     time_base: str = ""
@@ -181,7 +187,10 @@ class KinetoImport:
     # -- event intake ----------------------------------------------------------------------
 
     def _on_event(self, e: Event) -> None:
-        """One complete ("X") event."""
+        """One complete ("X") event; one with an impossible time or duration is skipped."""
+        if not (0.0 <= e.dur <= _MAX_DUR_US and abs(e.ts) <= _MAX_TS_US):  # also False for NaN
+            self.summary.events_absurd += 1
+            return
         cat = e.cat
         if cat in _GPU_CATS:
             self._on_gpu(e)
@@ -348,8 +357,12 @@ class KinetoImport:
         if not 0 <= self.rank < LIMITS["max_rank"]:
             raise TraceError(self.path, f"rank {self.rank} out of range")
         self.summary.rank = self.rank
-        yield from self._sketches()
-        yield from self._step_batches()
+        for record in chain(self._sketches(), self._step_batches()):
+            try:
+                validate(record)  # what a live rank would refuse to send, the importer refuses too
+            except ValidationError as exc:
+                raise TraceError(self.path, f"step {getattr(record, 'step', '?')}: {exc}") from None
+            yield record
 
     def _time_base(self) -> int:
         base = self._reader.meta.get("baseTimeNanoseconds")
