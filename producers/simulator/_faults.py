@@ -31,33 +31,21 @@ __all__ = [
     "random_fault",
 ]
 
-COMPUTE_STRAGGLER = "compute_straggler"
-LINK_DEGRADATION = "link_degradation"
-PIPELINE_BUBBLE = "pipeline_bubble"
-JIT_COMPILE_STALL = "jit_compile_stall"
-MASKED_COMPUTE_STRAGGLER = "masked_compute_straggler"
-PIPELINE_STAGE_IMBALANCE = "pipeline_stage_imbalance"
-SEQUENCE_LENGTH_IMBALANCE = "sequence_length_imbalance"
-DATALOADER_STALL = "dataloader_stall"
-HOST_CPU_CONTENTION = "host_cpu_contention"
-GC_PAUSE = "gc_pause"
-CHECKPOINT_STALL = "checkpoint_stall"
-
-FAULT_KINDS: tuple[str, ...] = (
+from schemas.causes import (
+    CHECKPOINT_STALL,
     COMPUTE_STRAGGLER,
-    LINK_DEGRADATION,
-    PIPELINE_BUBBLE,
+    DATALOADER_STALL,
+    GC_PAUSE,
+    HOST_CPU_CONTENTION,
     JIT_COMPILE_STALL,
+    LINK_DEGRADATION,
     MASKED_COMPUTE_STRAGGLER,
+    PIPELINE_BUBBLE,
     PIPELINE_STAGE_IMBALANCE,
     SEQUENCE_LENGTH_IMBALANCE,
-    DATALOADER_STALL,
-    HOST_CPU_CONTENTION,
-    GC_PAUSE,
-    CHECKPOINT_STALL,
 )
-ONE_OFF_KINDS = frozenset({JIT_COMPILE_STALL, DATALOADER_STALL, GC_PAUSE, CHECKPOINT_STALL})
-"""Kinds that hit one step (or a few): a detector must name them within one step."""
+from schemas.causes import FAULT_CAUSES as FAULT_KINDS
+from schemas.causes import ONE_OFF_CAUSES as ONE_OFF_KINDS
 
 
 @dataclass(frozen=True)
