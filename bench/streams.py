@@ -34,10 +34,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
-from argus.kafka_admin import ensure_topics  # noqa: E402
+from argus.kafka_admin import ensure_topics, skip_to_end  # noqa: E402
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
-from schemas import ALL_TOPICS, ANOMALIES, STEP_SUMMARIES, decode  # noqa: E402
+from schemas import ALL_TOPICS, ANOMALIES, STEP_SUMMARIES, STEPS, decode  # noqa: E402
+from streams import FINDINGS  # noqa: E402
 
 
 class PeakRss(threading.Thread):
@@ -103,7 +104,9 @@ def main() -> None:
     publisher = Publisher(conf)
     run = uuid.uuid4().hex[:8]
 
-    # 1. Throughput: publish ahead, then let one worker catch up.
+    # 1. Throughput: publish ahead, then let one worker catch up. The worker's group starts
+    # at the current end of the topics, so it reads this job and not the broker's history.
+    skip_to_end(conf, f"bench-{run}", [STEPS, FINDINGS])
     job = f"bench-tput-{run}"
     t0 = time.monotonic()
     publish_simulation(publisher.publish, job=job, layout=layout, steps=steps, seed=1)
