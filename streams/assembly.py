@@ -38,6 +38,8 @@ class AssemblyConfig:
     settle_s: float = 5.0
     """A step whose job has moved on (a later step is arriving) completes after this much quiet."""
     max_wait_s: float = 30.0
+    quiet_s: float = 0.25
+    """A step as large as a later step completes after this much quiet (unknown world)."""
     """A step completes at the latest this long after its first part."""
     max_open_steps: int = 4096
     """Steps waiting at once, over all jobs (memory bound)."""
@@ -129,11 +131,19 @@ class StepAssembler:
 
     def due(self, now: float) -> list[CompleteStep]:
         """Steps that completed by waiting: settled after their job moved on, or timed out."""
-        for key, entry in sorted(self._open.items()):
-            moved_on = self._latest.get(key[:2], -1) > key[2]
-            world = self._world.get(key[:2], 0)
+        most_later: dict[tuple[str, int], int] = {}  # per job: most ranks any open step has
+        for key, entry in sorted(self._open.items(), reverse=True):
+            job_run = key[:2]
+            later = most_later.get(job_run, 0)
+            most_later[job_run] = max(later, len(entry.ranks))
+            moved_on = self._latest.get(job_run, -1) > key[2]
+            world = self._world.get(job_run, 0)
             if world and len(entry.ranks) >= world:  # the world became known after it arrived
                 self._complete(key, "all_ranks")
+            elif later >= len(entry.ranks) and now - entry.last_seen >= self.config.quiet_s:
+                # A later step already has as many ranks as this one: this one has all it will get
+                # (how a job's first steps complete before its world size is known).
+                self._complete(key, "peers_done")
             elif now - entry.first_seen >= self.config.max_wait_s:
                 self._complete(key, "timeout")
             elif moved_on and now - entry.last_seen >= self.config.settle_s:

@@ -80,3 +80,16 @@ def test_out_of_order_steps_are_released_as_they_complete_and_none_dropped() -> 
     assert [c.batch.step for c in out] == [3, 1, 2, 5, 4]
     (late,) = asm.add(batches[4], 9, now=35.0)
     assert late.reason == "late" and late.tokens == (9,)
+
+
+def test_a_jobs_first_step_completes_once_a_later_step_is_as_large() -> None:
+    sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=4, job="f")
+    s0, s1 = (s.batch for s in sim.run(2))
+    asm = StepAssembler(AssemblyConfig(quiet_s=0.25))
+    assert asm.add(s0, 0, now=0.0) == [] and asm.add(s1.take(np.arange(4)), 1, now=0.1) == []
+    assert asm.due(now=0.3) == []  # the next step is smaller so far: step 0 may still grow
+    asm.add(s1.take(np.arange(4, 8)), 2, now=0.35)
+    done = asm.due(now=0.4)
+    assert [(c.batch.step, c.reason) for c in done] == [(0, "peers_done")]
+    assert asm.world("f", 0) == 8  # and step 1 completes as soon as the world is known
+    assert [(c.batch.step, c.reason) for c in asm.due(now=0.41)] == [(1, "all_ranks")]
