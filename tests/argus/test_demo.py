@@ -84,12 +84,12 @@ def test_an_unreachable_broker_is_a_clean_error(tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 @pytest.mark.slow
-def test_the_demo_names_the_slowed_rank_and_every_injected_fault(kafka_conf, unique, tmp_path: Path) -> None:
+def test_the_demo_names_the_slowed_rank_and_every_injected_fault(unique: str, tmp_path: Path) -> None:
+    """`argus demo` as `make demo` runs it: its own broker (on another port), worker, sink."""
     app_id = f"demo-test-{unique}"
     env = {
         **os.environ,
         "ARGUS_HOME": str(tmp_path),
-        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
         "COLUMNS": "250",
     }
     began = time.monotonic()
