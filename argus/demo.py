@@ -37,7 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from schemas import ALL_TOPICS, ANOMALIES, STEP_SUMMARIES, Anomaly, SchemaError, StepSummary, decode, job_key
+from schemas import (
+    ALL_TOPICS,
+    ANOMALIES,
+    STEP_SUMMARIES,
+    STEPS,
+    Anomaly,
+    SchemaError,
+    StepSummary,
+    decode,
+    job_key,
+)
 
 from .config import Settings
 from .kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
@@ -531,11 +541,14 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
             probe_kafka(conf, timeout=10)
             ensure_topics(conf, [*ALL_TOPICS, FINDINGS_TOPIC], partitions=settings.kafka_partitions)
         except KafkaUnavailable as exc:
-            raise DemoError(f"{exc}; check the broker or run the demo with its own (--broker own)") from None
+            hint = (
+                f"see {logs / 'kafka.log'}"
+                if broker
+                else "start it, or let the demo run its own (--broker own)"
+            )
+            raise DemoError(f"{exc}; {hint}") from None
         ends = _end_offsets(conf, [*ALL_TOPICS, FINDINGS_TOPIC])
-        _commit(
-            conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in ("argus.steps", FINDINGS_TOPIC)}
-        )
+        _commit(conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in (STEPS, FINDINGS_TOPIC)})
         _commit(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
         monitor = _Monitor(conf, [train_job, sim_job])
         progress.update("broker", 1, 1, f"{'own broker on ' if broker else ''}{settings.kafka_bootstrap}")
