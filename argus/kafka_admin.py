@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["KafkaUnavailable", "ensure_topics", "probe_kafka", "skip_to_end", "topic_partitions"]
+__all__ = ["GroupLag", "KafkaUnavailable", "ensure_topics", "probe_kafka", "skip_to_end", "topic_partitions"]
 
 log = logging.getLogger("argus.kafka")
 
@@ -59,9 +59,14 @@ def probe_kafka(conf: dict[str, Any], timeout: float = 5.0) -> str:
 
 
 def ensure_topics(
-    conf: dict[str, Any], topics: Iterable[str], *, partitions: int, timeout: float = 30.0
+    conf: dict[str, Any],
+    topics: Iterable[str],
+    *,
+    partitions: int,
+    timeout: float = 30.0,
+    config: dict[str, str] | None = None,
 ) -> list[str]:
-    """Create the topics that do not exist yet; return the ones created."""
+    """Create the topics that do not exist yet (with topic ``config``); return the ones created."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
@@ -76,7 +81,7 @@ def ensure_topics(
     if not wanted:
         return []
     futures = admin.create_topics(
-        [NewTopic(t, num_partitions=partitions, replication_factor=-1) for t in wanted],
+        [NewTopic(t, num_partitions=partitions, replication_factor=-1, config=config or {}) for t in wanted],
         operation_timeout=timeout,
     )
     created = []
@@ -125,3 +130,32 @@ def skip_to_end(conf: dict[str, Any], group: str, topics: Iterable[str], timeout
         return len(offsets)
     finally:
         consumer.close()
+
+
+class GroupLag:
+    """Consumer lag of a consumer group (messages not yet committed), for /metrics."""
+
+    def __init__(self, conf: dict[str, Any], group: str, topics: Iterable[str]) -> None:
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 3})
+        self._topics = list(topics)
+
+    def __call__(self, timeout: float = 5.0) -> dict[str, int]:
+        """Lag per topic (high watermark minus committed offset, summed over partitions)."""
+        from confluent_kafka import TopicPartition
+
+        md = self._consumer.list_topics(timeout=timeout)
+        parts = [
+            TopicPartition(t, p) for t in self._topics if t in md.topics for p in md.topics[t].partitions
+        ]
+        lag: dict[str, int] = dict.fromkeys(self._topics, 0)
+        for tp in self._consumer.committed(parts, timeout=timeout):
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout)
+            done = tp.offset if tp.offset >= 0 else low
+            lag[tp.topic] += max(0, high - done)
+        return lag
+
+    def close(self) -> None:
+        """Release the client."""
+        self._consumer.close()

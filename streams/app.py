@@ -94,7 +94,7 @@ class StreamConfig:
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
     diagnoser: DiagnoserConfig = field(default_factory=DiagnoserConfig)
     job_ttl_s: float = 6 * 3600.0
-    max_held_steps: int = 1024
+    max_held_steps: int = 64
     reorder_wait_s: float = 30.0
     hang: HangConfig = field(default_factory=HangConfig)
     hang_tick_s: float = 1.0
@@ -117,7 +117,8 @@ class StreamMetrics:
     started: float = field(default_factory=time.monotonic)
 
     def completion_quantiles(self) -> tuple[float, float]:
-        """p50 and p99 of the step completion latency (first part in → findings out), seconds."""
+        """p50 and p99 of the step completion latency (the step's end on the ranks → its
+        findings out of the cross-rank stage, wall clock), seconds."""
         if not self.completion_s:
             return 0.0, 0.0
         ordered = sorted(self.completion_s)
@@ -184,7 +185,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             ]
             for fut in sent:
                 await fut  # delivered before the parts are acknowledged
-            metrics.completion_s.append(max(0.0, now - min(seen for _, seen in done.tokens)))
+            metrics.completion_s.append(max(0.0, (time.time_ns() - sf.end_ns) / 1e9))
         metrics.steps[done.reason] += 1
         for event, _ in done.tokens:
             event.ack()
@@ -217,53 +218,42 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
 
     @app.agent(findings_topic)
     async def diagnose(stream: Any) -> None:
-        # Steps that arrived before an earlier one wait here, unacknowledged: a killed worker
-        # gets them again from Kafka. Only the job's state goes to the changelog table.
-        held: dict[bytes, dict[int, tuple[Any, StepFindings, float]]] = {}
-        async for event in stream.noack().events():
+        async for event in stream.events():
             try:
                 sf = StepFindings.from_dict(json.loads(event.value))
             except (ValueError, KeyError, TypeError) as exc:
                 await dead_letter(event, "invalid", f"step findings: {exc}")
-                event.ack()
                 continue
             state_key = f"{sf.job}|{sf.run}".encode()
             raw = job_states.get(state_key)
-            state = (
-                JobState.from_dict(json.loads(raw)["state"])
-                if raw
-                else JobState.new(sf.job, sf.run, cfg.diagnoser)
-            )
-            waiting = held.setdefault(state_key, {})
-            if sf.step <= state.last_step or sf.step in waiting:
-                event.ack()  # a duplicate (replayed after a restart): already diagnosed or held
-                continue
-            now = time.monotonic()
-            waiting[sf.step] = (event, sf, now)
-            changed = False
+            doc = json.loads(raw) if raw else {}
+            state = JobState.from_dict(doc["state"]) if doc else JobState.new(sf.job, sf.run, cfg.diagnoser)
+            # Steps that arrived before an earlier one wait in the table with the state.
+            held: dict[int, Any] = {int(k): v for k, v in doc.get("held", {}).items()}
+            if sf.step <= state.last_step or sf.step in held:
+                continue  # a duplicate (replayed after a restart): already diagnosed or held
+            now = time.time()
+            held[sf.step] = {"sf": sf.to_dict(), "at": now}
             while True:
-                oldest = min((t for _, _, t in waiting.values()), default=now)
+                oldest = min((h["at"] for h in held.values()), default=now)
                 step = next_in_order(
                     state.last_step,
-                    waiting,
+                    held,
                     max_held=cfg.max_held_steps,
                     waited_s=now - oldest,
                     max_wait_s=cfg.reorder_wait_s,
                 )
                 if step is None:
                     break
-                done_event, done_sf, _ = waiting.pop(step)
-                result = apply_findings(state, done_sf, cfg.diagnoser)
+                result = apply_findings(state, StepFindings.from_dict(held.pop(step)["sf"]), cfg.diagnoser)
                 for anomaly in result.anomalies:
-                    fut = await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
-                    await fut  # delivered before the state that produced it is written
+                    await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
                     metrics.anomalies[anomaly.cause] += 1
-                done_event.ack()
-                changed = True
-            if changed:
-                job_states[state_key] = json.dumps({"state": state.to_dict(), "seen_s": time.time()}).encode()
-            if not waiting:
-                held.pop(state_key, None)
+                if result.anomalies:
+                    await app.producer.flush()  # delivered before the state that produced them is written
+            job_states[state_key] = json.dumps(
+                {"state": state.to_dict(), "held": held, "seen_s": now}
+            ).encode()
 
     @app.timer(60.0)  # type: ignore[untyped-decorator]
     async def expire_jobs() -> None:

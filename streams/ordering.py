@@ -21,7 +21,7 @@ def next_in_order(
     last_step: int,
     held: Collection[int],
     *,
-    max_held: int = 1024,
+    max_held: int = 64,
     waited_s: float = 0.0,
     max_wait_s: float = 30.0,
 ) -> int | None:

@@ -19,7 +19,7 @@ def worker(
     from schemas import ANOMALIES, DEAD_LETTER, STEP_SUMMARIES, STEPS
     from streams import FINDINGS, build_app
 
-    from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
+    from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
     from ..wiring import stream_config
 
     s = settings()
@@ -29,15 +29,29 @@ def worker(
         ensure_topics(
             conf, [STEPS, FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER], partitions=s.kafka_partitions
         )
+        # The job-state table is co-partitioned with the findings topic: take what exists.
+        partitions = topic_partitions(conf, FINDINGS)
     except KafkaUnavailable as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
-    faust_app, metrics = build_app(stream_config(s, app_id=app_id))
+    faust_app, metrics = build_app(stream_config(s, app_id=app_id, partitions=partitions))
     if metrics_port:
+        from ..kafka_admin import GroupLag
         from ..metrics import serve_metrics
+
+        lag = GroupLag(conf, app_id, [STEPS, FINDINGS])
 
         def snapshot() -> dict[str, object]:
             p50, p99 = metrics.completion_quantiles()
+            try:
+                lags = lag()
+            except Exception:  # the broker is away: no lag figure this scrape
+                lags = {}
             return {
+                "argus_worker_consumer_lag": (
+                    "gauge",
+                    "messages not yet processed, per topic",
+                    {(("topic", t),): v for t, v in lags.items()},
+                ),
                 "argus_worker_records_total": (
                     "counter",
                     "rank-step records consumed",

@@ -12,7 +12,7 @@ from argus.kafka_admin import ensure_topics
 from producers.publisher import Publisher
 from producers.simulator import HangScenario, HangSimulator, Layout
 from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, Anomaly, decode, job_key
-from tests.streams.test_worker import Worker
+from tests.streams.test_worker import Worker, fresh_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 def test_the_worker_names_a_hung_rank_and_its_all_reduce(kafka_conf, tmp_path, unique) -> None:
     ensure_topics(kafka_conf, ALL_TOPICS, partitions=16)
     job = f"e2e-hang-{unique}"
-    worker = Worker(f"hang-{unique}", tmp_path, kafka_conf["bootstrap.servers"])
+    worker = Worker(fresh_group(kafka_conf, f"hang-{unique}"), tmp_path, kafka_conf["bootstrap.servers"])
     consumer = Consumer({**kafka_conf, "group.id": f"peek-{job}", "auto.offset.reset": "latest"})
     consumer.subscribe([ANOMALIES])
     publisher = Publisher(kafka_conf)

@@ -11,14 +11,11 @@ import time
 import psutil
 import pytest
 
-from argus.kafka_admin import skip_to_end
 from argus.simulate import layout_for, publish_simulation
 from producers.publisher import Publisher
-from schemas import STEPS
-from streams import FINDINGS
 from tests.figures import report
 
-from .test_worker import collect, worker_factory  # noqa: F401 - the fixture
+from .test_worker import collect, fresh_group, worker_factory  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -31,8 +28,7 @@ def test_twice_the_goal_keeps_lag_bounded_and_memory_flat(kafka_conf, worker_fac
     steps = int(seconds * RATE)
     job = f"load-{unique}"
     # Start the worker at the end of the topics: its lag is this job's, not the broker's history.
-    skip_to_end(kafka_conf, f"l-{unique}", [STEPS, FINDINGS])
-    worker = worker_factory(f"l-{unique}")
+    worker = worker_factory(fresh_group(kafka_conf, f"l-{unique}"))
     proc = psutil.Process(worker.proc.pid)
     publisher = Publisher(kafka_conf)
     pub = threading.Thread(
