@@ -41,6 +41,7 @@ demo: setup kafka-up
 	$(BIN)/argus demo
 
 bench-quick: setup kafka-up
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[bench]"  # HTA, psutil for the benches
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
 
 helm: $(HELM)
