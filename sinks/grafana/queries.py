@@ -284,10 +284,10 @@ ALERTS = (
         title="Argus: slow rank",
         sql=f"""WITH starts AS (SELECT job, run, min(first_step) AS first_step FROM jobs GROUP BY job, run),
      per_rank AS (
-        SELECT m.job AS job, m.rank AS rank, any(m.host) AS host, sum(m.steps) AS n, sum(m.busy_sum) / n AS busy_ms
+        SELECT m.job AS job, m.rank AS rank, any(m.host) AS host, sum(m.steps) AS n,
+               sum(m.busy_sum - m.compile_sum - m.checkpoint_sum) / n AS busy_ms
         FROM steps_rank_minutely AS m INNER JOIN starts AS j ON m.job = j.job AND m.run = j.run
-        WHERE $__timeFilter(m.minute) AND m.checkpoint_sum = 0 AND m.compile_sum = 0
-          AND m.max_step >= j.first_step + {WARMUP_STEPS}
+        WHERE $__timeFilter(m.minute) AND m.max_step >= j.first_step + {WARMUP_STEPS}
         GROUP BY m.job, m.rank HAVING n >= 3)
 SELECT job, toString(rank) AS rank, host, (busy_ms - med) / greatest(1.4826 * mad, 0.02 * med, 0.001) AS z
 FROM (SELECT *, median(abs(busy_ms - med)) OVER (PARTITION BY job) AS mad
@@ -299,8 +299,8 @@ WHERE z > 3 ORDER BY z DESC LIMIT 100""",
         pending="2m",
         keep_firing="5m",
         summary="Rank {{ $labels.rank }} of job {{ $labels.job }} ({{ $labels.host }}) is slow: busy-time z = {{ $values.B }}",
-        description="Its peers wait for it in collectives. Mean busy time per rank over the per-minute rollup; "
-        "minutes in the warm-up, with a checkpoint or with compilation are excluded.",
+        description="Its peers wait for it in collectives. Mean busy time per rank over the per-minute rollup, "
+        "checkpoint and compile time taken out; minutes still in the warm-up are excluded.",
     ),
     AlertRule(
         uid="argus-missing-ranks",
