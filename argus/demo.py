@@ -40,6 +40,7 @@ from typing import IO, Any, Protocol
 from schemas import (
     ALL_TOPICS,
     ANOMALIES,
+    STEP_FINDINGS,
     STEP_SUMMARIES,
     STEPS,
     Anomaly,
@@ -50,7 +51,7 @@ from schemas import (
 )
 
 from .config import Settings
-from .kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
+from .kafka_admin import KafkaUnavailable, commit_offsets, end_offsets, ensure_topics, probe_kafka
 
 __all__ = [
     "DEMO_FAULTS",
@@ -65,9 +66,6 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[1]
-FINDINGS_TOPIC = (
-    "argus.step-findings"  # streams.FINDINGS, spelled here to keep streams out of the CLI's import
-)
 DEMO_FAULTS = (
     "link_degradation@8+14:2051",
     "sequence_length_imbalance@26+14:1234",
@@ -260,47 +258,6 @@ def _consumer(conf: dict[str, Any], group: str) -> Any:
     return Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 3})
 
 
-def _end_offsets(
-    conf: dict[str, Any], topics: Iterable[str], *, wait_s: float = 30.0
-) -> dict[tuple[str, int], int]:
-    """The high watermark of every partition of ``topics`` (waiting up to ``wait_s`` for the
-    leaders of just-created topics)."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    c = _consumer(conf, "argus-demo-peek")
-    deadline = time.monotonic() + wait_s
-    try:
-        out = {}
-        for t in topics:
-            for p in c.list_topics(t, timeout=10).topics[t].partitions:
-                while True:
-                    try:
-                        out[(t, p)] = int(c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1])
-                        break
-                    except KafkaException as exc:
-                        if time.monotonic() > deadline:
-                            raise DemoError(f"cannot read the offsets of {t}[{p}]: {exc.args[0]}") from None
-                        time.sleep(0.2)
-        return out
-    finally:
-        c.close()
-
-
-def _commit(conf: dict[str, Any], group: str, offsets: dict[tuple[str, int], int]) -> None:
-    """Commit ``offsets`` for ``group`` (moves an idle group to the end of its topics)."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    c = _consumer(conf, group)
-    try:
-        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
-    except KafkaException as exc:
-        raise DemoError(
-            f"cannot position consumer group {group!r} ({exc.args[0]}); is another demo running?"
-        ) from None
-    finally:
-        c.close()
-
-
 def _lagging(conf: dict[str, Any], group: str, targets: dict[tuple[str, int], int]) -> int:
     """How many of ``targets`` the group's committed offsets have not reached yet."""
     from confluent_kafka import TopicPartition
@@ -327,7 +284,7 @@ class _Monitor:
         self.findings_end: dict[tuple[str, int], int] = {}
         self.anomalies: dict[str, Anomaly] = {}
         self.position: dict[tuple[str, int], int] = {}
-        ends = _end_offsets(conf, [STEP_SUMMARIES, FINDINGS_TOPIC, ANOMALIES])
+        ends = end_offsets(conf, [STEP_SUMMARIES, STEP_FINDINGS, ANOMALIES])
         self._c = _consumer(conf, "argus-demo-monitor")
         self._c.assign([TopicPartition(t, p, o) for (t, p), o in ends.items()])
         self.position.update(ends)
@@ -342,7 +299,7 @@ class _Monitor:
             job = self._keys.get(m.key() or b"")
             if job is None:
                 continue
-            if topic == FINDINGS_TOPIC:
+            if topic == STEP_FINDINGS:
                 self.findings[job] += 1
                 self.findings_end[(topic, partition)] = offset + 1
                 continue
@@ -539,7 +496,7 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
             broker.start(logs / "kafka.log")
         try:
             probe_kafka(conf, timeout=10)
-            ensure_topics(conf, [*ALL_TOPICS, FINDINGS_TOPIC], partitions=settings.kafka_partitions)
+            ensure_topics(conf, [*ALL_TOPICS, STEP_FINDINGS], partitions=settings.kafka_partitions)
         except KafkaUnavailable as exc:
             hint = (
                 f"see {logs / 'kafka.log'}"
@@ -547,9 +504,14 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
                 else "start it, or let the demo run its own (--broker own)"
             )
             raise DemoError(f"{exc}; {hint}") from None
-        ends = _end_offsets(conf, [*ALL_TOPICS, FINDINGS_TOPIC])
-        _commit(conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in (STEPS, FINDINGS_TOPIC)})
-        _commit(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
+        try:  # both groups start at the end of the topics: an old backlog is never read
+            ends = end_offsets(conf, [*ALL_TOPICS, STEP_FINDINGS])
+            commit_offsets(
+                conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in (STEPS, STEP_FINDINGS)}
+            )
+            commit_offsets(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
+        except KafkaUnavailable as exc:
+            raise DemoError(f"{exc}; is another demo running?") from None
         monitor = _Monitor(conf, [train_job, sim_job])
         progress.update("broker", 1, 1, f"{'own broker on ' if broker else ''}{settings.kafka_bootstrap}")
 
@@ -630,11 +592,11 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
             deadline,
             tick=tick,
         )
-        anomalies_end = {tp: o for tp, o in _end_offsets(conf, [ANOMALIES]).items()}
+        anomalies_end = {tp: o for tp, o in end_offsets(conf, [ANOMALIES]).items()}
         _wait("the anomalies", lambda: monitor.reached(anomalies_end), deadline, tick=tick)
         timings["diagnose_s"] = time.monotonic() - began
 
-        sink_targets = _end_offsets(conf, SINK_TOPICS)
+        sink_targets = end_offsets(conf, SINK_TOPICS)
         lag = [len(sink_targets)]
 
         def sink_tick() -> None:

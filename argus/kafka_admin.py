@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["GroupLag", "KafkaUnavailable", "ensure_topics", "probe_kafka", "skip_to_end", "topic_partitions"]
+__all__ = [
+    "GroupLag",
+    "KafkaUnavailable",
+    "commit_offsets",
+    "end_offsets",
+    "ensure_topics",
+    "probe_kafka",
+    "skip_to_end",
+    "topic_partitions",
+]
 
 log = logging.getLogger("argus.kafka")
 
@@ -109,27 +119,63 @@ def topic_partitions(conf: dict[str, Any], topic: str, timeout: float = 10.0) ->
     return 0 if meta is None or meta.error is not None else len(meta.partitions)
 
 
-def skip_to_end(conf: dict[str, Any], group: str, topics: Iterable[str], timeout: float = 30.0) -> int:
-    """Commit ``group``'s offsets at the current end of ``topics`` (a new consumer group then
-    starts with what comes next, not the topics' history); returns partitions committed."""
-    from confluent_kafka import Consumer, TopicPartition
+def end_offsets(
+    conf: dict[str, Any], topics: Iterable[str], *, wait_s: float = 30.0
+) -> dict[tuple[str, int], int]:
+    """The high watermark of every partition of ``topics`` (missing topics skipped), waiting
+    up to ``wait_s`` for the leaders of just-created topics."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer({**conf, "group.id": "argus-offsets", "enable.auto.commit": False, "log_level": 3})
+    deadline = time.monotonic() + wait_s
     try:
-        md = consumer.list_topics(timeout=timeout)
-        offsets = []
+        md = consumer.list_topics(timeout=10)
+        out: dict[tuple[str, int], int] = {}
         for topic in topics:
             meta = md.topics.get(topic)
             if meta is None or meta.error is not None:
                 continue
             for p in meta.partitions:
-                _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-                offsets.append(TopicPartition(topic, p, high))
-        if offsets:
-            consumer.commit(offsets=offsets, asynchronous=False)
-        return len(offsets)
+                while True:
+                    try:
+                        out[(topic, p)] = int(
+                            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                        )
+                        break
+                    except KafkaException as exc:
+                        if time.monotonic() > deadline:
+                            raise KafkaUnavailable(
+                                f"cannot read the offsets of {topic}[{p}]: {exc.args[0]}"
+                            ) from None
+                        time.sleep(0.2)
+        return out
     finally:
         consumer.close()
+
+
+def commit_offsets(conf: dict[str, Any], group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit ``offsets`` for consumer group ``group`` (the group must be idle)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    if not offsets:
+        return
+    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 3})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+        )
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot position consumer group {group!r}: {exc.args[0]}") from None
+    finally:
+        consumer.close()
+
+
+def skip_to_end(conf: dict[str, Any], group: str, topics: Iterable[str]) -> int:
+    """Commit ``group``'s offsets at the current end of ``topics`` (a new consumer group then
+    starts with what comes next, not the topics' history); returns partitions committed."""
+    ends = end_offsets(conf, topics)
+    commit_offsets(conf, group, ends)
+    return len(ends)
 
 
 class GroupLag:

@@ -110,6 +110,13 @@ class Tally:
     suspects: list[int] = field(default_factory=list)
     hang_delays: list[float] = field(default_factory=list)
 
+    def rates(self) -> tuple[float, float, float, int]:
+        """Precision, recall, class accuracy (0 when undefined) and the most suspects."""
+        p = self.true_pos / self.anomalies if self.anomalies else 0.0
+        r = self.recalled / self.labels if self.labels else 0.0
+        acc = self.located_right / self.located if self.located else 0.0
+        return p, r, acc, max(self.suspects) if self.suspects else 0
+
 
 def score(runs: list[Run], tallies: dict[str, Tally]) -> None:
     """Add runs to per-class tallies."""
@@ -271,12 +278,9 @@ def main() -> None:
     precs, recs, accs, susp = [], [], [], []
     for kind in FAULT_KINDS:
         t = tallies[kind]
-        p = t.true_pos / t.anomalies if t.anomalies else 0.0
-        r = t.recalled / t.labels if t.labels else 0.0
-        acc = t.located_right / t.located if t.located else 0.0
+        p, r, acc, smax = t.rates()
         dmax = max(t.delays) if t.delays else -1
         davg = float(np.mean(t.delays)) if t.delays else -1.0
-        smax = max(t.suspects) if t.suspects else 0
         precs.append(p)
         recs.append(r)
         accs.append(acc)
@@ -291,12 +295,9 @@ def main() -> None:
     hang_prec, hang_rec, hang_delay, hang_susp = [], [], [], []
     for kind in HANG_CAUSES:
         t = hang_tallies[kind]
-        p = t.true_pos / t.anomalies if t.anomalies else 0.0
-        r = t.recalled / t.labels if t.labels else 0.0
-        acc = t.located_right / t.located if t.located else 0.0
+        p, r, acc, smax = t.rates()
         hmax = max(t.hang_delays) if t.hang_delays else -1.0
         havg = float(np.mean(t.hang_delays)) if t.hang_delays else -1.0
-        smax = max(t.suspects) if t.suspects else 0
         hang_prec.append(p)
         hang_rec.append(r)
         hang_delay.append(hmax)

@@ -37,8 +37,7 @@ from argus.config import load_settings  # noqa: E402
 from argus.kafka_admin import ensure_topics, skip_to_end  # noqa: E402
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
 from producers.publisher import Publisher  # noqa: E402
-from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, STEP_SUMMARIES, STEPS, decode  # noqa: E402
-from streams import FINDINGS  # noqa: E402
+from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS, decode  # noqa: E402
 
 
 class PeakRss(threading.Thread):
@@ -109,7 +108,7 @@ def main() -> None:
     # joined its group and learned nothing else); then the measured job is published as
     # fast as the publisher can, and the clock runs from its first record to its last
     # summary: the publishing overlaps, so this is what one worker sustains, not a burst.
-    skip_to_end(conf, f"bench-{run}", [STEPS, FINDINGS, HEARTBEATS])
+    skip_to_end(conf, f"bench-{run}", [STEPS, STEP_FINDINGS, HEARTBEATS])
     home = Path(tempfile.mkdtemp(prefix="argus-bench-"))
     env = {**os.environ, "ARGUS_HOME": str(home)}
     worker = subprocess.Popen(

@@ -37,17 +37,8 @@ METRICS: tuple[str, ...] = (
 """Per-rank metrics: compute = forward + backward + optimizer; collective = all collective
 kinds; gather_scatter = all-gather + reduce-scatter + broadcast; unaccounted = step wall
 time minus every timed phase (a CPU blocked outside the timers)."""
-CAUSE_METRICS: tuple[str, ...] = (
-    "compute_ms",
-    "dataloader_ms",
-    "h2d_ms",
-    "gc_ms",
-    "compile_ms",
-    "checkpoint_ms",
-    "all_reduce_ms",
-    "gather_scatter_ms",
-    "all_to_all_ms",
-    "p2p_ms",
+CAUSE_METRICS: tuple[str, ...] = tuple(
+    m for m in METRICS if m not in ("collective_ms", "tokens", "unaccounted_ms")
 )
 """Metrics whose excess on a rank can be a cause (a positive outlier)."""
 LINK_METRICS = frozenset({"all_reduce_ms", "gather_scatter_ms", "all_to_all_ms", "p2p_ms"})

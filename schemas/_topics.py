@@ -11,6 +11,7 @@ __all__ = [
     "KERNELS",
     "STACKS",
     "STEPS",
+    "STEP_FINDINGS",
     "STEP_SUMMARIES",
     "job_key",
     "rank_key",
@@ -27,6 +28,8 @@ GPU_SAMPLES = "argus.gpu"
 """GpuSample from the node agent, keyed by host."""
 HEARTBEATS = "argus.heartbeats"
 """Heartbeat, keyed by job: the hang detector sees all ranks of a job."""
+STEP_FINDINGS = "argus.step-findings"
+"""Internal to the stream workers: one step's cross-rank findings (JSON), keyed by job."""
 STEP_SUMMARIES = "argus.step-summaries"
 """StepSummary, keyed by job: the temporal stage."""
 ANOMALIES = "argus.anomalies"

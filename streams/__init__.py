@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from .app import FINDINGS, StreamConfig, StreamMetrics, build_app
+from .app import StreamConfig, StreamMetrics, build_app
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler
 
 __all__ = [
-    "FINDINGS",
     "AssemblyConfig",
     "CompleteStep",
     "StepAssembler",

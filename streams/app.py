@@ -57,6 +57,7 @@ from schemas import (
     ANOMALIES,
     DEAD_LETTER,
     HEARTBEATS,
+    STEP_FINDINGS,
     STEP_SUMMARIES,
     STEPS,
     DeadLetter,
@@ -71,12 +72,9 @@ from schemas import (
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler
 from .ordering import next_in_order
 
-__all__ = ["FINDINGS", "StreamConfig", "StreamMetrics", "build_app"]
+__all__ = ["StreamConfig", "StreamMetrics", "build_app"]
 
 log = logging.getLogger("argus.streams")
-
-FINDINGS = "argus.step-findings"
-"""Internal topic between the stages: one JSON document per step, keyed by job."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +145,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     )
     metrics = StreamMetrics()
     steps_topic = app.topic(STEPS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
-    findings_topic = app.topic(FINDINGS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
+    findings_topic = app.topic(STEP_FINDINGS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
     summaries_topic = app.topic(STEP_SUMMARIES, key_type=bytes, value_type=bytes)
     anomalies_topic = app.topic(ANOMALIES, key_type=bytes, value_type=bytes)
     dead_topic = app.topic(DEAD_LETTER, key_type=bytes, value_type=bytes)

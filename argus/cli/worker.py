@@ -16,8 +16,8 @@ def worker(
     """Run a stream worker: assemble steps, diagnose them live, publish anomalies (SIGTERM stops it)."""
     import faust
 
-    from schemas import ANOMALIES, DEAD_LETTER, STEP_SUMMARIES, STEPS
-    from streams import FINDINGS, build_app
+    from schemas import ANOMALIES, DEAD_LETTER, STEP_FINDINGS, STEP_SUMMARIES, STEPS
+    from streams import build_app
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
     from ..wiring import stream_config
@@ -27,10 +27,12 @@ def worker(
     try:
         probe_kafka(conf)
         ensure_topics(
-            conf, [STEPS, FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER], partitions=s.kafka_partitions
+            conf,
+            [STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER],
+            partitions=s.kafka_partitions,
         )
         # The job-state table is co-partitioned with the findings topic: take what exists.
-        partitions = topic_partitions(conf, FINDINGS)
+        partitions = topic_partitions(conf, STEP_FINDINGS)
     except KafkaUnavailable as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     faust_app, metrics = build_app(stream_config(s, app_id=app_id, partitions=partitions))
@@ -38,7 +40,7 @@ def worker(
         from ..kafka_admin import GroupLag
         from ..metrics import serve_metrics
 
-        lag = GroupLag(conf, app_id, [STEPS, FINDINGS])
+        lag = GroupLag(conf, app_id, [STEPS, STEP_FINDINGS])
 
         def snapshot() -> dict[str, object]:
             p50, p99 = metrics.completion_quantiles()

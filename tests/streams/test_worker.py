@@ -19,8 +19,7 @@ from argus.simulate import layout_for, parse_fault, publish_simulation
 from detectors import diagnose
 from producers.publisher import Publisher
 from producers.simulator import ClusterSimulator
-from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, STEP_SUMMARIES, STEPS, Anomaly, decode
-from streams import FINDINGS
+from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS, Anomaly, decode
 from tests.figures import report
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -68,7 +67,7 @@ def worker_factory(kafka_conf, tmp_path) -> Iterator[Any]:
         w.stop()
 
 
-WORKER_TOPICS = [STEPS, FINDINGS, HEARTBEATS]
+WORKER_TOPICS = [STEPS, STEP_FINDINGS, HEARTBEATS]
 
 
 def fresh_group(kafka_conf, app_id: str) -> str:
