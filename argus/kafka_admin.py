@@ -102,7 +102,28 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise KafkaUnavailable(f"cannot create topic {topic}: {exc.args[0]}") from None
+    _await_leaders(admin, wanted, timeout)
     return created
+
+
+def _await_leaders(admin: Any, topics: list[str], timeout: float) -> None:
+    """Wait until every partition of ``topics`` has a leader: a topic answers "not leader"
+    for a moment after its creation, and callers read offsets or produce right away."""
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=timeout)
+        pending = [
+            t
+            for t in topics
+            if t not in md.topics
+            or md.topics[t].error is not None
+            or any(p.leader < 0 for p in md.topics[t].partitions.values())
+        ]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaUnavailable(f"topics {', '.join(pending)} have no partition leader after {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 def topic_partitions(conf: dict[str, Any], topic: str, timeout: float = 10.0) -> int:

@@ -18,22 +18,12 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 def start_offsets(conf: dict[str, Any], topics: list[str]) -> list[Any]:
     """Partitions of ``topics`` positioned at their current end (so only new records are read)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    from argus.kafka_admin import ensure_topics
+    from argus.kafka_admin import end_offsets, ensure_topics
 
     ensure_topics(conf, topics, partitions=16)
-    c = Consumer({**conf, "group.id": "argus-offsets", "enable.auto.commit": False})
-    out = []
-    try:
-        for t in topics:
-            md = c.list_topics(t, timeout=10).topics[t]
-            for p in md.partitions:
-                _lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=10)
-                out.append(TopicPartition(t, p, hi))
-    finally:
-        c.close()
-    return out
+    return [TopicPartition(t, p, hi) for (t, p), hi in end_offsets(conf, topics).items()]
 
 
 def consume(
