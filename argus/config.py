@@ -61,6 +61,15 @@ class Settings:
     kafka_ssl_key_password: str = field(default="", repr=False)
     kafka_partitions: int = 16
     streams_store: str = "memory://"
+    streams_step_timeout_s: float = 30.0
+    """A step completes at the latest this long after its first part (missing ranks named)."""
+    streams_session_timeout_s: float = 15.0
+    """A killed worker's partitions move to the others after this long."""
+    hang_floor_s: float = 10.0
+    """No step for max(this, hang_step_factor x the job's step time) is a hang."""
+    hang_step_factor: float = 10.0
+    hang_lost_floor_s: float = 10.0
+    """A rank with no heartbeat for at least this long is lost."""
     clickhouse_url: str = ""
     clickhouse_user: str = ""
     clickhouse_password: str = field(default="", repr=False)
@@ -132,9 +141,9 @@ def _coerce(name: str, raw: Any, default: Any, *, strict: bool) -> Any:
             return Path(str(raw)).expanduser()
         if isinstance(default, bool):
             return str(raw).lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int):
-            value = int(raw)
-            if value < 0:
+        if isinstance(default, int | float):
+            value = type(default)(raw)
+            if not value >= 0:  # negative or NaN
                 raise ValueError("negative")
             return value
         return str(raw)

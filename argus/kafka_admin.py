@@ -122,7 +122,9 @@ def _await_leaders(admin: Any, topics: list[str], timeout: float) -> None:
         if not pending:
             return
         if time.monotonic() > deadline:
-            raise KafkaUnavailable(f"topics {', '.join(pending)} have no partition leader after {timeout:.0f} s")
+            raise KafkaUnavailable(
+                f"topics {', '.join(pending)} have no partition leader after {timeout:.0f} s"
+            )
         time.sleep(0.1)
 
 

@@ -54,7 +54,8 @@ def faust_credentials(settings: Settings) -> Any:
 
 def stream_config(settings: Settings, **overrides: Any) -> Any:
     """The stream workers' configuration from settings."""
-    from streams import StreamConfig
+    from detectors import HangConfig
+    from streams import AssemblyConfig, StreamConfig
 
     brokers = ";".join(f"kafka://{b.strip()}" for b in settings.kafka_bootstrap.split(",") if b.strip())
     values: dict[str, Any] = {
@@ -63,6 +64,13 @@ def stream_config(settings: Settings, **overrides: Any) -> Any:
         "partitions": settings.kafka_partitions,
         "store": settings.streams_store,
         "datadir": str(settings.home / "streams"),
+        "assembly": AssemblyConfig(max_wait_s=settings.streams_step_timeout_s),
+        "session_timeout_s": settings.streams_session_timeout_s,
+        "hang": HangConfig(
+            floor_s=settings.hang_floor_s,
+            step_factor=settings.hang_step_factor,
+            lost_floor_s=settings.hang_lost_floor_s,
+        ),
     }
     values.update(overrides)
     return StreamConfig(**values)

@@ -94,6 +94,9 @@ class StreamConfig:
     job_ttl_s: float = 6 * 3600.0
     max_held_steps: int = 64
     reorder_wait_s: float = 30.0
+    start_wait_s: float = 5.0
+    session_timeout_s: float = 15.0
+    """A worker that stops heartbeating (killed) loses its partitions after this long."""
     hang: HangConfig = field(default_factory=HangConfig)
     hang_tick_s: float = 1.0
     hang_update_s: float = 60.0
@@ -142,6 +145,8 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         broker_commit_interval=0.5,
         producer_linger=0.005,
         stream_buffer_maxsize=16384,
+        broker_session_timeout=cfg.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, cfg.session_timeout_s / 3),
     )
     metrics = StreamMetrics()
     steps_topic = app.topic(STEPS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
@@ -153,6 +158,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         "argus-job-state", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
     )
     assembler = StepAssembler(cfg.assembly)
+    holding: dict[bytes, dict[int, float]] = {}  # job state key -> held step -> since (monotonic)
 
     async def dead_letter(event: Any, reason: str, error: str) -> None:
         msg = event.message
@@ -190,7 +196,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
 
     @app.agent(steps_topic)
     async def assemble(stream: Any) -> None:
-        async for events in stream.noack().take_events(cfg.take, within=cfg.within_s):
+        async for events in stream.take_events(cfg.take, within=cfg.within_s):
             now = time.monotonic()
             for event in events:
                 metrics.messages += 1
@@ -198,8 +204,11 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                     part = decode(event.value or b"", expect=StepBatch)
                 except SchemaError as exc:
                     await dead_letter(event, exc.reason, str(exc))
-                    event.ack()
                     continue
+                # take_events acknowledges the whole batch once we are done with it (noack()
+                # does not change that); a part of a step still open must stay unacknowledged,
+                # so hold a reference of our own, released in finish().
+                event.message.incref()
                 metrics.records += len(part)
                 for done in assembler.add(part, (event, now), now):
                     await finish(done, now)
@@ -230,27 +239,37 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             held: dict[int, Any] = {int(k): v for k, v in doc.get("held", {}).items()}
             if sf.step <= state.last_step or sf.step in held:
                 continue  # a duplicate (replayed after a restart): already diagnosed or held
-            now = time.time()
-            held[sf.step] = {"sf": sf.to_dict(), "at": now}
+            if doc and state_key not in holding:
+                log.info(
+                    "job %s: resumed from the table at step %d, %d held", sf.job, state.last_step, len(held)
+                )
+            now = time.monotonic()
+            held[sf.step] = sf.to_dict()
+            # How long a step waited counts on this process's clock: a step restored from the
+            # changelog starts waiting afresh, so the steps replayed after it can still come.
+            since = holding.setdefault(state_key, {})
+            for h in held:
+                since.setdefault(h, now)
             while True:
-                oldest = min((h["at"] for h in held.values()), default=now)
-                step = next_in_order(
+                nxt = next_in_order(
                     state.last_step,
                     held,
                     max_held=cfg.max_held_steps,
-                    waited_s=now - oldest,
+                    waited_s=now - min(since[s] for s in held) if held else 0.0,
                     max_wait_s=cfg.reorder_wait_s,
+                    start_wait_s=cfg.start_wait_s,
                 )
-                if step is None:
+                if nxt is None:
                     break
-                result = apply_findings(state, StepFindings.from_dict(held.pop(step)["sf"]), cfg.diagnoser)
+                since.pop(nxt, None)
+                result = apply_findings(state, StepFindings.from_dict(held.pop(nxt)), cfg.diagnoser)
                 for anomaly in result.anomalies:
                     await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
                     metrics.anomalies[anomaly.cause] += 1
                 if result.anomalies:
                     await app.producer.flush()  # delivered before the state that produced them is written
             job_states[state_key] = json.dumps(
-                {"state": state.to_dict(), "held": held, "seen_s": now}
+                {"state": state.to_dict(), "held": held, "seen_s": time.time()}
             ).encode()
 
     @app.timer(60.0)  # type: ignore[untyped-decorator]
@@ -258,6 +277,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         cutoff = time.time() - cfg.job_ttl_s
         for key in [k for k, v in job_states.items() if v and json.loads(v).get("seen_s", 0) < cutoff]:
             del job_states[key]
+            holding.pop(key, None)
 
     heartbeats_topic = app.topic(HEARTBEATS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
     hang_states: dict[tuple[str, int], HangState] = {}

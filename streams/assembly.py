@@ -132,6 +132,7 @@ class StepAssembler:
     def due(self, now: float) -> list[CompleteStep]:
         """Steps that completed by waiting: settled after their job moved on, or timed out."""
         most_later: dict[tuple[str, int], int] = {}  # per job: most ranks any open step has
+        ready: list[tuple[_StepKey, str]] = []
         for key, entry in sorted(self._open.items(), reverse=True):
             job_run = key[:2]
             later = most_later.get(job_run, 0)
@@ -139,15 +140,17 @@ class StepAssembler:
             moved_on = self._latest.get(job_run, -1) > key[2]
             world = self._world.get(job_run, 0)
             if world and len(entry.ranks) >= world:  # the world became known after it arrived
-                self._complete(key, "all_ranks")
+                ready.append((key, "all_ranks"))
             elif later >= len(entry.ranks) and now - entry.last_seen >= self.config.quiet_s:
                 # A later step already has as many ranks as this one: this one has all it will get
                 # (how a job's first steps complete before its world size is known).
-                self._complete(key, "peers_done")
+                ready.append((key, "peers_done"))
             elif now - entry.first_seen >= self.config.max_wait_s:
-                self._complete(key, "timeout")
+                ready.append((key, "timeout"))
             elif moved_on and now - entry.last_seen >= self.config.settle_s:
-                self._complete(key, "settled")
+                ready.append((key, "settled"))
+        for key, reason in reversed(ready):  # released in step order, as the temporal stage wants them
+            self._complete(key, reason)
         return self._released()
 
     def drain(self) -> Iterator[CompleteStep]:

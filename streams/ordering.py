@@ -24,15 +24,18 @@ def next_in_order(
     max_held: int = 64,
     waited_s: float = 0.0,
     max_wait_s: float = 30.0,
+    start_wait_s: float = 5.0,
 ) -> int | None:
     """The held step to diagnose next after ``last_step``, or None to wait for more.
 
-    ``waited_s``: how long the oldest held step has waited.
+    ``waited_s``: how long the oldest held step has waited. A job's first step is not
+    always step 0 (a job resumed from a checkpoint, a worker started mid-job), so the first
+    step of a job (``last_step < 0``) is the smallest held once it waited ``start_wait_s``.
     """
     if not held:
         return None
     first = min(held)
-    if first == last_step + 1 or (last_step < 0 and waited_s >= 1.0):
+    if first == last_step + 1 or (last_step < 0 and waited_s >= start_wait_s):
         return first
     if len(held) > max_held or waited_s >= max_wait_s:
         return first

@@ -93,3 +93,15 @@ def test_a_jobs_first_step_completes_once_a_later_step_is_as_large() -> None:
     assert [(c.batch.step, c.reason) for c in done] == [(0, "peers_done")]
     assert asm.world("f", 0) == 8  # and step 1 completes as soon as the world is known
     assert [(c.batch.step, c.reason) for c in asm.due(now=0.41)] == [(1, "all_ranks")]
+
+
+def test_a_backlog_of_a_new_job_is_released_in_step_order() -> None:
+    # A worker (re)started after the job published many steps: the world is unknown and
+    # every step completes by waiting in the same call; the temporal stage wants them in order.
+    sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=5, job="g")
+    asm = StepAssembler(AssemblyConfig(quiet_s=0.25))
+    for s in sim.run(12):
+        assert asm.add(s.batch, s.batch.step, now=0.0) == []
+    steps = [c.batch.step for c in asm.due(now=1.0)]
+    steps += [c.batch.step for c in asm.due(now=1.0)]
+    assert steps == list(range(12))

@@ -12,9 +12,11 @@ def test_in_order_steps_go_at_once_and_early_ones_wait() -> None:
     assert next_in_order(9, set()) is None
 
 
-def test_a_job_seen_mid_run_starts_at_its_first_step_after_a_second() -> None:
+def test_a_job_seen_mid_run_starts_at_its_first_step_after_the_start_wait() -> None:
     assert next_in_order(-1, {1000, 1002}) is None
-    assert next_in_order(-1, {1000, 1002}, waited_s=1.5) == 1000
+    assert next_in_order(-1, {1000, 1002}, waited_s=4.9) is None  # an earlier step may still come
+    assert next_in_order(-1, {1000, 1002}, waited_s=5.0) == 1000
+    assert next_in_order(-1, {1000}, waited_s=1.0, start_wait_s=1.0) == 1000
 
 
 def test_a_lost_step_is_given_up_after_waiting_or_holding_too_many() -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +135,6 @@ def test_one_straggler_yields_one_anomaly_and_a_clean_job_none(kafka_conf, worke
     assert len(clean_steps) == 40 and none == {}
 
 
-@pytest.mark.skipif(
-    os.environ.get("ARGUS_TEST_SIGKILL") != "1",
-    reason="open problem (issue 5 notes): after a SIGKILL the restarted worker does not always restore the "
-    "job state from the Faust changelog, so the anomaly set differs in some runs; bench/reliability.py "
-    "runs it with ARGUS_TEST_SIGKILL=1",
-)
 def test_sigkill_and_restart_emit_the_same_anomalies(kafka_conf, worker_factory, unique) -> None:
     job = f"e2e-kill-{unique}"
     app = fresh_group(kafka_conf, f"k-{unique}")
@@ -149,7 +144,7 @@ def test_sigkill_and_restart_emit_the_same_anomalies(kafka_conf, worker_factory,
         "gc_pause@45:9",
         "compute_straggler@50+8:131",
     ]
-    layout, _ = publish(kafka_conf, job, 70, faults)
+    layout = layout_for(256)
     # The uninterrupted run: the same simulation diagnosed offline.
     sim = ClusterSimulator(
         layout, seed=7, job=job, faults=[parse_fault(f, layout) for f in faults], checkpoint_every=0
@@ -158,11 +153,18 @@ def test_sigkill_and_restart_emit_the_same_anomalies(kafka_conf, worker_factory,
     expected = {a.id for a in offline}
     assert len(expected) == 4
 
-    first = worker_factory(app)
-    collect(kafka_conf, job, until=lambda a, s: len(s) >= 25, timeout=120)
-    first.kill()  # SIGKILL mid-run: no shutdown, nothing flushed
-    worker_factory(app)  # the same group: it resumes from what the killed one committed
-    found, _ = collect(kafka_conf, job, until=lambda a, s: len(s) >= 70 and set(a) >= expected, timeout=180)
+    first = worker_factory(app, "--loglevel", "info")
+    with ThreadPoolExecutor(1) as pool:  # a live job: 10 steps/s while the worker runs
+        publishing = pool.submit(publish, kafka_conf, job, 70, faults, rate=10.0)
+        collect(kafka_conf, job, until=lambda a, s: len(s) >= 25, timeout=120)
+        first.kill()  # SIGKILL mid-run: no shutdown, nothing flushed
+        worker_factory(
+            app, "--loglevel", "info"
+        )  # the same group: it resumes from what the killed one committed
+        publishing.result()
+    found, steps = collect(
+        kafka_conf, job, until=lambda a, s: len(s) >= 70 and set(a) >= expected, timeout=180
+    )
     report(
         "worker_crash",
         sent=len(expected),
@@ -172,6 +174,7 @@ def test_sigkill_and_restart_emit_the_same_anomalies(kafka_conf, worker_factory,
     )
     described = sorted((a.cause, a.suspect, a.start_step) for a in found.values())
     assert set(found) == expected, (described, sorted((a.cause, a.suspect, a.start_step) for a in offline))
+    assert steps == set(range(70))  # steps open in the killed worker were assembled again, none lost
 
 
 def test_garbage_on_the_steps_topic_goes_to_dead_letters_and_the_worker_goes_on(
