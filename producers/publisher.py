@@ -105,6 +105,7 @@ class Publisher:
         self._inflight: OrderedDict[int, SpoolRecord] = OrderedDict()
         self._from_spool: set[int] = set()
         self._seq = 0
+        self._in_hand = 0
         self._progress = time.monotonic()
         self._brokers_down = False
         self._closed = False
@@ -133,7 +134,8 @@ class Publisher:
 
     def pending(self) -> int:
         """Records queued, spooled or in flight (not yet delivered)."""
-        return len(self._queue) + len(self._inflight) + (len(self.spool) if self.spool is not None else 0)
+        spooled = len(self.spool) if self.spool is not None else 0
+        return len(self._queue) + self._in_hand + len(self._inflight) + spooled
 
     def stats(self) -> dict[str, Any]:
         """Counters for logs and metrics."""
@@ -183,17 +185,21 @@ class Publisher:
             log.error("fatal Kafka client error: %s", err)
 
     def _on_delivery(self, seq: int, err: Any, _msg: Any) -> None:
-        rec = self._inflight.pop(seq, None)
-        self._from_spool.discard(seq)
+        rec = self._inflight.get(seq)
         if rec is None:  # already spooled at shutdown (purged) or from a closed round
+            self._from_spool.discard(seq)
             return
+        # Count before the record leaves the in-flight set: flush() returns once nothing is
+        # pending, and its caller reads the counters.
         if err is None:
             self.delivered += 1
             self._progress = time.monotonic()
             self._brokers_down = False
         else:
             self.dropped[f"delivery: {err.name()}"] += 1
-            log.warning("delivery failed for a record to %s: %s", rec[0] if rec else "?", err)
+            log.warning("delivery failed for a record to %s: %s", rec[0], err)
+        self._from_spool.discard(seq)
+        self._inflight.pop(seq, None)
 
     def _stalled(self) -> bool:
         """Records in flight see no delivery progress: the broker is away."""
@@ -271,9 +277,10 @@ class Publisher:
                     "Kafka reachable again: replaying %d spooled records",
                     len(self.spool) if self.spool is not None else 0,
                 )
-        items: list[_Item] = []
-        while self._queue and len(items) < 10_000:
-            items.append(self._queue.popleft())
+        # Records taken off the queue count as pending until they are in flight or spooled
+        # (counted before they leave the queue: flush() may over-count, never under-count).
+        self._in_hand = min(len(self._queue), 10_000)
+        items = [self._queue.popleft() for _ in range(self._in_hand)]
         records = self._encode(items)
         spool = self.spool
         if spool is not None and (len(spool) > 0 or self._stalled()):
@@ -287,14 +294,17 @@ class Publisher:
                     while taken < len(records):
                         self._producer.poll(0.05)
                         taken += self._produce(records[taken:], from_spool=False)
+        self._in_hand = 0
         if spool is not None and len(spool) > 0 and not self._stalled():
             room = self.replay_batch - len(self._from_spool)
             if room > 0:
+                self._in_hand = min(room, len(spool))  # handed out by read(), not in flight yet
                 batch = spool.read(room)
                 self.replayed += len(batch)
                 taken = self._produce(batch, from_spool=True)
                 if taken < len(batch):  # rare: librdkafka full; keep order by re-prepending the rest
                     self._spool(batch[taken:], prepend=True)
+                self._in_hand = 0
         self._producer.poll(0)
         if spool is not None and not self._from_spool:
             spool.commit()  # every record read back so far was delivered
