@@ -92,7 +92,14 @@ def consume(
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--ranks-per-message",
+        type=int,
+        default=64,
+        help="rank-steps per Kafka message (64: a node batch as `argus simulate` sends; 1: a live rank agent)",
+    )
     args = ap.parse_args()
+    per_message = args.ranks_per_message
     ranks = 4096 if args.quick else 16384
     steps = 40 if args.quick else 60
     live_steps = 40 if args.quick else 80
@@ -127,7 +134,9 @@ def main() -> None:
             raise SystemExit(f"the worker did not start; see {home / 'worker.log'}")
         job = f"bench-tput-{run}"
         t0 = time.time()
-        publish_simulation(publisher.publish, job=job, layout=layout, steps=steps, seed=1)
+        publish_simulation(
+            publisher.publish, job=job, layout=layout, steps=steps, seed=1, ranks_per_message=per_message
+        )
         assert publisher.flush(120) == 0
         print(
             f"published {ranks * steps:,} rank-steps of {ranks} ranks in {time.time() - t0:.1f} s", flush=True
@@ -164,7 +173,14 @@ def main() -> None:
         )
         pub = threading.Thread(
             target=lambda: publish_simulation(
-                publisher.publish, job=live, layout=layout, steps=live_steps, faults=faults, seed=2, rate=rate
+                publisher.publish,
+                job=live,
+                layout=layout,
+                steps=live_steps,
+                faults=faults,
+                seed=2,
+                rate=rate,
+                ranks_per_message=per_message,
             )
         )
         pub.start()
@@ -197,6 +213,7 @@ def main() -> None:
                 "latency_p99_s": round(p99, 3),
                 "worker_rss_mb": round(rss_mb, 1),
                 "ranks": ranks,
+                "ranks_per_message": per_message,
                 "step_rate_live": round(rate, 3),
                 "anomalies": len(lat),
             }
