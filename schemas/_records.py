@@ -215,7 +215,9 @@ class StepBatch(Record):
             if value is None or (len(value) == 0 and n):  # a column a later version added
                 columns[name] = StepBatch.empty_columns(n)[name]
             elif isinstance(value, bytes):
-                columns[name] = np.frombuffer(value, dtype=_WIRE[name]).astype(_DTYPES[name])
+                # No copy where the wire type is the native one: the column is a read-only
+                # view of the message (decoding is the hot path of workers and sinks).
+                columns[name] = np.frombuffer(value, dtype=_WIRE[name]).astype(_DTYPES[name], copy=False)
             elif isinstance(value, str):
                 columns[name] = np.array(value.split("\n") if n else [], dtype=object)
             else:

@@ -17,7 +17,6 @@ that the oldest is completed early with what it has.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,7 +87,9 @@ class StepAssembler:
         self._world: dict[tuple[str, int], int] = {}
         self._seen_world: dict[tuple[str, int], int] = {}
         self._latest: dict[tuple[str, int], int] = {}
-        self._completed: dict[tuple[str, int], deque[int]] = {}
+        # Per job, the steps completed lately (an insertion-ordered set: a deque scan per part
+        # was the worker's cost that grew with the job's length).
+        self._completed: dict[tuple[str, int], dict[int, None]] = {}
         self._out: list[CompleteStep] = []
 
     @property
@@ -111,7 +112,7 @@ class StepAssembler:
         self._latest[job_run] = max(self._latest.get(job_run, -1), part.step)
         key = (part.job, part.run, part.step)
         entry = self._open.get(key)
-        if entry is None and part.step in self._completed.get(job_run, ()):
+        if entry is None and part.step in self._completed.get(job_run, {}):
             return [CompleteStep(part, (), (token,), "late")]
         if entry is None:
             entry = self._open[key] = _Open(first_seen=now)
@@ -172,6 +173,8 @@ class StepAssembler:
         present = np.zeros(world, dtype=bool)
         present[batch["rank"][batch["rank"] < world]] = True
         missing = tuple(int(r) for r in np.flatnonzero(~present))
-        done = self._completed.setdefault(job_run, deque(maxlen=self.config.remember_steps))
-        done.append(key[2])
+        done = self._completed.setdefault(job_run, {})
+        done[key[2]] = None
+        if len(done) > self.config.remember_steps:
+            del done[next(iter(done))]
         self._out.append(CompleteStep(batch, missing, tuple(entry.tokens), reason))
