@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .api import attach, detach, step
+from .api import attach, detach, pause, step
 from .config import ConfigError, Settings, load_settings
 
 try:
@@ -17,4 +17,4 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+local"
 
-__all__ = ["ConfigError", "Settings", "__version__", "attach", "detach", "load_settings", "step"]
+__all__ = ["ConfigError", "Settings", "__version__", "attach", "detach", "load_settings", "pause", "step"]

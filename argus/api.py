@@ -5,6 +5,8 @@
     for batch in loader:
         with argus.step(tokens=n):            # or mark steps yourself
             ...
+        with argus.pause("checkpoint"):       # no step for a while, on purpose: not a hang
+            save(model)
 
 ``attach`` reads settings like every Argus entry point (``ARGUS_*``, config file, keyword
 overrides), learns rank, world, host and the parallel layout from torch.distributed and
@@ -20,10 +22,12 @@ for PyTorch Lightning and ``ArgusHFCallback`` for the Hugging Face ``Trainer``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -36,6 +40,7 @@ __all__ = [
     "attach",
     "attached",
     "detach",
+    "pause",
     "step",
 ]
 
@@ -111,6 +116,20 @@ def detach(timeout: float = 10.0) -> dict[str, Any]:
         publisher.shutdown(timeout)
         return dict(publisher.stats())
     return {}
+
+
+@contextlib.contextmanager
+def pause(reason: str = "checkpoint", max_seconds: float = 3600.0) -> Iterator[None]:
+    """Declare work that completes no step (``with argus.pause("checkpoint"):``) so the hang
+    detector does not page for it; it counts for at most ``max_seconds``. No-op if not attached."""
+    a = _agent
+    if a is not None:
+        a.declare_pause(reason, max_seconds)
+    try:
+        yield
+    finally:
+        if a is not None:
+            a.end_pause()
 
 
 class step:

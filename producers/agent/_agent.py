@@ -110,6 +110,7 @@ class RankAgent:
         self._folder = StackFolder()
         self._window = StackWindow(0, time.time_ns())
         self._last_stack = ""
+        self._pause: tuple[str, int] = ("", 0)  # what the job declared it does instead of steps, until
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_heartbeat = 0.0
@@ -283,9 +284,23 @@ class RankAgent:
         for rec in self.cupti.drain(self.step):
             self.sink.publish(rec_topic(rec), rank_key(i.job, i.rank), rec)
 
+    def declare_pause(self, reason: str, seconds: float) -> None:
+        """Say this rank will complete no step for up to ``seconds`` on purpose (a checkpoint,
+        an evaluation): the hang detector does not page for it. Sent at once in a heartbeat."""
+        until = time.time_ns() + int(max(0.0, seconds) * 1e9)
+        self._pause = (reason.replace("\n", " ")[:64] or "pause", until)
+        self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+
+    def end_pause(self) -> None:
+        """The declared pause is over (sent at once, so a hang after it is named on time)."""
+        if self._pause[1]:
+            self._pause = ("", 0)
+            self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+
     def heartbeat(self) -> Heartbeat:
         """Where this rank is now."""
         i = self.info
+        reason, until = self._pause
         names = sorted(self.hooks.groups)
         gs = [self.hooks.groups[n] for n in names]
         return Heartbeat(
@@ -301,6 +316,8 @@ class RankAgent:
             kinds=tuple(g.kind for g in gs),
             nbytes=tuple(g.nbytes for g in gs),
             stack=self._last_stack[-4096:],
+            pause=reason,
+            pause_until_ns=until,
         )
 
     # -- shutdown ----------------------------------------------------------------------

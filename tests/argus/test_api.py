@@ -17,9 +17,9 @@ class ListSink:
         self.records.append((topic, key, record))
 
 
-def test_step_is_a_noop_until_attached():
+def test_step_and_pause_are_noops_until_attached():
     assert argus.api.attached() is None
-    with argus.step():
+    with argus.step(), argus.pause("checkpoint"):
         pass
 
 

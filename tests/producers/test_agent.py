@@ -112,3 +112,20 @@ def test_agent_on_a_real_torch_loop():
     assert torch.autograd.backward.__module__ == "torch.autograd"
     assert not any("callback" in repr(cb) and "Instrumentation" in repr(cb) for cb in gc.callbacks)
     assert np.isfinite([rec.forward_ms, rec.backward_ms]).all()
+
+
+def test_a_declared_pause_goes_out_at_once_and_ends_explicitly():
+    from schemas import decode, encode
+
+    sink = ListSink()
+    agent = RankAgent(sink, RankInfo("job-p", 0, 1, 2, 1, "hostB"), AgentConfig(stacks=False, cupti=False))
+    before = time.time_ns()
+    agent.declare_pause("checkpoint\nshard 3", seconds=120)
+    agent.end_pause()
+    agent.end_pause()  # no pause open: nothing more is sent
+    beats = [decode(encode(r)) for t, _k, r in sink.records if t == HEARTBEATS]
+    assert len(beats) == 2
+    declared, ended = beats
+    assert declared.pause == "checkpoint shard 3"
+    assert before + 119e9 < declared.pause_until_ns < time.time_ns() + 121e9
+    assert (ended.pause, ended.pause_until_ns) == ("", 0)
