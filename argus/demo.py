@@ -93,6 +93,8 @@ class DemoConfig:
     train_steps: int = 40
     slow_rank: int = 2
     slow_ms: float = 60.0
+    slow_from: int = 10
+    """The training job runs normally until this step, then the slow rank slows down."""
     sim_ranks: int = 4096
     sim_steps: int = 64
     faults: tuple[str, ...] = DEMO_FAULTS
@@ -534,6 +536,8 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
                 str(cfg.slow_rank),
                 "--slow-ms",
                 str(cfg.slow_ms),
+                "--slow-from",
+                str(cfg.slow_from),
                 "--bootstrap",
                 settings.kafka_bootstrap,
                 "--home",
@@ -541,7 +545,7 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
             ],
             env,
         )
-        note = f"{cfg.train_ranks} gloo ranks, rank {cfg.slow_rank} +{cfg.slow_ms:.0f} ms"
+        note = f"{cfg.train_ranks} gloo ranks, rank {cfg.slow_rank} +{cfg.slow_ms:.0f} ms from step {cfg.slow_from}"
 
         def tick() -> None:
             assert monitor is not None
@@ -633,7 +637,7 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
             train_job,
             ("compute_straggler", "masked_compute_straggler"),
             f"rank:{cfg.slow_rank}",
-            0,
+            cfg.slow_from,
             cfg.train_steps - 1,
             (cfg.slow_rank,),
         ),

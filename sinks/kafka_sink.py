@@ -14,6 +14,12 @@ offsets, so the retried insert carries the same token and ClickHouse drops it if
 landed. Inserts are retried with capped backoff while the store is down; the partitions
 are paused meanwhile so the consumer stays in its group. Bad input never stops the sink:
 it lands in ``dead_letters`` with the reason.
+
+The consumer thread commits the intents and the offsets; the inserts (step 2) run on one
+writer thread, so the next batches are decoded while ClickHouse inserts (its insert
+releases the GIL). A partition has one batch at the writer at a time (its commits stay in
+order); its next batch grows meanwhile, up to ``max_pending_rows``, then the consumer
+pauses its partitions until the write is done.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +104,7 @@ class KafkaSink:
         batch_rows: int = 5000,
         batch_seconds: float = 1.0,
         max_backoff_s: float = 5.0,
+        max_pending_rows: int = 250_000,
     ) -> None:
         if batch_rows <= 0 or batch_seconds <= 0:
             raise ValueError("batch_rows and batch_seconds must be positive")
@@ -108,7 +117,11 @@ class KafkaSink:
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._replay_end: dict[tuple[str, int], int] = {}
         self._backlog: list[Message] = []
-        self._kernels = KernelDecoder(self._stored_names)
+        self._kernels = KernelDecoder(self._stored_names)  # used on the writer thread only
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="argus-sink-writer")
+        self._writes: deque[tuple[tuple[str, int], _Pending, Future[None]]] = deque()
+        self._writing: set[tuple[str, int]] = set()
+        self._max_pending_rows = max(batch_rows, max_pending_rows)
         conf = dict(kafka_config)
         conf.update(
             {
@@ -151,11 +164,14 @@ class KafkaSink:
                 )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Every batch of these partitions is stored and committed before they go.
+        self._drain()
         for tp in partitions:
             key = (tp.topic, tp.partition)
             if key in self._pending:
                 self._flush(key)
             self._replay_end.pop(key, None)
+        self._drain()
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, idle_exit_s: float | None = None) -> SinkStats:
@@ -167,7 +183,12 @@ class KafkaSink:
                 now = time.monotonic()
                 if got:
                     last_message = now
-                elif idle_exit_s is not None and now - last_message > idle_exit_s and not self._pending:
+                elif (
+                    idle_exit_s is not None
+                    and now - last_message > idle_exit_s
+                    and not self._pending
+                    and not self._writes
+                ):
                     break
             self.flush_all()
         finally:
@@ -176,13 +197,15 @@ class KafkaSink:
 
     def poll(self, timeout: float = 0.2) -> int:
         """Consume what is there, flush the batches that are due; return messages read."""
+        self._reap()
         messages, self._backlog = self._backlog, []
         messages.extend(self._consumer.consume(num_messages=2000, timeout=timeout))
         for msg in messages:
             self._accept(msg)
         now = time.monotonic()
         for key, p in list(self._pending.items()):
-            if p.rows >= self._batch_rows or now - p.since >= self._batch_seconds:
+            due = p.rows >= self._batch_rows or now - p.since >= self._batch_seconds
+            if due and (key not in self._writing or p.rows >= self._max_pending_rows):
                 self._flush(key)
         return len(messages)
 
@@ -234,16 +257,54 @@ class KafkaSink:
 
     # -- inserting ------------------------------------------------------------------------
     def flush_all(self) -> None:
-        """Insert every pending batch now."""
+        """Insert every pending batch now and wait until all are stored and committed."""
+        self._drain()
         for key in list(self._pending):
             self._flush(key)
+        self._drain()
 
     def _flush(self, key: tuple[str, int]) -> None:
+        """Cut the partition's batch: commit its intent, hand the insert to the writer."""
+        if key in self._writing:
+            self._wait_for(key)
         pending = self._pending.pop(key, None)
         if pending is None or not pending.records:
             return
         topic, partition = key
         self._commit(topic, partition, pending.first, f"{_INTENT}{pending.last}")
+        self._writing.add(key)
+        self._writes.append((key, pending, self._writer.submit(self._insert_batch, key, pending)))
+
+    def _finish(self, key: tuple[str, int], pending: _Pending, write: Future[None]) -> None:
+        write.result()  # blocks until stored; a writer failure (fatal) is raised here
+        self._writing.discard(key)
+        self._commit(key[0], key[1], pending.last + 1, "")
+
+    def _reap(self) -> None:
+        """Commit the batches the writer finished, in the order they were cut."""
+        while self._writes and self._writes[0][2].done():
+            self._finish(*self._writes.popleft())
+
+    def _drain(self) -> None:
+        """Wait for every write (without consuming: also called from rebalance callbacks)."""
+        while self._writes:
+            self._finish(*self._writes.popleft())
+
+    def _wait_for(self, key: tuple[str, int]) -> None:
+        """Keep the consumer in its group, partitions paused, until ``key``'s write is done."""
+        assignment = self._consumer.assignment()
+        self._consumer.pause(assignment)
+        try:
+            while key in self._writing:
+                # A message fetched before the pause is kept for the next poll, not lost.
+                self._backlog.extend(self._consumer.consume(num_messages=100, timeout=0.1))
+                self._reap()
+        finally:
+            self._consumer.resume(assignment)
+
+    def _insert_batch(self, key: tuple[str, int], pending: _Pending) -> None:
+        """Step 2 of the module docstring for one batch (on the writer thread)."""
+        topic, partition = key
         by_type: dict[type, list[Any]] = {}
         decoded: list[pa.Table] = []
         for record in pending.records:  # in partition order: names arrive before their sketches
@@ -261,7 +322,6 @@ class KafkaSink:
             token = f"{table}:{topic}:{partition}:{pending.first}-{pending.last}"
             self._insert_with_retry(table, data, token)
             self.stats.rows[table] = self.stats.rows.get(table, 0) + data.num_rows
-        self._commit(topic, partition, pending.last + 1, "")
 
     def _commit(self, topic: str, partition: int, offset: int, metadata: str) -> None:
         tp = TopicPartition(topic, partition, offset, metadata=metadata)
@@ -301,20 +361,8 @@ class KafkaSink:
                     backoff,
                 )
                 self._drop_store()
-                self._wait(backoff)
+                time.sleep(backoff)  # the consumer thread keeps the group alive meanwhile
                 backoff = min(backoff * 2, self._max_backoff)
-
-    def _wait(self, seconds: float) -> None:
-        """Sleep while keeping the consumer in its group (partitions paused, nothing fetched)."""
-        assignment = self._consumer.assignment()
-        self._consumer.pause(assignment)
-        deadline = time.monotonic() + seconds
-        try:
-            while time.monotonic() < deadline:
-                # A message fetched before the pause is kept for the next poll, not lost.
-                self._backlog.extend(self._consumer.consume(num_messages=100, timeout=min(0.1, seconds)))
-        finally:
-            self._consumer.resume(assignment)
 
     def _drop_store(self) -> None:
         if self._store is not None:
@@ -324,7 +372,9 @@ class KafkaSink:
                 self._store = None
 
     def close(self) -> None:
-        """Leave the consumer group and release the store."""
+        """Leave the consumer group and release the store (after the writes in progress)."""
+        self._writer.shutdown(wait=True)
+        self._writes.clear()
         with contextlib.suppress(RuntimeError):  # already closed
             self._consumer.close()
         self._drop_store()

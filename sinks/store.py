@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -80,11 +81,14 @@ def _settings_clause(settings: Mapping[str, Any] | None) -> str:
 
 
 class ChdbStore:
-    """ClickHouse in-process (chDB), file-backed under ``path``; one process at a time."""
+    """ClickHouse in-process (chDB), file-backed under ``path``; one process at a time.
+
+    Safe to share between threads (the sink's writer and a reader): queries take turns."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         import chdb.session  # imported here: the agent never needs it
 
+        self._turn = threading.Lock()
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_file = open(self.path / "argus.lock", "a+")  # noqa: SIM115 - held for life
@@ -117,7 +121,8 @@ class ChdbStore:
 
     def _query(self, sql: str, fmt: str, params: Mapping[str, Any] | None) -> Any:
         try:
-            return self._session.query(sql, fmt, params=dict(params) if params else None)  # type: ignore[no-untyped-call]
+            with self._turn:
+                return self._session.query(sql, fmt, params=dict(params) if params else None)  # type: ignore[no-untyped-call]
         except Exception as exc:
             raise QueryError(str(exc).strip()) from exc
 

@@ -3,7 +3,8 @@
 One process per rank (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set by a
 launcher, or :func:`launch` to start them all here). Gradients are averaged with
 ``torch.distributed.all_reduce``; ``--slow-rank`` makes one rank's forward pass slower by
-``--slow-ms`` (a compute straggler: its peers wait for it in the all-reduce);
+``--slow-ms`` from step ``--slow-from`` on (a compute straggler: its peers wait for it in
+the all-reduce);
 ``--hang-rank R --hang-step S`` makes rank R block forever on a lock before step S's
 all-reduce (a hang: its peers wait in the all-reduce until they are killed)::
 
@@ -50,6 +51,7 @@ def train(
     job: str,
     slow_rank: int = -1,
     slow_ms: float = 60.0,
+    slow_from: int = 0,
     base_ms: float = 20.0,
     dim: int = 32,
     layers: int = 1,
@@ -84,7 +86,8 @@ def train(
     loader = DataLoader(data, batch_size=batch)
     params = [p for p in model.parameters()]
     for step, (x, y) in enumerate(loader):
-        model.delay_s = (base_ms + (slow_ms if rank == slow_rank else 0.0)) / 1000
+        slowed = rank == slow_rank and step >= slow_from
+        model.delay_s = (base_ms + (slow_ms if slowed else 0.0)) / 1000
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=False)
         loss.backward()  # type: ignore[no-untyped-call]
@@ -157,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--job", default=f"example-{int(time.time())}")
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=60.0)
+    ap.add_argument("--slow-from", type=int, default=0, help="the slow rank is slowed from this step on")
     ap.add_argument("--base-ms", type=float, default=20.0)
     ap.add_argument("--hang-rank", type=int, default=-1, help="this rank blocks before an all-reduce")
     ap.add_argument("--hang-step", type=int, default=-1, help="... at this step (never returns)")
@@ -174,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         job=a.job,
         slow_rank=a.slow_rank,
         slow_ms=a.slow_ms,
+        slow_from=a.slow_from,
         base_ms=a.base_ms,
         bootstrap=a.bootstrap,
         home=a.home,
