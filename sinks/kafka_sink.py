@@ -120,7 +120,6 @@ class KafkaSink:
         self._kernels = KernelDecoder(self._stored_names)  # used on the writer thread only
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="argus-sink-writer")
         self._writes: deque[tuple[tuple[str, int], _Pending, Future[None]]] = deque()
-        self._writing: set[tuple[str, int]] = set()
         self._max_pending_rows = max(batch_rows, max_pending_rows)
         conf = dict(kafka_config)
         conf.update(
@@ -205,7 +204,7 @@ class KafkaSink:
         now = time.monotonic()
         for key, p in list(self._pending.items()):
             due = p.rows >= self._batch_rows or now - p.since >= self._batch_seconds
-            if due and (key not in self._writing or p.rows >= self._max_pending_rows):
+            if due and (not self._writing(key) or p.rows >= self._max_pending_rows):
                 self._flush(key)
         return len(messages)
 
@@ -265,20 +264,22 @@ class KafkaSink:
 
     def _flush(self, key: tuple[str, int]) -> None:
         """Cut the partition's batch: commit its intent, hand the insert to the writer."""
-        if key in self._writing:
+        if self._writing(key):
             self._wait_for(key)
         pending = self._pending.pop(key, None)
         if pending is None or not pending.records:
             return
         topic, partition = key
         self._commit(topic, partition, pending.first, f"{_INTENT}{pending.last}")
-        self._writing.add(key)
         self._writes.append((key, pending, self._writer.submit(self._insert_batch, key, pending)))
 
     def _finish(self, key: tuple[str, int], pending: _Pending, write: Future[None]) -> None:
         write.result()  # blocks until stored; a writer failure (fatal) is raised here
-        self._writing.discard(key)
         self._commit(key[0], key[1], pending.last + 1, "")
+
+    def _writing(self, key: tuple[str, int]) -> bool:
+        """The partition has a batch at the writer (at most a few partitions ever do)."""
+        return any(k == key for k, _, _ in self._writes)
 
     def _reap(self) -> None:
         """Commit the batches the writer finished, in the order they were cut."""
@@ -295,7 +296,7 @@ class KafkaSink:
         assignment = self._consumer.assignment()
         self._consumer.pause(assignment)
         try:
-            while key in self._writing:
+            while self._writing(key):
                 # A message fetched before the pause is kept for the next poll, not lost.
                 self._backlog.extend(self._consumer.consume(num_messages=100, timeout=0.1))
                 self._reap()

@@ -179,7 +179,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             headers=[("argus-reason", reason.encode()), ("argus-error", error[:500].encode())],
         )
 
-    async def finish(done: CompleteStep, now: float) -> None:
+    async def finish(done: CompleteStep) -> None:
         if done.reason != "late":
             sf = step_findings(done.batch, cfg.diagnoser, missing=done.missing)
             key = job_key(done.batch.job)
@@ -191,7 +191,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                 await fut  # delivered before the parts are acknowledged
             metrics.completion_s.append(max(0.0, (time.time_ns() - sf.end_ns) / 1e9))
         metrics.steps[done.reason] += 1
-        for event, _ in done.tokens:
+        for event in done.tokens:
             event.ack()
 
     @app.agent(steps_topic)
@@ -210,24 +210,24 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                 # so hold a reference of our own, released in finish().
                 event.message.incref()
                 metrics.records += len(part)
-                for done in assembler.add(part, (event, now), now):
-                    await finish(done, now)
+                for done in assembler.add(part, event, now):
+                    await finish(done)
             for done in assembler.due(now):
-                await finish(done, now)
+                await finish(done)
             metrics.open_steps = assembler.open_steps
 
     @app.timer(0.25)  # type: ignore[untyped-decorator]
     async def complete_waiting() -> None:
-        now = time.monotonic()
-        for done in assembler.due(now):
-            await finish(done, now)
+        for done in assembler.due(time.monotonic()):
+            await finish(done)
         metrics.open_steps = assembler.open_steps
 
     @app.agent(findings_topic)
     async def diagnose(stream: Any) -> None:
         async for event in stream.events():
             try:
-                sf = StepFindings.from_dict(json.loads(event.value))
+                found = json.loads(event.value)
+                sf = StepFindings.from_dict(found)
             except (ValueError, KeyError, TypeError) as exc:
                 await dead_letter(event, "invalid", f"step findings: {exc}")
                 continue
@@ -244,7 +244,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                     "job %s: resumed from the table at step %d, %d held", sf.job, state.last_step, len(held)
                 )
             now = time.monotonic()
-            held[sf.step] = sf.to_dict()
+            held[sf.step] = found
             # How long a step waited counts on this process's clock: a step restored from the
             # changelog starts waiting afresh, so the steps replayed after it can still come.
             since = holding.setdefault(state_key, {})
