@@ -5,7 +5,7 @@ Nothing here does I/O; producers, streams and sinks all speak these types.
 
 from __future__ import annotations
 
-from ._codec import SCHEMAS, SchemaInfo, decode, encode, peek_schema_id
+from ._codec import SCHEMAS, SchemaInfo, decode, decode_many, encode, peek_schema_id
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
 from ._kernels import KernelStats
 from ._records import (
@@ -75,6 +75,7 @@ __all__ = [
     "UnknownSchemaError",
     "ValidationError",
     "decode",
+    "decode_many",
     "encode",
     "job_key",
     "peek_schema_id",

@@ -13,13 +13,14 @@ from __future__ import annotations
 import io
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from ._errors import DecodeError, UnknownSchemaError, ValidationError
+from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
 from ._records import (
     Anomaly,
     DeadLetter,
@@ -27,14 +28,15 @@ from ._records import (
     Heartbeat,
     KernelNames,
     KernelSketch,
+    PackedSteps,
     Record,
     StackSample,
     StepBatch,
     StepSummary,
 )
-from ._validate import validate
+from ._validate import validate, validate_packed
 
-__all__ = ["SCHEMAS", "SchemaInfo", "decode", "encode", "peek_schema_id"]
+__all__ = ["SCHEMAS", "SchemaInfo", "decode", "decode_many", "encode", "peek_schema_id"]
 
 MAGIC = 0
 _HEADER = struct.Struct(">bI")
@@ -118,6 +120,14 @@ def decode(data: bytes, *, check: bool = True, expect: type[Record] | None = Non
     bytes that are not valid Avro, and :class:`ValidationError` when ``check`` is set and the
     values are out of range; ``expect`` rejects records of another type.
     """
+    record = _build(*_read(data, expect), check=check)
+    if isinstance(record, SchemaError):
+        raise record
+    return record
+
+
+def _read(data: bytes, expect: type[Record] | None) -> tuple[SchemaInfo, Any]:
+    """The writer's schema and the Avro body as fastavro reads it."""
     sid = peek_schema_id(data)
     writer = SCHEMAS.get(sid)
     if writer is None:
@@ -134,10 +144,57 @@ def decode(data: bytes, *, check: bool = True, expect: type[Record] | None = Non
         raise DecodeError(f"{writer.name} v{writer.version}: body is not valid Avro ({exc!r})") from exc
     if buf.tell() != len(data):
         raise DecodeError(f"{writer.name}: {len(data) - buf.tell()} trailing bytes after the record")
+    return writer, raw
+
+
+def _build(writer: SchemaInfo, raw: Any, *, check: bool) -> Any:
+    """The record from fastavro's dict, checked; a :class:`SchemaError` is returned, not raised."""
     try:
-        record = writer.record_type.from_avro(raw)  # type: ignore[arg-type]
+        record = writer.record_type.from_avro(raw)
     except (TypeError, ValueError, KeyError) as exc:
-        raise ValidationError(f"{writer.name}: {exc}") from exc
+        return ValidationError(f"{writer.name}: {exc}")
     if check:
-        validate(record)
+        try:
+            validate(record)
+        except ValidationError as exc:
+            return exc
     return record
+
+
+def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None) -> list[Any]:
+    """Decode messages like :func:`decode`; each entry is the record or the
+    :class:`SchemaError` that rejects it.
+
+    The v3 StepBatches among them (what a worker or a sink consumes) are read and checked
+    together, in one vectorized pass (:class:`PackedSteps`); only if that pass fails is
+    each decoded alone, to name the bad ones.
+    """
+    out: list[Any] = []
+    steps: list[int] = []  # positions of v3 StepBatches, still raw dicts in ``out``
+    for data in payloads:
+        try:
+            writer, raw = _read(data, expect)
+        except SchemaError as exc:
+            out.append(exc)
+            continue
+        if writer.record_type is StepBatch and "rows" in raw:
+            steps.append(len(out))
+            out.append(raw)
+        else:
+            out.append(_build(writer, raw, check=True))
+    packed = PackedSteps.read([out[i] for i in steps]) if len(steps) > 1 else None
+    if packed is not None and _passes(packed):
+        for i, batch in zip(steps, packed.batches(), strict=True):
+            out[i] = batch
+    else:
+        for i in steps:
+            out[i] = _build(SCHEMAS[peek_schema_id(payloads[i])], out[i], check=True)
+    return out
+
+
+def _passes(packed: PackedSteps) -> bool:
+    try:
+        validate_packed(packed)
+    except (ValidationError, TypeError, ValueError):
+        return False
+    return True

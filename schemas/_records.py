@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Any, ClassVar
 
 import numpy as np
@@ -123,6 +125,7 @@ _DTYPES: dict[str, Any] = {
     for f in dataclasses.fields(StepRecord)
     if f.name not in _HEADER
 }
+_COLUMN_SET = frozenset(STEP_COLUMNS)
 _WIRE = {name: ("<f8" if dt is np.float64 else "<i8") for name, dt in _DTYPES.items() if dt is not object}
 
 
@@ -139,10 +142,10 @@ class StepBatch(Record):
     columns: Mapping[str, np.ndarray]
 
     def __post_init__(self) -> None:
-        lengths = {len(v) for v in self.columns.values()}
+        lengths = set(map(len, self.columns.values()))
         if len(lengths) > 1:
             raise ValueError(f"StepBatch columns differ in length: {sorted(lengths)}")
-        missing = set(STEP_COLUMNS) - set(self.columns)
+        missing = _COLUMN_SET.difference(self.columns)
         if missing:
             raise ValueError(f"StepBatch lacks columns: {sorted(missing)}")
 
@@ -216,13 +219,76 @@ class StepBatch(Record):
                 columns[name] = StepBatch.empty_columns(n)[name]
             elif isinstance(value, bytes):
                 # No copy where the wire type is the native one: the column is a read-only
-                # view of the message (decoding is the hot path of workers and sinks).
+                # view of the message.
                 columns[name] = np.frombuffer(value, dtype=_WIRE[name]).astype(_DTYPES[name], copy=False)
             elif isinstance(value, str):
                 columns[name] = np.array(value.split("\n") if n else [], dtype=object)
             else:
                 columns[name] = np.array(value, dtype=_DTYPES[name])
         return cls(data["job"], data["run"], data["step"], columns)
+
+
+FLOAT_COLUMNS: tuple[str, ...] = tuple(name for name in STEP_COLUMNS if _DTYPES[name] is np.float64)
+"""The float columns of a StepBatch (every one a duration in ms), in schema order."""
+INT_COLUMNS: tuple[str, ...] = tuple(name for name in STEP_COLUMNS if _DTYPES[name] is np.int64)
+"""The integer columns of a StepBatch, in schema order."""
+
+
+@dataclass(frozen=True, eq=False)
+class PackedSteps:
+    """Many v3 StepBatch dicts (a consumer batch) read together: the float and the integer
+    columns of all of them as one array each (column × row, rows in message order).
+
+    Workers and sinks decode thousands of small batches per second; per-call overhead, not
+    rows, is what that costs, so the columns are read and checked once per consumer batch,
+    and each StepBatch's columns are views of these arrays.
+    """
+
+    heads: tuple[tuple[str, int, int], ...]  # job, run, step of each batch
+    lengths: np.ndarray
+    floats: np.ndarray
+    ints: np.ndarray
+    strings: Mapping[str, list[str]]  # host, gpu_uuid of every row
+
+    @classmethod
+    def read(cls, raws: Sequence[Mapping[str, Any]]) -> PackedSteps | None:
+        """The dicts read together, or None unless every one is v3 with consistent columns
+        (then decode them one by one, which names what is wrong)."""
+        try:
+            lengths = [int(raw["rows"]) for raw in raws]
+            if not raws or min(lengths) < 1:
+                return None
+            arrays = []
+            for names, wire in ((FLOAT_COLUMNS, "<f8"), (INT_COLUMNS, "<i8")):
+                expected = [8 * n for n in lengths]
+                columns = [list(map(itemgetter(name), raws)) for name in names]
+                if any(list(map(len, column)) != expected for column in columns):
+                    return None
+                packed = b"".join(chain.from_iterable(columns))
+                arrays.append(np.frombuffer(packed, dtype=wire).reshape(len(names), sum(lengths)))
+            strings = {}
+            for name in _STRING_COLUMNS:
+                if [raw[name].count("\n") + 1 for raw in raws] != lengths:
+                    return None
+                strings[name] = "\n".join([raw[name] for raw in raws]).split("\n")
+            heads = tuple((raw["job"], raw["run"], raw["step"]) for raw in raws)
+        except (KeyError, TypeError, AttributeError):
+            return None
+        return cls(heads, np.asarray(lengths), arrays[0], arrays[1], strings)
+
+    def batches(self) -> list[StepBatch]:
+        """One StepBatch per dict; numeric columns are read-only views of the shared arrays."""
+        out = []
+        lo = 0
+        for (job, run, step), n in zip(self.heads, self.lengths.tolist(), strict=True):
+            hi = lo + n
+            columns = dict(zip(FLOAT_COLUMNS, self.floats[:, lo:hi], strict=True))
+            columns.update(zip(INT_COLUMNS, self.ints[:, lo:hi], strict=True))
+            for name, values in self.strings.items():
+                columns[name] = np.array(values[lo:hi], dtype=object)
+            out.append(StepBatch(job, run, step, columns))
+            lo = hi
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,27 +8,28 @@ into the pipeline.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._errors import ValidationError
 from ._records import (
-    COLLECTIVE_COLUMNS,
-    PHASE_COLUMNS,
+    FLOAT_COLUMNS,
+    INT_COLUMNS,
     Anomaly,
     DeadLetter,
     GpuSample,
     Heartbeat,
     KernelNames,
     KernelSketch,
+    PackedSteps,
     StackSample,
     StepBatch,
     StepSummary,
 )
 
-__all__ = ["LIMITS", "validate"]
+__all__ = ["LIMITS", "validate", "validate_packed"]
 
 LIMITS: dict[str, int] = {
     "max_rank": 1 << 20,  # 1,048,576 ranks
@@ -79,46 +80,73 @@ def _nonneg_finite(record: object, name: str, value: float) -> None:
 
 
 def _step_batch(b: StepBatch) -> None:
-    _text(b, "job", b.job)
-    _int_range(b, "run", b.run, 0, 1 << 31)
-    _int_range(b, "step", b.step, 0, LIMITS["max_step"])
-    n = len(b)
-    if not 0 < n <= LIMITS["max_rows"]:
-        raise _fail(b, f"{n} rows, expected 1..{LIMITS['max_rows']}")
-    # One vectorized pass over all columns of a kind; name the column only on failure.
-    coords = np.concatenate([b[name] for name in _COORDS])
-    if coords.min() < 0 or coords.max() >= LIMITS["max_rank"]:
-        bad = next(k for k in _COORDS if b[k].min() < 0 or b[k].max() >= LIMITS["max_rank"])
-        raise _fail(b, f"{bad} outside [0, {LIMITS['max_rank']})")
-    ranks = np.sort(b["rank"])
-    if n > 1 and (ranks[1:] == ranks[:-1]).any():
-        raise _fail(b, "a rank appears twice in one step")
-    start, end = b["start_ns"], b["end_ns"]
-    if start.min() < LIMITS["min_time_ns"] or end.max() >= LIMITS["max_time_ns"]:
-        raise _fail(b, "start_ns/end_ns outside years 2000..2100")
-    wall_ms = (end - start) / 1e6
-    if wall_ms.min() < 0 or wall_ms.max() > LIMITS["max_duration_ms"]:
-        raise _fail(b, "step wall time negative or longer than a day")
-    times = np.concatenate([b[name] for name in _DURATIONS])
-    if not (np.isfinite(times).all() and times.min() >= 0 and times.max() <= LIMITS["max_duration_ms"]):
-        bad = next(
-            k
-            for k in _DURATIONS
-            if not (np.isfinite(b[k]).all() and b[k].min() >= 0 and b[k].max() <= LIMITS["max_duration_ms"])
-        )
-        raise _fail(b, f"{bad} holds NaN, inf, negative or absurd values")
-    if b["samples"].min() < 0 or b["tokens"].min() < 0:
-        raise _fail(b, "samples/tokens negative")
-    for name in ("host", "gpu_uuid"):
-        values = b[name].tolist()
+    _step_rows(
+        [(b.job, b.run, b.step)],
+        [len(b)],
+        np.concatenate([b[name] for name in INT_COLUMNS]).reshape(len(INT_COLUMNS), len(b)),
+        np.concatenate([b[name] for name in FLOAT_COLUMNS]).reshape(len(FLOAT_COLUMNS), len(b)),
+        {name: b[name].tolist() for name in ("host", "gpu_uuid")},
+        b,
+    )
+
+
+def validate_packed(packed: PackedSteps) -> None:
+    """Raise :class:`ValidationError` unless every StepBatch of ``packed`` is valid (one
+    vectorized pass; it does not say which batch failed: check those one by one)."""
+    _step_rows(packed.heads, packed.lengths.tolist(), packed.ints, packed.floats, packed.strings, packed)
+
+
+def _step_rows(
+    heads: Sequence[tuple[str, int, int]],
+    lengths: Sequence[int],
+    ints: np.ndarray,
+    times: np.ndarray,
+    strings: Mapping[str, list[str]],
+    record: object,
+) -> None:
+    """The StepBatch checks over the columns of one or many batches (columns × rows)."""
+    for (job, run, step), n in zip(heads, lengths, strict=True):
+        _text(record, "job", job)
+        _int_range(record, "run", run, 0, 1 << 31)
+        _int_range(record, "step", step, 0, LIMITS["max_step"])
+        if not 0 < n <= LIMITS["max_rows"]:
+            raise _fail(record, f"{n} rows, expected 1..{LIMITS['max_rows']}")
+    bad = (ints.min(axis=1) < _INTS_LO) | (ints.max(axis=1) > _INTS_HI)
+    if bad.any():
+        raise _fail(record, _INT_PROBLEM[INT_COLUMNS[int(bad.argmax())]])
+    wall_ns = ints[_END] - ints[_START]
+    if wall_ns.min() < 0 or wall_ns.max() > LIMITS["max_duration_ms"] * 1_000_000:
+        raise _fail(record, "step wall time negative or longer than a day")
+    if ints.shape[1] > 1:
+        # rank < 2**20 (checked above): batch << 20 | rank is unique per batch and rank
+        batch = np.repeat(np.arange(len(lengths), dtype=np.int64) << 20, lengths)
+        ranks = np.sort(batch + ints[_RANK])
+        if (ranks[1:] == ranks[:-1]).any():
+            raise _fail(record, "a rank appears twice in one step")
+    # NaN fails both comparisons, -inf the first, inf the second.
+    ok = (times.min(axis=1) >= 0) & (times.max(axis=1) <= LIMITS["max_duration_ms"])
+    if not ok.all():
+        raise _fail(record, f"{FLOAT_COLUMNS[int(np.argmin(ok))]} holds NaN, inf, negative or absurd values")
+    for name, values in strings.items():
         if max(map(len, values)) > LIMITS["max_id_len"]:
-            raise _fail(b, f"{name} longer than {LIMITS['max_id_len']} characters")
+            raise _fail(record, f"{name} longer than {LIMITS['max_id_len']} characters")
         if "\n" in "".join(values):
-            raise _fail(b, f"{name} contains a newline")
+            raise _fail(record, f"{name} contains a newline")
 
 
 _COORDS = ("rank", "dp", "tp", "pp", "ep", "cp")
-_DURATIONS = PHASE_COLUMNS + COLLECTIVE_COLUMNS
+_RANK, _START, _END = (INT_COLUMNS.index(name) for name in ("rank", "start_ns", "end_ns"))
+_INT_BOUNDS = {
+    **{name: (0, LIMITS["max_rank"] - 1, f"{name} outside [0, {LIMITS['max_rank']})") for name in _COORDS},
+    **{
+        name: (LIMITS["min_time_ns"], LIMITS["max_time_ns"] - 1, "start_ns/end_ns outside years 2000..2100")
+        for name in ("start_ns", "end_ns")
+    },
+    **{name: (0, np.iinfo(np.int64).max, "samples/tokens negative") for name in ("samples", "tokens")},
+}
+_INTS_LO = np.array([_INT_BOUNDS[name][0] for name in INT_COLUMNS], dtype=np.int64)
+_INTS_HI = np.array([_INT_BOUNDS[name][1] for name in INT_COLUMNS], dtype=np.int64)
+_INT_PROBLEM = {name: bound[2] for name, bound in _INT_BOUNDS.items()}
 
 
 def _rank_header(r: Any) -> None:

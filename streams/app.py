@@ -65,6 +65,7 @@ from schemas import (
     SchemaError,
     StepBatch,
     decode,
+    decode_many,
     encode,
     job_key,
 )
@@ -126,6 +127,11 @@ class StreamMetrics:
         return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+def held_key(state_key: bytes, step: int) -> bytes:
+    """Key of a held step's findings in the held-findings table."""
+    return b"%s|%d" % (state_key, step)
+
+
 def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     """The Faust app and the metrics its agents keep."""
     Path(cfg.datadir).mkdir(parents=True, exist_ok=True)
@@ -158,6 +164,9 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         "argus-job-state", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
     )
     assembler = StepAssembler(cfg.assembly)
+    held_findings = app.Table(
+        "argus-held-findings", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
+    )
     holding: dict[bytes, dict[int, float]] = {}  # job state key -> held step -> since (monotonic)
 
     async def dead_letter(event: Any, reason: str, error: str) -> None:
@@ -198,12 +207,12 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     async def assemble(stream: Any) -> None:
         async for events in stream.take_events(cfg.take, within=cfg.within_s):
             now = time.monotonic()
-            for event in events:
+            # One decode for the whole batch of events: its StepBatches are checked in one pass.
+            parts = decode_many([event.value or b"" for event in events], expect=StepBatch)
+            for event, part in zip(events, parts, strict=True):
                 metrics.messages += 1
-                try:
-                    part = decode(event.value or b"", expect=StepBatch)
-                except SchemaError as exc:
-                    await dead_letter(event, exc.reason, str(exc))
+                if isinstance(part, SchemaError):
+                    await dead_letter(event, part.reason, str(part))
                     continue
                 # take_events acknowledges the whole batch once we are done with it (noack()
                 # does not change that); a part of a step still open must stay unacknowledged,
@@ -225,18 +234,19 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     @app.agent(findings_topic)
     async def diagnose(stream: Any) -> None:
         async for event in stream.events():
+            raw = bytes(event.value or b"")
             try:
-                found = json.loads(event.value)
-                sf = StepFindings.from_dict(found)
+                sf = StepFindings.from_dict(json.loads(raw))
             except (ValueError, KeyError, TypeError) as exc:
                 await dead_letter(event, "invalid", f"step findings: {exc}")
                 continue
             state_key = f"{sf.job}|{sf.run}".encode()
-            raw = job_states.get(state_key)
-            doc = json.loads(raw) if raw else {}
+            doc_raw = job_states.get(state_key)
+            doc = json.loads(doc_raw) if doc_raw else {}
             state = JobState.from_dict(doc["state"]) if doc else JobState.new(sf.job, sf.run, cfg.diagnoser)
-            # Steps that arrived before an earlier one wait in the table with the state.
-            held: dict[int, Any] = {int(k): v for k, v in doc.get("held", {}).items()}
+            # Steps that arrived before an earlier one wait in their own table (one small write
+            # each); the job's state lists them.
+            held: set[int] = set(doc.get("held", ()))
             if sf.step <= state.last_step or sf.step in held:
                 continue  # a duplicate (replayed after a restart): already diagnosed or held
             if doc and state_key not in holding:
@@ -244,12 +254,13 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                     "job %s: resumed from the table at step %d, %d held", sf.job, state.last_step, len(held)
                 )
             now = time.monotonic()
-            held[sf.step] = found
+            held.add(sf.step)
             # How long a step waited counts on this process's clock: a step restored from the
             # changelog starts waiting afresh, so the steps replayed after it can still come.
             since = holding.setdefault(state_key, {})
             for h in held:
                 since.setdefault(h, now)
+            released: list[int] = []
             while True:
                 nxt = next_in_order(
                     state.last_step,
@@ -261,21 +272,34 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                 )
                 if nxt is None:
                     break
+                held.discard(nxt)
                 since.pop(nxt, None)
-                result = apply_findings(state, StepFindings.from_dict(held.pop(nxt)), cfg.diagnoser)
+                released.append(nxt)
+                found = raw if nxt == sf.step else held_findings.get(held_key(state_key, nxt))
+                if found is None:
+                    log.warning("job %s: held step %d is missing from the table; skipped", sf.job, nxt)
+                    continue
+                result = apply_findings(state, StepFindings.from_dict(json.loads(found)), cfg.diagnoser)
                 for anomaly in result.anomalies:
                     await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
                     metrics.anomalies[anomaly.cause] += 1
                 if result.anomalies:
                     await app.producer.flush()  # delivered before the state that produced them is written
+            if sf.step in held:
+                held_findings[held_key(state_key, sf.step)] = raw
             job_states[state_key] = json.dumps(
-                {"state": state.to_dict(), "held": held, "seen_s": time.time()}
+                {"state": state.to_dict(), "held": sorted(held), "seen_s": time.time()}
             ).encode()
+            for step in released:
+                if step != sf.step:
+                    held_findings.pop(held_key(state_key, step), None)
 
     @app.timer(60.0)  # type: ignore[untyped-decorator]
     async def expire_jobs() -> None:
         cutoff = time.time() - cfg.job_ttl_s
         for key in [k for k, v in job_states.items() if v and json.loads(v).get("seen_s", 0) < cutoff]:
+            for step in json.loads(job_states[key]).get("held", ()):
+                held_findings.pop(held_key(key, step), None)
             del job_states[key]
             holding.pop(key, None)
 

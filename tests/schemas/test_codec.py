@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from schemas import (
     UnknownSchemaError,
     ValidationError,
     decode,
+    decode_many,
     encode,
     peek_schema_id,
 )
@@ -209,19 +211,19 @@ def _with(batch: StepBatch, **cols: np.ndarray) -> StepBatch:
     return StepBatch(batch.job, batch.run, batch.step, columns)
 
 
-@pytest.mark.parametrize(
-    ("mutate", "message"),
-    [
-        (lambda b: _with(b, forward_ms=np.full(len(b), np.nan)), "forward_ms"),
-        (lambda b: _with(b, all_reduce_ms=-np.ones(len(b))), "all_reduce_ms"),
-        (lambda b: _with(b, rank=np.arange(len(b)) + 10_000_000), "rank"),
-        (lambda b: _with(b, rank=np.zeros(len(b), dtype=np.int64)), "twice"),
-        (lambda b: _with(b, end_ns=b["start_ns"] - 1), "negative"),
-        (lambda b: _with(b, start_ns=np.full(len(b), 10), end_ns=np.full(len(b), 20)), "2000"),
-        (lambda b: _with(b, host=np.array(["x" * (1 << 20)] * len(b), dtype=object)), "host"),
-        (lambda b: _with(b, host=np.array(["a\nb"] * len(b), dtype=object)), "newline"),
-    ],
-)
+MUTATIONS = [
+    (lambda b: _with(b, forward_ms=np.full(len(b), np.nan)), "forward_ms"),
+    (lambda b: _with(b, all_reduce_ms=-np.ones(len(b))), "all_reduce_ms"),
+    (lambda b: _with(b, rank=np.arange(len(b)) + 10_000_000), "rank"),
+    (lambda b: _with(b, rank=np.zeros(len(b), dtype=np.int64)), "twice"),
+    (lambda b: _with(b, end_ns=b["start_ns"] - 1), "negative"),
+    (lambda b: _with(b, start_ns=np.full(len(b), 10), end_ns=np.full(len(b), 20)), "2000"),
+    (lambda b: _with(b, host=np.array(["x" * (1 << 20)] * len(b), dtype=object)), "host"),
+    (lambda b: _with(b, host=np.array(["a\nb"] * len(b), dtype=object)), "newline"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "message"), MUTATIONS)
 def test_out_of_range_values_are_invalid(mutate, message: str) -> None:
     bad = mutate(step_batch())
     with pytest.raises(ValidationError, match=message):
@@ -229,6 +231,47 @@ def test_out_of_range_values_are_invalid(mutate, message: str) -> None:
     data = encode(bad, check=False)  # a hostile producer skips the check ...
     with pytest.raises(ValidationError, match=f"{message}|differ in length"):
         decode(data)  # ... the reader does not (a newline splits a text column: lengths differ)
+
+
+@pytest.mark.parametrize(("mutate", "message"), MUTATIONS)
+def test_decode_many_names_the_one_bad_batch_among_good_ones(mutate, message: str) -> None:
+    good = [step_batch(8, step=s) for s in range(6)]
+    payloads = [encode(b) for b in good]
+    payloads.insert(3, encode(mutate(step_batch(8, step=9)), check=False))
+    out = decode_many(payloads, expect=StepBatch)
+    assert isinstance(out[3], ValidationError)
+    assert re.search(f"{message}|differ in length", str(out[3]))
+    decoded = out[:3] + out[4:]
+    assert [b.records() for b in decoded] == [b.records() for b in good]
+
+
+def test_decode_many_equals_decode_one_by_one() -> None:
+    batches = [step_batch(n, step=s) for s, n in enumerate((1, 8, 64, 3, 1024))]
+    payloads = [encode(b) for b in batches]
+    payloads += [_written_with(2, _array_body(batches[1])), b"\x00\x00", encode(RECORDS[0])]
+    out = decode_many(payloads)
+    for data, got in zip(payloads, out, strict=True):
+        try:
+            want = decode(data)
+        except SchemaError as exc:
+            assert type(got) is type(exc) and str(got) == str(exc)
+            continue
+        if isinstance(want, StepBatch):
+            assert got.records() == want.records()
+        else:
+            assert got == want
+    assert isinstance(decode_many(payloads, expect=StepBatch)[-1], DecodeError)
+
+
+def test_decode_many_catches_columns_that_shift_between_messages() -> None:
+    # Two messages whose packed columns are each 8 bytes off in opposite directions: the
+    # total length matches, so only a per-message check keeps rows from sliding across.
+    a, b = step_batch(4, step=1), step_batch(4, step=2)
+    body_a, body_b = a.to_avro(), b.to_avro()
+    body_a["forward_ms"] = body_a["forward_ms"][:-8]
+    body_b["forward_ms"] = body_b["forward_ms"] + body_b["forward_ms"][:8]
+    out = decode_many([_written_with(11, body_a), _written_with(11, body_b)])  # v3
+    assert all(isinstance(o, ValidationError) for o in out)
 
 
 def test_megabyte_kernel_name_is_invalid() -> None:
