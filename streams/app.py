@@ -12,7 +12,9 @@ Two stages (DESIGN.md):
 - **temporal** (agent ``diagnose``, source ``argus.step-findings`` keyed by job): the
   job's state (iteration baseline, open episodes) lives in a changelog-backed table; each
   step's findings update it (:func:`detectors.apply_findings`) and confirmed episodes go to
-  ``argus.anomalies``. An anomaly is sent and delivered before the state that produced it
+  ``argus.anomalies``. Steps are diagnosed in order: a step that arrives before an earlier
+  one waits, its findings in a second table (one write each, so a job with many steps
+  waiting does not rewrite them all on every step), until the gap fills or times out. An anomaly is sent and delivered before the state that produced it
   is written, and anomaly ids are deterministic: after a SIGKILL the restarted worker may
   send an anomaly again, never loses one, and downstream keeps each id once.
 
