@@ -16,7 +16,7 @@ def worker(
     """Run a stream worker: assemble steps, diagnose them live, publish anomalies (SIGTERM stops it)."""
     import faust
 
-    from schemas import ANOMALIES, DEAD_LETTER, STEP_FINDINGS, STEP_SUMMARIES, STEPS
+    from schemas import ANOMALIES, DEAD_LETTER, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS
     from streams import build_app
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
@@ -28,7 +28,7 @@ def worker(
         probe_kafka(conf)
         ensure_topics(
             conf,
-            [STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER],
+            [STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS],
             partitions=s.kafka_partitions,
         )
         # The job-state table is co-partitioned with the findings topic: take what exists.
@@ -36,6 +36,18 @@ def worker(
     except KafkaUnavailable as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     faust_app, metrics = build_app(stream_config(s, app_id=app_id, partitions=partitions))
+    try:
+        # Faust declares its tables' changelog topics itself but does not wait for them: a
+        # table written before the broker's metadata shows the new topic stops its agent
+        # (PartitionsMismatch). Create them here, compacted as Faust would, and wait.
+        ensure_topics(
+            conf,
+            [table.changelog_topic.get_topic_name() for table in faust_app.tables.values()],
+            partitions=partitions,
+            config={"cleanup.policy": "compact"},
+        )
+    except KafkaUnavailable as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
     if metrics_port:
         from ..kafka_admin import GroupLag
         from ..metrics import serve_metrics
