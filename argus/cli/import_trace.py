@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,19 @@ def _import_one(path: str, job: str, run: int, rank: int | None) -> tuple[list[A
 
 
 def import_files(
-    paths: Sequence[str], *, job: str, run: int = 0, rank: int | None = None, workers: int = 1
+    paths: Sequence[str],
+    *,
+    job: str,
+    run: int = 0,
+    rank: int | None = None,
+    workers: int = 1,
+    started: Callable[[], object] | None = None,
 ) -> tuple[list[Any], list[Any]]:
     """Import trace files (in ``workers`` processes); returns all records and the summaries.
 
-    Raises ``producers.kineto.TraceError`` for the first bad file.
+    ``started`` is called once the work is under way (after the worker processes are
+    forked, while they parse). Raises ``producers.kineto.TraceError`` for the first
+    bad file.
     """
     total = sum(os.path.getsize(p) for p in paths)
     records: list[Any] = []
@@ -47,6 +56,8 @@ def import_files(
         if workers <= 1 or len(paths) == 1:
             from producers.kineto import KinetoImport
 
+            if started is not None:
+                started()
             done = 0
             for p in paths:
                 size = os.path.getsize(p)
@@ -62,6 +73,12 @@ def import_files(
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 futures = [pool.submit(_import_one, p, job, run, rank) for p in paths]
+                if started is not None:
+                    try:
+                        started()
+                    except BaseException:  # e.g. the store is locked: do not parse the rest first
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        raise
                 for p, fut in zip(paths, futures, strict=True):
                     recs, summary = fut.result()
                     records.extend(recs)
@@ -70,18 +87,32 @@ def import_files(
     return records, summaries
 
 
-def _store_local(records: list[Any]) -> int:
-    from sinks import to_arrow
+class _LocalStore:
+    """The embedded store, opened (and migrated) by :meth:`open` once the traces are being
+    parsed in the worker processes: loading the engine takes a second or two that then
+    overlaps the parsing instead of following it."""
 
-    from ._store import command_store
+    def __init__(self, stack: ExitStack) -> None:
+        self._stack = stack
+        self._store: Any = None
+
+    def open(self) -> Any:
+        from ._store import command_store
+
+        if self._store is None:
+            self._store = self._stack.enter_context(command_store())
+        return self._store
+
+
+def _store_local(records: list[Any], store: Any) -> int:
+    from sinks import to_arrow
 
     by_type: dict[type, list[Any]] = defaultdict(list)
     for r in records:
         by_type[type(r)].append(r)
-    with command_store() as store:
-        for recs in by_type.values():
-            table, rows = to_arrow(recs)
-            store.insert_arrow(table, rows)
+    for recs in by_type.values():
+        table, rows = to_arrow(recs)
+        store.insert_arrow(table, rows)
     return len(records)
 
 
@@ -122,16 +153,23 @@ def import_trace(
         if not p.is_file():
             fail(f"{p}: no such file")
     job_id = job or _default_job(paths[0])
-    try:
-        records, summaries = import_files(
-            [str(p) for p in paths], job=job_id, run=run, rank=rank, workers=workers
-        )
-    except TraceError as exc:
-        fail(str(exc))
-    ranks = [s.rank for s in summaries]
-    if len(set(ranks)) != len(ranks):
-        fail(f"two files claim the same rank ({sorted(ranks)}); import them separately with --rank")
-    count = _store_local(records) if local else _publish(records)
+    with ExitStack() as stack:
+        store = _LocalStore(stack) if local else None
+        try:
+            records, summaries = import_files(
+                [str(p) for p in paths],
+                job=job_id,
+                run=run,
+                rank=rank,
+                workers=workers,
+                started=store.open if store is not None else None,
+            )
+        except TraceError as exc:
+            fail(str(exc))
+        ranks = [s.rank for s in summaries]
+        if len(set(ranks)) != len(ranks):
+            fail(f"two files claim the same rank ({sorted(ranks)}); import them separately with --rank")
+        count = _store_local(records, store.open()) if store is not None else _publish(records)
     steps = sum(s.steps for s in summaries)
     kernels = sum(s.kernels for s in summaries)
     where = "the embedded store" if local else "Kafka"
