@@ -6,7 +6,9 @@ A real trace (``$ARGUS_KINETO_DATA``, default ../shared/data/kineto) is replicat
 (``pip install traceinsight``: ``TraceAnalysis(trace_dir=...)``). Each runs in its own
 process tree; wall seconds and the peak of the tree's summed PSS (proportional set size:
 the resident memory with shared pages split between the processes that share them; RSS
-where the platform has no PSS) are printed.
+where the platform has no PSS) are printed. Where a broker is reachable, the default
+import (to Kafka, no embedded engine in the process) is measured too, and the import
+without any destination, for scale.
 Run: ``.venv/bin/python bench/import_vs_hta.py [--quick]``; the last line is JSON.
 """
 
@@ -90,6 +92,20 @@ IMPORT_ONLY = (
 )
 
 
+def _kafka_reachable() -> bool:
+    sys.path.insert(0, str(REPO))
+    from argus.config import load_settings
+    from argus.kafka_admin import KafkaUnavailable, ensure_topics
+    from schemas import KERNELS, STEPS
+
+    settings = load_settings()
+    try:
+        ensure_topics(settings.kafka_client_config(), [STEPS, KERNELS], partitions=settings.kafka_partitions)
+    except KafkaUnavailable:
+        return False
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the small nccl_data trace instead of rank0")
@@ -100,6 +116,9 @@ def main() -> None:
     )
     results: dict[str, float] = {}
     rows = []
+    kafka = _kafka_reachable()
+    if not kafka:
+        print("no Kafka broker reachable (scripts/kafka.sh up): the import to Kafka is not measured")
     for ranks in (8, 32):
         with tempfile.TemporaryDirectory(prefix=f"argus-bench-{ranks}-") as tmp:
             folder = Path(tmp) / "traces"
@@ -113,11 +132,21 @@ def main() -> None:
             )
             i_s, i_mb, i_rc, i_err = run_measured([PY, "-c", IMPORT_ONLY, *files], env, 1800)
             h_s, h_mb, h_rc, h_err = run_measured([PY, "-c", HTA, str(folder)], env, 3600)
-            measured = (
+            measured = [
                 ("argus", a_s, a_mb, a_rc, a_err),
                 ("argus_import_only", i_s, i_mb, i_rc, i_err),
                 ("hta", h_s, h_mb, h_rc, h_err),
-            )
+            ]
+            if kafka:  # the default destination: the records go to the broker, no engine in the process
+                k_cmd = [
+                    PY,
+                    "-c",
+                    "from argus.cli import main; main()",
+                    "import-trace",
+                    "--job",
+                    f"bench-{ranks}",
+                ]
+                measured.insert(1, ("argus_to_kafka", *run_measured([*k_cmd, *files], env, 1800)))
             for tool, s, mb, rc, err in measured:
                 rows.append((ranks, tool, size, s, mb, rc))
                 if rc != 0:
@@ -126,6 +155,7 @@ def main() -> None:
                 results[f"{tool}_rss_mb_{ranks}"] = round(mb, 1)
     print(f"trace: {src.name} replicated; wall seconds and peak memory (summed PSS) of the process tree")
     print("argus_import_only: the same import without the store (records kept in memory), for scale")
+    print("argus_to_kafka: `argus import-trace` without --local (the records go to the broker)")
     print(f"{'ranks':>5} {'tool':18} {'input MB (gz)':>13} {'seconds':>9} {'peak PSS MB':>12} {'exit':>5}")
     for ranks, tool, size, s, mb, rc in rows:
         print(f"{ranks:5d} {tool:18} {size / 2**20:13.1f} {s:9.2f} {mb:12.1f} {rc:5d}")
