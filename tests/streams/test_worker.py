@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from argus.kafka_admin import ensure_topics, skip_to_end
 from argus.simulate import layout_for, parse_fault, publish_simulation
@@ -133,6 +134,14 @@ def test_one_straggler_yields_one_anomaly_and_a_clean_job_none(kafka_conf, worke
     assert anomaly.gpu_hours_lost > 0 and "compute_ms_z" in anomaly.evidence
     none, clean_steps = collect(kafka_conf, clean, until=lambda a, s: len(s) >= 40, timeout=60)
     assert len(clean_steps) == 40 and none == {}
+    # The tables' changelog topics are compacted and co-partitioned with the findings topic
+    # (the worker creates them so before Faust starts; see argus/cli/worker.py).
+    admin = AdminClient(kafka_conf)
+    topics = admin.list_topics(timeout=10).topics
+    names = [f"{app}-argus-job-state-changelog", f"{app}-argus-held-findings-changelog"]
+    assert all(len(topics[n].partitions) == len(topics[STEP_FINDINGS].partitions) for n in names)
+    for resource, fut in admin.describe_configs([ConfigResource("topic", n) for n in names]).items():
+        assert fut.result(10)["cleanup.policy"].value == "compact", resource
 
 
 def test_sigkill_and_restart_emit_the_same_anomalies(kafka_conf, worker_factory, unique) -> None:
