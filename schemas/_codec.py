@@ -170,7 +170,7 @@ def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None
     each decoded alone, to name the bad ones.
     """
     out: list[Any] = []
-    steps: list[int] = []  # positions of v3 StepBatches, still raw dicts in ``out``
+    steps: list[tuple[int, SchemaInfo]] = []  # v3 StepBatches, still raw dicts in ``out``
     for data in payloads:
         try:
             writer, raw = _read(data, expect)
@@ -178,17 +178,17 @@ def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None
             out.append(exc)
             continue
         if writer.record_type is StepBatch and "rows" in raw:
-            steps.append(len(out))
+            steps.append((len(out), writer))
             out.append(raw)
         else:
             out.append(_build(writer, raw, check=True))
-    packed = PackedSteps.read([out[i] for i in steps]) if len(steps) > 1 else None
+    packed = PackedSteps.read([out[i] for i, _ in steps]) if len(steps) > 1 else None
     if packed is not None and _passes(packed):
-        for i, batch in zip(steps, packed.batches(), strict=True):
+        for (i, _), batch in zip(steps, packed.batches(), strict=True):
             out[i] = batch
     else:
-        for i in steps:
-            out[i] = _build(SCHEMAS[peek_schema_id(payloads[i])], out[i], check=True)
+        for i, writer in steps:
+            out[i] = _build(writer, out[i], check=True)
     return out
 
 

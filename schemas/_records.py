@@ -276,6 +276,19 @@ class PackedSteps:
             return None
         return cls(heads, np.asarray(lengths), arrays[0], arrays[1], strings)
 
+    @classmethod
+    def of(cls, batches: Sequence[StepBatch]) -> PackedSteps:
+        """The same layout built from StepBatches (to check them like a consumer batch)."""
+        return cls(
+            tuple((b.job, b.run, b.step) for b in batches),
+            np.array([len(b) for b in batches]),
+            np.concatenate([b[name] for name in FLOAT_COLUMNS for b in batches]).reshape(
+                len(FLOAT_COLUMNS), -1
+            ),
+            np.concatenate([b[name] for name in INT_COLUMNS for b in batches]).reshape(len(INT_COLUMNS), -1),
+            {name: [v for b in batches for v in b[name].tolist()] for name in _STRING_COLUMNS},
+        )
+
     def batches(self) -> list[StepBatch]:
         """One StepBatch per dict; numeric columns are read-only views of the shared arrays."""
         out = []

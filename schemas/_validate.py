@@ -8,7 +8,7 @@ into the pipeline.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -80,32 +80,20 @@ def _nonneg_finite(record: object, name: str, value: float) -> None:
 
 
 def _step_batch(b: StepBatch) -> None:
-    _step_rows(
-        [(b.job, b.run, b.step)],
-        [len(b)],
-        np.concatenate([b[name] for name in INT_COLUMNS]).reshape(len(INT_COLUMNS), len(b)),
-        np.concatenate([b[name] for name in FLOAT_COLUMNS]).reshape(len(FLOAT_COLUMNS), len(b)),
-        {name: b[name].tolist() for name in ("host", "gpu_uuid")},
-        b,
-    )
+    _step_rows(PackedSteps.of([b]), b)
 
 
 def validate_packed(packed: PackedSteps) -> None:
     """Raise :class:`ValidationError` unless every StepBatch of ``packed`` is valid (one
     vectorized pass; it does not say which batch failed: check those one by one)."""
-    _step_rows(packed.heads, packed.lengths.tolist(), packed.ints, packed.floats, packed.strings, packed)
+    _step_rows(packed, packed)
 
 
-def _step_rows(
-    heads: Sequence[tuple[str, int, int]],
-    lengths: Sequence[int],
-    ints: np.ndarray,
-    times: np.ndarray,
-    strings: Mapping[str, list[str]],
-    record: object,
-) -> None:
-    """The StepBatch checks over the columns of one or many batches (columns × rows)."""
-    for (job, run, step), n in zip(heads, lengths, strict=True):
+def _step_rows(packed: PackedSteps, record: object) -> None:
+    """The StepBatch checks over the columns of one or many batches; errors name ``record``."""
+    lengths = packed.lengths.tolist()
+    ints, times = packed.ints, packed.floats
+    for (job, run, step), n in zip(packed.heads, lengths, strict=True):
         _text(record, "job", job)
         _int_range(record, "run", run, 0, 1 << 31)
         _int_range(record, "step", step, 0, LIMITS["max_step"])
@@ -127,7 +115,7 @@ def _step_rows(
     ok = (times.min(axis=1) >= 0) & (times.max(axis=1) <= LIMITS["max_duration_ms"])
     if not ok.all():
         raise _fail(record, f"{FLOAT_COLUMNS[int(np.argmin(ok))]} holds NaN, inf, negative or absurd values")
-    for name, values in strings.items():
+    for name, values in packed.strings.items():
         if max(map(len, values)) > LIMITS["max_id_len"]:
             raise _fail(record, f"{name} longer than {LIMITS['max_id_len']} characters")
         if "\n" in "".join(values):

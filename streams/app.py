@@ -14,9 +14,10 @@ Two stages (DESIGN.md):
   step's findings update it (:func:`detectors.apply_findings`) and confirmed episodes go to
   ``argus.anomalies``. Steps are diagnosed in order: a step that arrives before an earlier
   one waits, its findings in a second table (one write each, so a job with many steps
-  waiting does not rewrite them all on every step), until the gap fills or times out. An anomaly is sent and delivered before the state that produced it
-  is written, and anomaly ids are deterministic: after a SIGKILL the restarted worker may
-  send an anomaly again, never loses one, and downstream keeps each id once.
+  waiting does not rewrite them all on every step), until the gap fills or times out.
+  An anomaly is sent and delivered before the state that produced it is written, and
+  anomaly ids are deterministic: after a SIGKILL the restarted worker may send an anomaly
+  again, never loses one, and downstream keeps each id once.
 
 - **hangs** (agent ``watch_heartbeats``, source ``argus.heartbeats`` keyed by job): the
   latest heartbeat of every rank of a job in a :class:`detectors.HangState`; a timer
@@ -129,7 +130,7 @@ class StreamMetrics:
         return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
-def held_key(state_key: bytes, step: int) -> bytes:
+def _held_key(state_key: bytes, step: int) -> bytes:
     """Key of a held step's findings in the held-findings table."""
     return b"%s|%d" % (state_key, step)
 
@@ -277,33 +278,39 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                 held.discard(nxt)
                 since.pop(nxt, None)
                 released.append(nxt)
-                found = raw if nxt == sf.step else held_findings.get(held_key(state_key, nxt))
-                if found is None:
-                    log.warning("job %s: held step %d is missing from the table; skipped", sf.job, nxt)
-                    continue
-                result = apply_findings(state, StepFindings.from_dict(json.loads(found)), cfg.diagnoser)
+                if nxt == sf.step:
+                    found = sf
+                else:
+                    held_raw = held_findings.get(_held_key(state_key, nxt))
+                    if held_raw is None:
+                        log.warning("job %s: held step %d is missing from the table; skipped", sf.job, nxt)
+                        continue
+                    found = StepFindings.from_dict(json.loads(held_raw))
+                result = apply_findings(state, found, cfg.diagnoser)
                 for anomaly in result.anomalies:
                     await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
                     metrics.anomalies[anomaly.cause] += 1
                 if result.anomalies:
                     await app.producer.flush()  # delivered before the state that produced them is written
             if sf.step in held:
-                held_findings[held_key(state_key, sf.step)] = raw
+                held_findings[_held_key(state_key, sf.step)] = raw
             job_states[state_key] = json.dumps(
                 {"state": state.to_dict(), "held": sorted(held), "seen_s": time.time()}
             ).encode()
             for step in released:
                 if step != sf.step:
-                    held_findings.pop(held_key(state_key, step), None)
+                    held_findings.pop(_held_key(state_key, step), None)
 
     @app.timer(60.0)  # type: ignore[untyped-decorator]
     async def expire_jobs() -> None:
         cutoff = time.time() - cfg.job_ttl_s
-        for key in [k for k, v in job_states.items() if v and json.loads(v).get("seen_s", 0) < cutoff]:
-            for step in json.loads(job_states[key]).get("held", ()):
-                held_findings.pop(held_key(key, step), None)
-            del job_states[key]
-            holding.pop(key, None)
+        docs = {k: json.loads(v) for k, v in job_states.items() if v}
+        for key, doc in docs.items():
+            if doc.get("seen_s", 0) < cutoff:
+                for step in doc.get("held", ()):
+                    held_findings.pop(_held_key(key, step), None)
+                del job_states[key]
+                holding.pop(key, None)
 
     heartbeats_topic = app.topic(HEARTBEATS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
     hang_states: dict[tuple[str, int], HangState] = {}

@@ -33,10 +33,7 @@ def worker(
         )
         # The job-state table is co-partitioned with the findings topic: take what exists.
         partitions = topic_partitions(conf, STEP_FINDINGS)
-    except KafkaUnavailable as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
-    faust_app, metrics = build_app(stream_config(s, app_id=app_id, partitions=partitions))
-    try:
+        faust_app, metrics = build_app(stream_config(s, app_id=app_id, partitions=partitions))
         # Faust declares its tables' changelog topics itself but does not wait for them: a
         # table written before the broker's metadata shows the new topic stops its agent
         # (PartitionsMismatch). Create them here, compacted as Faust would, and wait.
