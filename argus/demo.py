@@ -454,7 +454,7 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
     Raises :class:`DemoError` with the failing part and its log when something does not
     come up or does not finish within ``cfg.timeout_s``.
     """
-    from producers.publisher import Publisher
+    from producers.publisher import Publisher, PublishError
     from sinks.kafka_sink import SINK_TOPICS
 
     from .simulate import layout_for, parse_fault, publish_simulation
@@ -560,7 +560,7 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
         children.stop(train)
         timings["train_s"] = time.monotonic() - began
 
-        publisher = Publisher(conf)
+        publisher = Publisher(conf, block_when_full=True)
         sim_note = f"{cfg.sim_ranks:,} ranks ({layout.dp}×{layout.tp}×{layout.pp}), {len(faults)} faults"
         published = [0]
 
@@ -578,8 +578,10 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
             checkpoint_every=0,
             progress=sim_step,
         )
-        if publisher.flush(60):
-            raise DemoError("the simulated job's records were not all delivered to Kafka")
+        try:
+            publisher.drain(60)
+        except PublishError as exc:
+            raise DemoError(f"the simulated job: {exc}") from None
         publisher.shutdown()
         timings["simulate_s"] = time.monotonic() - began
 

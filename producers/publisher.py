@@ -48,7 +48,9 @@ class Publisher:
         linger_ms: librdkafka batching delay.
         wake_ms: how often the worker wakes when idle (``flush`` wakes it at once).
         max_queue: records the in-memory queue holds; beyond that new records are dropped
-            and counted (``dropped["queue full"]``).
+            and counted (``dropped["queue full"]``), unless ``block_when_full``.
+        block_when_full: for bulk tools (simulator, trace importer, benches), never for a
+            training process: ``publish`` waits for room in the queue instead of dropping.
         spool_dir: where to spool during a broker outage; None keeps everything in
             librdkafka's memory (bounded by ``queue.buffering.max.kbytes``).
         spool_bytes: the spool's bound on disk; records beyond it are dropped and counted.
@@ -70,6 +72,7 @@ class Publisher:
         stall_s: float = 2.0,
         replay_batch: int = 2_000,
         wake_ms: int = 100,
+        block_when_full: bool = False,
     ) -> None:
         from confluent_kafka import KafkaException, Producer
 
@@ -94,6 +97,7 @@ class Publisher:
         self.linger_s = linger_ms / 1000
         self.wake_s = max(wake_ms, linger_ms) / 1000
         self.max_queue = max_queue
+        self.block_when_full = block_when_full
         self.stall_s = stall_s
         self.replay_batch = replay_batch
         self.spool = Spool(spool_dir, max_bytes=spool_bytes) if spool_dir is not None else None
@@ -125,12 +129,21 @@ class Publisher:
         self._put((topic, key, value))
 
     def _put(self, item: _Item) -> None:
+        if self.block_when_full and len(self._queue) >= self.max_queue:
+            self._wait_for_room()
         if self._closed:
             self.dropped["after shutdown"] += 1
         elif len(self._queue) >= self.max_queue:
             self.dropped["queue full"] += 1
         else:
             self._queue.append(item)
+
+    def _wait_for_room(self) -> None:
+        # The worker takes up to 10,000 records a round and notifies _idle after each one.
+        with self._idle:
+            while len(self._queue) >= self.max_queue and not self._closed and self._thread.is_alive():
+                self._wake.set()
+                self._idle.wait(0.05)
 
     def pending(self) -> int:
         """Records queued, spooled or in flight (not yet delivered)."""
@@ -159,6 +172,18 @@ class Publisher:
                 self._wake.set()
                 self._idle.wait(min(0.05, max(0.0, deadline - time.monotonic())))
         return self.pending()
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """Flush, then raise :class:`PublishError` if anything was dropped or is still pending.
+
+        For bulk tools, whose output is worthless with holes in it; a training process
+        reads the counters instead.
+        """
+        left = self.flush(timeout)
+        if left or self.dropped:
+            raise PublishError(
+                f"{left} records not delivered to Kafka after {timeout:g} s, dropped: {dict(self.dropped)}"
+            )
 
     def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop intake, deliver within one deadline, spool the rest; True if nothing was lost."""

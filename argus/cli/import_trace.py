@@ -121,7 +121,7 @@ def _publish(records: list[Any]) -> int:
     from schemas import KERNELS, STEPS, KernelNames, KernelSketch, StepBatch, rank_key, step_key
 
     try:
-        publisher = Publisher(settings().kafka_client_config())
+        publisher = Publisher(settings().kafka_client_config(), block_when_full=True)
     except PublishError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     for r in records:
@@ -129,9 +129,10 @@ def _publish(records: list[Any]) -> int:
             publisher.publish(STEPS, step_key(r.job, r.step), r)
         elif isinstance(r, KernelSketch | KernelNames):
             publisher.publish(KERNELS, rank_key(r.job, r.rank), r)
-    left = publisher.flush(60)
-    if left or publisher.dropped:
-        fail(f"{left} records not delivered to Kafka, dropped: {dict(publisher.dropped)}", EXIT_UNAVAILABLE)
+    try:
+        publisher.drain(60)
+    except PublishError as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
     return len(records)
 
 

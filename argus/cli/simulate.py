@@ -23,7 +23,7 @@ def simulate(
     ranks_per_message: int = typer.Option(64, min=1, help="ranks per Kafka message (a node agent's batch)"),
 ) -> None:
     """Publish a simulated job with injected faults into Kafka at a chosen step rate."""
-    from producers.publisher import Publisher
+    from producers.publisher import Publisher, PublishError
     from schemas import ALL_TOPICS
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
@@ -41,7 +41,7 @@ def simulate(
         ensure_topics(conf, ALL_TOPICS, partitions=s.kafka_partitions)
     except KafkaUnavailable as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
-    publisher = Publisher(conf)
+    publisher = Publisher(conf, block_when_full=True)
     job = job or f"sim-{time.strftime('%Y%m%d-%H%M%S')}"
     with Progress(
         TextColumn(f"[bold]{job}[/] {layout.dp}×{layout.tp}×{layout.pp}"),
@@ -62,9 +62,10 @@ def simulate(
             ranks_per_message=ranks_per_message,
             progress=lambda n: bar.advance(task, n),
         )
-    left = publisher.flush(60)
-    if left:
-        fail(f"{left} records not delivered to Kafka", EXIT_UNAVAILABLE)
+    try:
+        publisher.drain(60)
+    except PublishError as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
     console.print(
         f"published {result.records:,} rank-steps in {result.messages:,} messages "
         f"({result.records / max(result.seconds, 1e-9):,.0f}/s)"

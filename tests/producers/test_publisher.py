@@ -110,3 +110,27 @@ def test_publisher_spools_when_the_broker_is_unreachable(tmp_path):
     assert not pub.dropped
     left = Spool(tmp_path)
     assert [int(r[2]) for r in left.read(1000)] == list(range(200))
+
+
+@pytest.mark.kafka
+def test_bulk_publisher_waits_for_room_and_drain_names_what_was_lost(kafka_conf, unique):
+    """A tiny queue: the bulk publisher waits and delivers all; the default one drops and says so."""
+    from argus.kafka_admin import ensure_topics
+    from producers.publisher import Publisher, PublishError
+
+    topic = f"argus-test-bulk-{unique}"
+    ensure_topics(kafka_conf, [topic], partitions=2)
+    bulk = Publisher(kafka_conf, max_queue=50, block_when_full=True)
+    for i in range(20_000):
+        bulk.publish_raw(topic, b"k%d" % (i % 7), b"%d" % i)
+    bulk.drain(60)
+    assert bulk.delivered == 20_000 and not bulk.dropped
+    bulk.shutdown(5)
+
+    lossy = Publisher(kafka_conf, max_queue=50)
+    for i in range(20_000):
+        lossy.publish_raw(topic, b"k", b"%d" % i)
+    with pytest.raises(PublishError, match="queue full"):
+        lossy.drain(60)
+    assert lossy.delivered + lossy.dropped["queue full"] == 20_000
+    lossy.shutdown(5)
