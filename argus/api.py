@@ -90,7 +90,9 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
             from producers.publisher import Publisher
 
             sink = _publisher = Publisher(
-                conf.kafka_client_config(), spool_dir=conf.spool_dir / f"{info.job}-{info.run}-r{info.rank}"
+                conf.kafka_client_config(),
+                spool_dir=conf.spool_dir / f"{info.job}-{info.run}-r{info.rank}",
+                relay=conf.relay_socket or None,
             )
         agent = RankAgent(sink, info, agent_conf)
         agent.install(model, optimizer)

@@ -79,6 +79,9 @@ class Settings:
     grafana_url: str = ""
     grafana_token: str = field(default="", repr=False)
     job: str = ""
+    relay_socket: str = ""
+    """The node relay's Unix socket: served by ``argus node-agent``, used by rank agents
+    (step records merged per node; empty: ranks publish to Kafka directly)."""
 
     @property
     def data_dir(self) -> Path:

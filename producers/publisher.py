@@ -25,8 +25,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from schemas import Record, SchemaError, encode
+from schemas import STEPS, Record, SchemaError, encode
 
+from .relay import RelayClient
 from .spool import Spool, SpoolRecord
 
 __all__ = ["PublishError", "Publisher"]
@@ -51,14 +52,16 @@ class Publisher:
             and counted (``dropped["queue full"]``), unless ``block_when_full``.
         block_when_full: for bulk tools (simulator, trace importer, benches), never for a
             training process: ``publish`` waits for room in the queue instead of dropping.
+        relay: the node relay's socket (:mod:`producers.relay`): step records go there,
+            merged per node, whenever it takes them; to Kafka directly otherwise.
         spool_dir: where to spool during a broker outage; None keeps everything in
             librdkafka's memory (bounded by ``queue.buffering.max.kbytes``).
         spool_bytes: the spool's bound on disk; records beyond it are dropped and counted.
         stall_s: no delivery progress for this long with records in flight = outage.
 
-    Counters: ``delivered``, ``dropped`` (Counter by reason), ``spooled`` (records written to
-    the spool), ``replayed`` (read back from it), and :meth:`stats` for all of them plus
-    the spool's current size.
+    Counters: ``delivered``, ``relayed`` (step records the node relay took), ``dropped``
+    (Counter by reason), ``spooled`` (records written to the spool), ``replayed`` (read
+    back from it), and :meth:`stats` for all of them plus the spool's current size.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Publisher:
         replay_batch: int = 2_000,
         wake_ms: int = 100,
         block_when_full: bool = False,
+        relay: str | Path | None = None,
     ) -> None:
         from confluent_kafka import KafkaException, Producer
 
@@ -98,10 +102,12 @@ class Publisher:
         self.wake_s = max(wake_ms, linger_ms) / 1000
         self.max_queue = max_queue
         self.block_when_full = block_when_full
+        self._relay = RelayClient(relay) if relay else None
         self.stall_s = stall_s
         self.replay_batch = replay_batch
         self.spool = Spool(spool_dir, max_bytes=spool_bytes) if spool_dir is not None else None
         self.delivered = 0
+        self.relayed = 0
         self.dropped: Counter[str] = Counter()
         self.spooled = 0
         self.replayed = 0
@@ -154,6 +160,7 @@ class Publisher:
         """Counters for logs and metrics."""
         return {
             "delivered": self.delivered,
+            "relayed": self.relayed,
             "dropped": dict(self.dropped),
             "queued": len(self._queue),
             "in_flight": len(self._inflight),
@@ -252,6 +259,9 @@ class Publisher:
         for n, rec in enumerate(records):
             if n % 64 == 63:
                 time.sleep(0)  # see _encode
+            if self._relay is not None and rec[0] == STEPS and self._relay.send(rec[2]):
+                self.relayed += 1
+                continue
             seq = self._seq
             try:
                 self._producer.produce(
@@ -375,6 +385,8 @@ class Publisher:
             if lost:
                 self.dropped["shutdown deadline"] += lost
                 self._dropped_at_close = True
+        if self._relay is not None:
+            self._relay.close()
         try:
             self._producer.purge(in_queue=True, in_flight=False)
             self._producer.poll(0)

@@ -192,6 +192,21 @@ class StepBatch(Record):
             for i in range(len(self))
         ]
 
+    @classmethod
+    def concat(cls, parts: Sequence[StepBatch]) -> StepBatch:
+        """One batch of the parts of one step; a rank sent twice (a retry) keeps its first row."""
+        head = parts[0]
+        if len(parts) == 1:
+            return head
+        for p in parts:
+            if (p.job, p.run, p.step) != (head.job, head.run, head.step):
+                raise ValueError("StepBatch.concat takes parts of one step of one job and run")
+        columns = {k: np.concatenate([p.columns[k] for p in parts]) for k in head.columns}
+        _, first = np.unique(columns["rank"], return_index=True)
+        if len(first) != len(columns["rank"]):
+            columns = {k: v[np.sort(first)] for k, v in columns.items()}
+        return cls(head.job, head.run, head.step, columns)
+
     def take(self, index: np.ndarray | Sequence[int]) -> StepBatch:
         """A batch of the selected rows."""
         idx = np.asarray(index)

@@ -66,18 +66,6 @@ class CompleteStep:
     reason: str  # all_ranks | settled | timeout | overflow
 
 
-def _concat(parts: list[StepBatch]) -> StepBatch:
-    if len(parts) == 1:
-        return parts[0]
-    head = parts[0]
-    columns = {k: np.concatenate([p.columns[k] for p in parts]) for k in head.columns}
-    # A rank sent twice (a producer retry): keep its first record.
-    _, first = np.unique(columns["rank"], return_index=True)
-    if len(first) != len(columns["rank"]):
-        columns = {k: v[np.sort(first)] for k, v in columns.items()}
-    return StepBatch(head.job, head.run, head.step, columns)
-
-
 class StepAssembler:
     """Collect step parts until steps complete; see the module docstring."""
 
@@ -166,7 +154,7 @@ class StepAssembler:
 
     def _complete(self, key: _StepKey, reason: str) -> None:
         entry = self._open.pop(key)
-        batch = _concat(entry.parts)
+        batch = StepBatch.concat(entry.parts)
         job_run = key[:2]
         world = max(self._seen_world.get(job_run, 0), int(batch["rank"].max()) + 1)
         self._world[job_run] = world

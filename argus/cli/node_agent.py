@@ -1,4 +1,4 @@
-"""``argus node-agent``: GPU health of this node from NVML, published every interval."""
+"""``argus node-agent``: GPU health of this node from NVML, and the node relay of step records."""
 
 from __future__ import annotations
 
@@ -18,10 +18,21 @@ def node_agent(
         0, "--rounds", min=0, help="Stop after this many rounds (0: run until stopped)."
     ),
     host: str = typer.Option("", "--host", help="Host name in the records (default: this machine's)."),
+    relay: str = typer.Option(
+        "",
+        "--relay",
+        help="Serve the node relay on this Unix socket: the node's ranks send their step records "
+        "here and each step goes to Kafka as one message (default: ARGUS_RELAY_SOCKET; empty: none).",
+    ),
 ) -> None:
-    """Sample every GPU of this node (utilization, clocks, power, throttling, XID, ECC, NVLink)."""
+    """Sample every GPU of this node (utilization, clocks, power, throttling, XID, ECC, NVLink).
+
+    With a relay socket it also merges the step records of the node's ranks, one Kafka
+    message per step instead of one per rank; without a GPU the relay keeps serving.
+    """
     from producers.collectors.nvml import NvmlSampler, run_node_agent
     from producers.publisher import Publisher, PublishError
+    from producers.relay import NodeRelay, RelayError
 
     conf = settings()
     try:
@@ -31,6 +42,17 @@ def node_agent(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     absent: list[str] = []
+    relay_path = relay or conf.relay_socket
+    node_relay = None
+    if relay_path:
+        try:
+            node_relay = NodeRelay(relay_path, publisher)
+        except RelayError as exc:
+            publisher.shutdown(1)
+            fail(str(exc))
+        relay_thread = threading.Thread(target=node_relay.serve, args=(stop,), name="argus-relay")
+        relay_thread.start()
+        console.print(f"node relay: serving {relay_path}")
 
     def on_absent(reason: str) -> None:
         absent.append(reason)
@@ -45,10 +67,16 @@ def node_agent(
             max_rounds=rounds or None,
             on_absent=on_absent,
         )
+        while node_relay is not None and (absent or not rounds) and not stop.wait(1.0):
+            pass  # the relay serves until SIGTERM or Ctrl-C
     except KeyboardInterrupt:
         done = -1
     finally:
+        stop.set()
+        if node_relay is not None:
+            relay_thread.join(10)  # it publishes what it holds before returning
+            console.print(f"node relay: {node_relay.stats()}")
         publisher.shutdown(10)
-    if absent:
+    if absent and node_relay is None:
         raise typer.Exit(EXIT_UNAVAILABLE)
     console.print(f"node agent: {done} rounds, publisher {publisher.stats()}")

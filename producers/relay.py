@@ -1,0 +1,265 @@
+"""The node relay: one Kafka message per step per node instead of one per rank.
+
+A rank agent publishes a one-row ``StepBatch`` per step. At 10,000 GPUs that is 10,000
+Kafka messages per step, and a stream worker's cost is per message (about 8,000 messages/s
+each, whatever their size). The relay runs in ``argus node-agent`` on every GPU node: the
+rank agents of the node send their step records to it over a Unix datagram socket, and it
+publishes one ``StepBatch`` per step with all of the node's ranks (8 per message on an
+8-GPU node, 8× fewer messages for the workers).
+
+The relay never sits on the training path:
+
+* the rank side (:class:`RelayClient`, used by the rank's publisher thread) sends without
+  blocking; if the relay is absent, gone or its queue is full, the record goes straight
+  to Kafka as before, and the relay is tried again a few seconds later;
+* the relay side (:class:`StepMerger`, pure) publishes a step's parts as soon as every
+  rank the node has for that job arrived, or ``linger_s`` after the first part: a slow
+  rank's record follows in its own message (the worker assembles steps from any number
+  of parts).
+
+Records that do not decode as a ``StepBatch`` are forwarded unchanged, so the worker
+dead-letters them exactly as it would have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from schemas import STEPS, Record, SchemaError, StepBatch, decode, step_key
+
+__all__ = ["NodeRelay", "RelayClient", "RelayError", "StepMerger"]
+
+log = logging.getLogger("argus.relay")
+
+_MAX_DATAGRAM = 1 << 20
+
+
+class RelayError(Exception):
+    """The relay cannot serve its socket (path in use by a live relay, not creatable)."""
+
+
+@dataclass
+class _Group:
+    first: float
+    parts: list[StepBatch] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+
+
+class StepMerger:
+    """Merge the parts of each (job, run, step) that reach this node.
+
+    A job's rank count on the node is learned from what arrives: the most ranks seen in
+    one step. A step is released when it has that many, or ``linger_s`` after its first
+    part, whichever comes first.
+    """
+
+    def __init__(self, linger_s: float = 0.2, max_open: int = 4096) -> None:
+        if linger_s <= 0 or max_open < 1:
+            raise ValueError("linger_s and max_open must be positive")
+        self.linger_s = linger_s
+        self.max_open = max_open
+        self._open: dict[tuple[str, int, int], _Group] = {}
+        self._local_ranks: dict[tuple[str, int], int] = {}
+
+    @property
+    def open_steps(self) -> int:
+        """Steps holding parts now."""
+        return len(self._open)
+
+    def add(self, part: StepBatch, now: float) -> list[StepBatch]:
+        """Take one part; return the steps it completes (at most one) or the oldest when full."""
+        key = (part.job, part.run, part.step)
+        group = self._open.get(key)
+        if group is None:
+            group = self._open[key] = _Group(now)
+        group.parts.append(part)
+        group.ranks.update(part["rank"].tolist())  # a retried rank counts once
+        job = (part.job, part.run)
+        if len(group.ranks) >= self._local_ranks.get(job, 1 << 62):
+            return [self._release(key)]
+        if len(self._open) > self.max_open:
+            return [self._release(next(iter(self._open)))]
+        return []
+
+    def due(self, now: float) -> list[StepBatch]:
+        """Steps whose first part is ``linger_s`` old."""
+        late = [k for k, g in self._open.items() if now - g.first >= self.linger_s]
+        return [self._release(k) for k in late]
+
+    def drain(self) -> list[StepBatch]:
+        """Everything held (at shutdown)."""
+        return [self._release(k) for k in list(self._open)]
+
+    def _release(self, key: tuple[str, int, int]) -> StepBatch:
+        group = self._open.pop(key)
+        job = (key[0], key[1])
+        self._local_ranks[job] = max(self._local_ranks.get(job, 0), len(group.ranks))
+        return StepBatch.concat(group.parts)
+
+
+class Sink(Protocol):
+    """Where the relay publishes (a :class:`~producers.publisher.Publisher`)."""
+
+    def publish(self, topic: str, key: bytes, record: Record) -> None: ...
+
+    def publish_raw(self, topic: str, key: bytes, value: bytes) -> None: ...
+
+
+class NodeRelay:
+    """Serve the relay socket: receive rank records, merge per step, publish.
+
+    Args:
+        path: the Unix socket path (``ARGUS_RELAY_SOCKET``); its directory is created.
+        sink: where merged batches go (the node agent's publisher, with its spool).
+        linger_s: how long a step waits for the node's other ranks.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        sink: Sink,
+        *,
+        linger_s: float = 0.2,
+    ) -> None:
+        self.path = Path(path)
+        self.sink = sink
+        self.merger = StepMerger(linger_s)
+        self.received = 0
+        self.published = 0
+        self.forwarded_undecodable = 0
+        self._sock = self._bind()
+
+    def _bind(self) -> socket.socket:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RelayError(f"cannot create {self.path.parent}: {exc.strerror}") from None
+        if self.path.exists():
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                probe.connect(str(self.path))
+            except OSError:
+                self.path.unlink()  # a dead relay's socket
+            else:
+                raise RelayError(f"another relay is serving {self.path}")
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            sock.bind(str(self.path))
+            # Training pods may run as any user; access is governed by who mounts the directory.
+            os.chmod(self.path, 0o666)
+        except OSError as exc:
+            sock.close()
+            raise RelayError(f"cannot serve {self.path}: {exc.strerror}") from None
+        sock.settimeout(min(0.05, self.merger.linger_s / 2))
+        return sock
+
+    def serve(self, stop: threading.Event) -> None:
+        """Receive and publish until ``stop``; then publish what is held and remove the socket."""
+        try:
+            while not stop.is_set():
+                try:
+                    raw = self._sock.recv(_MAX_DATAGRAM)
+                except TimeoutError:
+                    raw = None
+                now = time.monotonic()
+                if raw is not None:
+                    self.received += 1
+                    self._take(raw, now)
+                for batch in self.merger.due(now):
+                    self._send(batch)
+        finally:
+            for batch in self.merger.drain():
+                self._send(batch)
+            self._sock.close()
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+    def _take(self, raw: bytes, now: float) -> None:
+        try:
+            part = decode(raw, expect=StepBatch)
+        except SchemaError:
+            self.forwarded_undecodable += 1
+            self.sink.publish_raw(STEPS, b"", raw)
+            return
+        for batch in self.merger.add(part, now):
+            self._send(batch)
+
+    def _send(self, batch: StepBatch) -> None:
+        self.sink.publish(STEPS, step_key(batch.job, batch.step), batch)
+        self.published += 1
+
+    def stats(self) -> dict[str, int]:
+        """Counters for logs."""
+        return {
+            "received": self.received,
+            "published": self.published,
+            "open_steps": self.merger.open_steps,
+            "forwarded_undecodable": self.forwarded_undecodable,
+        }
+
+
+class RelayClient:
+    """The rank side: send encoded step records to the node relay, never blocking.
+
+    ``send`` returns False when the record must go to Kafka directly: no relay socket,
+    the relay went away, or its queue is full. After a failure the relay is not tried again
+    for ``retry_s``.
+    """
+
+    def __init__(self, path: str | Path, retry_s: float = 5.0) -> None:
+        self.path = str(path)
+        self.retry_s = retry_s
+        self._sock: socket.socket | None = None
+        self._retry_at = 0.0
+
+    def send(self, value: bytes) -> bool:
+        """Hand one encoded record to the relay; False if it did not take it."""
+        sock = self._sock
+        if sock is None:
+            if time.monotonic() < self._retry_at:
+                return False
+            sock = self._connect()
+            if sock is None:
+                return False
+        try:
+            sock.send(value)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ENOBUFS):
+                log.info("node relay at %s unusable (%s): publishing to Kafka directly", self.path, exc)
+            self._drop()
+            return False
+
+    def _connect(self) -> socket.socket | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            self._retry_at = time.monotonic() + self.retry_s
+            return None
+        self._sock = sock
+        return sock
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None
+        self._retry_at = time.monotonic() + self.retry_s
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._drop()

@@ -1,0 +1,167 @@
+"""The node relay: the pure merge, and ranks → relay (`argus node-agent`) → the real broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from producers.relay import NodeRelay, RelayError, StepMerger
+from schemas import STEPS, StepBatch, StepRecord
+
+
+def part(job: str, step: int, rank: int) -> StepBatch:
+    t = 1_800_000_000_000_000_000 + 1_000_000_000 * step
+    return StepBatch.from_records(
+        [StepRecord(job, 0, step, rank, start_ns=t, end_ns=t + 900_000_000 + rank, host="n0")]
+    )
+
+
+def test_merger_learns_the_node_and_releases_whole_steps_at_once():
+    m = StepMerger(linger_s=0.2)
+    # the first step: the node's rank count is unknown, so it waits for the linger
+    assert [m.add(part("j", 0, r), now=0.0) for r in range(8)] == [[]] * 8
+    assert m.due(0.1) == []
+    (first,) = m.due(0.2)
+    assert sorted(first["rank"]) == list(range(8))
+    # from then on a step goes as soon as its 8th rank is in, with no wait
+    for r in range(7):
+        assert m.add(part("j", 1, r), now=1.0) == []
+    (second,) = m.add(part("j", 1, 7), now=1.0)
+    assert second.step == 1 and len(second) == 8 and m.open_steps == 0
+    # a straggler: 7 ranks go at the linger, the 8th follows alone; a retried rank counts once
+    for r in [0, 1, 2, 3, 4, 5, 5, 6]:
+        assert m.add(part("j", 2, r), now=2.0) == []
+    (short,) = m.due(2.2)
+    assert sorted(short["rank"]) == list(range(7))
+    assert m.due(2.5) == []
+    m.add(part("j", 2, 7), now=2.6)
+    (late,) = m.due(2.9)
+    assert list(late["rank"]) == [7]
+    # other jobs on the node are independent, and drain() empties everything
+    m.add(part("k", 0, 3), now=3.0)
+    assert [b.job for b in m.drain()] == ["k"] and m.open_steps == 0
+
+
+def test_merger_columns_are_the_ranks_own():
+    m = StepMerger(linger_s=0.1)
+    for r in (3, 1, 2):
+        m.add(part("j", 4, r), now=0.0)
+    (batch,) = m.due(1.0)
+    assert list(batch["rank"]) == [3, 1, 2]
+    assert list(batch["end_ns"] - batch["start_ns"]) == [900_000_003, 900_000_001, 900_000_002]
+    assert set(batch["host"]) == {"n0"}
+
+
+def test_a_second_relay_on_a_served_socket_is_refused(tmp_path):
+    class Null:
+        def publish(self, *a: object) -> None: ...
+        def publish_raw(self, *a: object) -> None: ...
+
+    path = tmp_path / "relay.sock"
+    first = NodeRelay(path, Null())
+    with pytest.raises(RelayError, match="another relay"):
+        NodeRelay(path, Null())
+    first._sock.close()
+    # a dead relay's socket file is replaced
+    again = NodeRelay(path, Null())
+    again._sock.close()
+
+
+def _steps_of(
+    kafka_conf: dict, job: str, want_rows: int, timeout: float = 60
+) -> tuple[list[StepBatch], list[bytes]]:
+    """The job's StepBatches on the steps topic, and the undecodable messages naming it."""
+    from confluent_kafka import Consumer
+
+    from schemas import SchemaError, decode
+
+    c = Consumer({**kafka_conf, "group.id": f"relay-{job}", "auto.offset.reset": "earliest"})
+    c.subscribe([STEPS])
+    got: list[StepBatch] = []
+    bad: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while sum(map(len, got)) < want_rows and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                if m.error() or job.encode() not in (m.value() or b""):
+                    continue
+                try:
+                    got.append(decode(m.value(), expect=StepBatch))
+                except SchemaError:
+                    bad.append(m.value())
+    finally:
+        c.close()
+    return got, bad
+
+
+@pytest.mark.kafka
+def test_ranks_through_the_node_agent_relay_to_kafka_and_back_to_direct(kafka_conf, unique, tmp_path):
+    """8 rank publishers → `argus node-agent --relay` → broker; after the relay stops, ranks go direct."""
+    from argus.kafka_admin import ensure_topics
+    from producers.publisher import Publisher
+    from schemas import ALL_TOPICS
+
+    ensure_topics(kafka_conf, ALL_TOPICS, partitions=4)
+    path = tmp_path / "run" / "relay.sock"
+    env = {
+        **os.environ,
+        "ARGUS_HOME": str(tmp_path / "home"),
+        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
+    }
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "argus.cli", "node-agent", "--relay", str(path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline and agent.poll() is None:
+            time.sleep(0.1)
+        assert path.exists(), agent.stdout.read() if agent.poll() is not None else "no relay socket"
+        job = f"relay-{unique}"
+        ranks = [Publisher(kafka_conf, relay=path, linger_ms=1, wake_ms=10) for _ in range(8)]
+        steps = 6
+        for step in range(steps):
+            for r, pub in enumerate(ranks):
+                pub.publish(STEPS, b"k", part(job, step, r))
+            time.sleep(0.4)
+        # bytes that are not a StepBatch are forwarded as they are, for the worker to dead-letter
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as raw:
+            raw.sendto(b"not avro " + job.encode(), str(path))
+        for pub in ranks:
+            pub.drain(30)
+        assert sum(p.relayed for p in ranks) == 8 * steps
+
+        agent.send_signal(signal.SIGTERM)
+        out, _ = agent.communicate(timeout=60)
+        assert agent.returncode == 0, out
+        assert "node relay: {'received': 49, 'published': %d" % steps in out, out
+        assert not path.exists()
+
+        # the relay is gone: the next step goes to Kafka directly, nothing is lost
+        for r, pub in enumerate(ranks):
+            pub.publish(STEPS, b"k", part(job, steps, r))
+            pub.drain(30)
+            assert pub.relayed == steps and pub.delivered == 1 and not pub.dropped
+            pub.shutdown(5)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+    batches, bad = _steps_of(kafka_conf, job, want_rows=8 * (steps + 1))
+    assert bad == [b"not avro " + job.encode()]
+    rows = sorted((b.step, int(r)) for b in batches for r in b["rank"])
+    assert rows == [(s, r) for s in range(steps + 1) for r in range(8)]  # each rank-step exactly once
+    merged = [b for b in batches if b.step < steps]
+    assert len(merged) == steps and all(len(b) == 8 for b in merged)  # one message per step per node
+    assert sum(1 for b in batches if b.step == steps) == 8  # direct: one message per rank
+    assert np.all(np.concatenate([b["host"] for b in batches]) == "n0")
