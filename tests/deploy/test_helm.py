@@ -99,6 +99,17 @@ def test_default_render_has_every_workload() -> None:
     agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]["spec"]
     assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert any(t["key"] == "nvidia.com/gpu" for t in agent["tolerations"])
+    # the node relay: a host directory the training pods share, owned by the agent's user
+    (relay,) = [v for v in agent["volumes"] if v["name"] == "relay"]
+    assert relay["hostPath"] == {"path": "/run/argus", "type": "DirectoryOrCreate"}
+    (init,) = agent["initContainers"]
+    assert "os.chown('/run/argus', 10001" in init["command"][2]
+    (container,) = agent["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ARGUS_RELAY_SOCKET"] == "/run/argus/relay.sock"
+    assert {"name": "relay", "mountPath": "/run/argus"} in container["volumeMounts"]
+    plain = by_kind(render("nodeAgent.relay.enabled=false"), "DaemonSet")["argus-node-agent"]
+    assert "initContainers" not in plain["spec"]["template"]["spec"]
 
 
 @pytest.mark.parametrize("sets", [[], SECURE], ids=["default", "secure"])
