@@ -75,7 +75,7 @@ def test_a_second_relay_on_a_served_socket_is_refused(tmp_path):
 
 
 def _steps_of(
-    kafka_conf: dict, job: str, want_rows: int, timeout: float = 60
+    kafka_conf: dict, job: str, want_rows: int, want_bad: int, timeout: float = 60
 ) -> tuple[list[StepBatch], list[bytes]]:
     """The job's StepBatches on the steps topic, and the undecodable messages naming it."""
     from confluent_kafka import Consumer
@@ -88,7 +88,7 @@ def _steps_of(
     bad: list[bytes] = []
     deadline = time.monotonic() + timeout
     try:
-        while sum(map(len, got)) < want_rows and time.monotonic() < deadline:
+        while (sum(map(len, got)) < want_rows or len(bad) < want_bad) and time.monotonic() < deadline:
             for m in c.consume(500, 0.5):
                 if m.error() or job.encode() not in (m.value() or b""):
                     continue
@@ -157,7 +157,7 @@ def test_ranks_through_the_node_agent_relay_to_kafka_and_back_to_direct(kafka_co
         if agent.poll() is None:
             agent.kill()
 
-    batches, bad = _steps_of(kafka_conf, job, want_rows=8 * (steps + 1))
+    batches, bad = _steps_of(kafka_conf, job, want_rows=8 * (steps + 1), want_bad=1)
     assert bad == [b"not avro " + job.encode()]
     rows = sorted((b.step, int(r)) for b in batches for r in b["rank"])
     assert rows == [(s, r) for s in range(steps + 1) for r in range(8)]  # each rank-step exactly once

@@ -1,0 +1,171 @@
+"""The node relay: what it costs on a node, and what it saves the stream workers.
+
+1. Relay cost (no broker): 8 rank clients send one-rank StepBatches over the real Unix
+   socket to a :class:`~producers.relay.NodeRelay` in this process, which merges them;
+   CPU time of this process (both sides) per rank record.
+2. Worker catch-up (real broker, skipped if none): the same job of 4,096 ranks published
+   as one rank per message (what rank agents send without a relay) and as 8 ranks per
+   message (what the relay of an 8-GPU node sends); each time a fresh `argus worker`
+   catches up the backlog; rank-steps/s between its first and last step summary.
+
+    python bench/relay.py [--quick]
+
+Last line: JSON with relay_us_per_record and, with a broker, worker_rank_steps_per_s_1,
+worker_rank_steps_per_s_8 and speedup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from argus.config import load_settings  # noqa: E402
+from argus.kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, skip_to_end  # noqa: E402
+from argus.simulate import layout_for, publish_simulation  # noqa: E402
+from producers.publisher import Publisher  # noqa: E402
+from producers.relay import NodeRelay, RelayClient  # noqa: E402
+from schemas import ALL_TOPICS, HEARTBEATS, STEP_FINDINGS, STEPS, Record, StepBatch, StepRecord, encode  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("bench_streams", REPO / "bench" / "streams.py")
+assert _spec is not None and _spec.loader is not None
+bench_streams = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_streams)
+
+
+class Counting:
+    """The relay's sink: counts merged batches and rows."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.rows = 0
+
+    def publish(self, topic: str, key: bytes, record: Record) -> None:
+        assert isinstance(record, StepBatch)
+        self.batches += 1
+        self.rows += len(record)
+
+    def publish_raw(self, topic: str, key: bytes, value: bytes) -> None:
+        raise AssertionError("every part decodes")
+
+
+def relay_cost(steps: int, ranks: int = 8) -> dict[str, float]:
+    t0 = time.time_ns()
+    parts = [
+        [
+            encode(
+                StepBatch.from_records(
+                    [StepRecord("bench", 0, s, r, start_ns=t0 + s * 10**9, end_ns=t0 + s * 10**9 + 9 * 10**8)]
+                )
+            )
+            for r in range(ranks)
+        ]
+        for s in range(steps)
+    ]
+    sink = Counting()
+    with tempfile.TemporaryDirectory() as tmp:
+        relay = NodeRelay(Path(tmp) / "relay.sock", sink)
+        stop = threading.Event()
+        server = threading.Thread(target=relay.serve, args=(stop,))
+        server.start()
+        clients = [RelayClient(relay.path) for _ in range(ranks)]
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for step in parts:
+            for client, raw in zip(clients, step, strict=True):
+                while not client.send(raw):  # the socket's queue is full: this bench waits
+                    client._retry_at = 0.0
+                    time.sleep(0.001)
+        while sink.rows < steps * ranks:
+            time.sleep(0.001)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        stop.set()
+        server.join()
+    records = steps * ranks
+    print(
+        f"relay: {records:,} rank records in {sink.batches:,} messages; {wall:.2f} s wall, "
+        f"{cpu:.2f} s CPU (ranks and relay) = {cpu / records * 1e6:.1f} µs per record",
+        flush=True,
+    )
+    return {"relay_us_per_record": round(cpu / records * 1e6, 2), "relay_messages": sink.batches}
+
+
+def catch_up(conf: dict, per_message: int, ranks: int, steps: int) -> float:
+    """Rank-steps/s of a fresh worker catching up a job published ahead."""
+    run = uuid.uuid4().hex[:8]
+    app = f"bench-relay-{run}"
+    skip_to_end(conf, app, [STEPS, STEP_FINDINGS, HEARTBEATS])
+    publisher = Publisher(conf, block_when_full=True)
+    job = f"bench-relay-{per_message}-{run}"
+    publish_simulation(
+        publisher.publish, job=job, layout=layout_for(ranks), steps=steps, seed=1, ranks_per_message=per_message
+    )
+    publisher.drain(300)
+    publisher.shutdown()
+    home = Path(tempfile.mkdtemp(prefix="argus-bench-"))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "argus.cli", "worker", "--app-id", app],
+        env={**os.environ, "ARGUS_HOME": str(home)},
+        stdout=subprocess.DEVNULL,
+        stderr=open(home / "worker.log", "w"),  # noqa: SIM115 - lives as long as the worker
+    )
+    try:
+        summaries, _ = bench_streams.consume(conf, job, steps, timeout=900)
+        cpu = psutil.Process(worker.pid).cpu_times()
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+    if len(summaries) < steps:
+        raise SystemExit(f"the worker summarized {len(summaries)} of {steps} steps; see {home / 'worker.log'}")
+    span = summaries[-1] - summaries[0]
+    rate = ranks * (steps - 1) / span
+    print(
+        f"worker, {per_message} rank(s) per message: {steps - 1} steps of {ranks:,} ranks in {span:.1f} s "
+        f"-> {rate:,.0f} rank-steps/s ({rate / per_message:,.0f} messages/s; worker CPU {cpu.user + cpu.system:.1f} s "
+        "in all, start-up included)",
+        flush=True,
+    )
+    return rate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    out: dict[str, float] = relay_cost(steps=500 if args.quick else 5000)
+    settings = load_settings()
+    conf = settings.kafka_client_config()
+    try:
+        probe_kafka(conf)
+    except KafkaUnavailable as exc:
+        print(f"worker catch-up skipped: {exc}")
+    else:
+        ensure_topics(conf, ALL_TOPICS, partitions=settings.kafka_partitions)
+        ranks, steps = (1024, 20) if args.quick else (4096, 40)
+        one = catch_up(conf, 1, ranks, steps)
+        eight = catch_up(conf, 8, ranks, steps)
+        out |= {
+            "worker_rank_steps_per_s_1": round(one),
+            "worker_rank_steps_per_s_8": round(eight),
+            "speedup": round(eight / one, 2),
+        }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
