@@ -144,7 +144,7 @@ def test_ranks_through_the_node_agent_relay_to_kafka_and_back_to_direct(kafka_co
         agent.send_signal(signal.SIGTERM)
         out, _ = agent.communicate(timeout=60)
         assert agent.returncode == 0, out
-        assert "node relay: {'received': 49, 'published': %d" % steps in out, out
+        assert f"node relay: {{'received': 49, 'published': {steps}" in out, out
         assert not path.exists()
 
         # the relay is gone: the next step goes to Kafka directly, nothing is lost
