@@ -110,7 +110,12 @@ def catch_up(conf: dict, per_message: int, ranks: int, steps: int) -> float:
     publisher = Publisher(conf, block_when_full=True)
     job = f"bench-relay-{per_message}-{run}"
     publish_simulation(
-        publisher.publish, job=job, layout=layout_for(ranks), steps=steps, seed=1, ranks_per_message=per_message
+        publisher.publish,
+        job=job,
+        layout=layout_for(ranks),
+        steps=steps,
+        seed=1,
+        ranks_per_message=per_message,
     )
     publisher.drain(300)
     publisher.shutdown()
@@ -131,7 +136,9 @@ def catch_up(conf: dict, per_message: int, ranks: int, steps: int) -> float:
         except subprocess.TimeoutExpired:
             worker.kill()
     if len(summaries) < steps:
-        raise SystemExit(f"the worker summarized {len(summaries)} of {steps} steps; see {home / 'worker.log'}")
+        raise SystemExit(
+            f"the worker summarized {len(summaries)} of {steps} steps; see {home / 'worker.log'}"
+        )
     span = summaries[-1] - summaries[0]
     rate = ranks * (steps - 1) / span
     print(
