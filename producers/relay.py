@@ -24,7 +24,6 @@ dead-letters them exactly as it would have.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import select
@@ -168,29 +167,40 @@ class NodeRelay:
         return sock
 
     def serve(self, stop: threading.Event) -> None:
-        """Receive and publish until ``stop``; then publish what is held and remove the socket."""
+        """Receive and publish until ``stop``; then publish everything taken, and stop taking.
+
+        At the end the socket stops receiving first (ranks sending after that get an error
+        and go to Kafka directly), then what is still queued in it is read and published:
+        a record a rank handed to the relay is never dropped by a clean stop.
+        """
         try:
             while not stop.is_set():
                 try:
-                    self._round()
+                    self._round(min(0.05, self.merger.linger_s / 2))
                 except Exception:  # a relay that stops would only send the ranks to Kafka
                     log.exception("node relay error (continuing)")
                     time.sleep(0.1)
         finally:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RD)
+            while self._round(0.0):
+                pass
             for batch in self.merger.drain():
                 self._send(batch)
             self._sock.close()
-            with contextlib.suppress(OSError):
-                self.path.unlink()
 
-    def _round(self) -> None:
-        raws = self._receive(min(0.05, self.merger.linger_s / 2))
+    def _round(self, timeout: float) -> int:
+        """Take what arrives within ``timeout``, publish steps that are due; datagrams taken."""
+        raws = self._receive(timeout)
         now = time.monotonic()
         if raws:
             self.received += len(raws)
             self._take(raws, now)
         for batch in self.merger.due(now):
             self._send(batch)
+        return len(raws)
 
     def _receive(self, timeout: float) -> list[bytes]:
         """Wait up to ``timeout`` for datagrams; take all that are queued (at most _MAX_BATCH)."""
@@ -232,8 +242,9 @@ class RelayClient:
     """The rank side: send encoded step records to the node relay, never blocking.
 
     ``send`` returns False when the record must go to Kafka directly: no relay socket,
-    the relay went away, or its queue is full. After a failure the relay is not tried again
-    for ``retry_s``.
+    the relay went away, or its queue is full (``net.unix.max_dgram_qlen`` datagrams, 10
+    by default: a burst). After the relay was absent or gone it is not tried again for
+    ``retry_s``.
     """
 
     def __init__(self, path: str | Path, retry_s: float = 5.0) -> None:
@@ -254,9 +265,10 @@ class RelayClient:
         try:
             sock.send(value)
             return True
+        except BlockingIOError:  # the relay's queue is full (a burst): this record goes direct
+            return False
         except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.ENOBUFS):
-                log.info("node relay at %s unusable (%s): publishing to Kafka directly", self.path, exc)
+            log.info("node relay at %s unusable (%s): publishing to Kafka directly", self.path, exc)
             self._drop()
             return False
 

@@ -74,6 +74,37 @@ def test_a_second_relay_on_a_served_socket_is_refused(tmp_path):
     again._sock.close()
 
 
+def test_a_stopping_relay_publishes_everything_it_took_and_sends_the_rest_back(tmp_path):
+    """Datagrams still queued in the socket at stop are published; later sends are refused."""
+    import threading
+
+    from producers.relay import RelayClient
+    from schemas import encode
+
+    class Keep:
+        def __init__(self) -> None:
+            self.rows: list[int] = []
+
+        def publish(self, topic: str, key: bytes, record: StepBatch) -> None:
+            self.rows += [int(r) for r in record["rank"]]
+
+        def publish_raw(self, *a: object) -> None:
+            raise AssertionError("every part decodes")
+
+    sink = Keep()
+    relay = NodeRelay(tmp_path / "relay.sock", sink, linger_s=30)  # nothing is due before the stop
+    clients = [RelayClient(relay.path) for _ in range(8)]  # net.unix.max_dgram_qlen is 10 by default
+    assert all(c.send(encode(part("j", 0, r))) for r, c in enumerate(clients))
+    stop = threading.Event()
+    stop.set()
+    server = threading.Thread(target=relay.serve, args=(stop,))
+    server.start()  # stops at once: all 8 are still queued in the socket
+    server.join(10)
+    assert sorted(sink.rows) == list(range(8)) and relay.received == 8
+    assert not relay.path.exists()
+    assert not clients[0].send(encode(part("j", 1, 0)))  # refused: the rank goes to Kafka
+
+
 def _steps_of(
     kafka_conf: dict, job: str, want_rows: int, want_bad: int, timeout: float = 60
 ) -> tuple[list[StepBatch], list[bytes]]:
