@@ -26,7 +26,7 @@ from ._errors import TraceError
 __all__ = ["Args", "Event", "TraceReader"]
 
 
-class Args(msgspec.Struct, frozen=True):
+class Args(msgspec.Struct, frozen=True, gc=False):
     """The ``args`` of a trace event that the importer reads (the rest is skipped)."""
 
     stream: int | None = None
@@ -40,7 +40,7 @@ class Args(msgspec.Struct, frozen=True):
     pg_ranks: str | None = msgspec.field(name="Process Group Ranks", default=None)
 
 
-class Event(msgspec.Struct, frozen=True):
+class Event(msgspec.Struct, frozen=True, gc=False):
     """One trace event: phase, category, name, start and duration (µs), args."""
 
     ph: str = ""
