@@ -1,8 +1,8 @@
 """Reliability at full size: every scenario of issue 9 on the real broker and store.
 
 The scenarios live once, as tests (tests/producers/test_publisher_outage.py,
-tests/streams/test_worker.py, tests/sinks/test_kafka_sink.py, tests/streams/test_load.py,
-tests/security/test_fuzz.py); CI runs them small, this bench runs them at full size through
+tests/streams/test_worker.py, tests/sinks/test_kafka_sink.py, tests/producers/test_relay.py,
+tests/streams/test_load.py, tests/security/test_fuzz.py); CI runs them small, this bench runs them at full size through
 their environment knobs and tabulates the figures each prints (``ARGUS-FIGURES {...}``):
 
 | scenario | full | --quick |
@@ -11,6 +11,7 @@ their environment knobs and tabulates the figures each prints (``ARGUS-FIGURES {
 | worker SIGKILL and restart | 70 steps, 4 faults | same |
 | store outage (sink retries) | 30 s, 400 steps | 10 s, 100 steps |
 | garbage on the steps topic | 5 hostile messages | same |
+| node relay stopped and restarted twice under 8 live ranks | 60 s at 20 steps/s | 15 s |
 | 2x the throughput goal | 10 min | 2 min |
 | property-based fuzzing | 10,000 cases per property | 2,000 |
 
@@ -79,6 +80,11 @@ def main() -> None:
                 "test_garbage_on_the_steps_topic_goes_to_dead_letters_and_the_worker_goes_on"
             ],
             {},
+        ),
+        (
+            "relay restart",
+            ["tests/producers/test_relay.py::test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing"],
+            {"ARGUS_TEST_RELAY_S": "15" if q else "60"},
         ),
         ("load 2x", ["tests/streams/test_load.py"], {"ARGUS_TEST_LOAD_S": "120" if q else "600"}),
         ("fuzzing", ["tests/security/test_fuzz.py"], {"ARGUS_FUZZ_EXAMPLES": "2000" if q else "10000"}),

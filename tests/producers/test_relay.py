@@ -196,3 +196,83 @@ def test_ranks_through_the_node_agent_relay_to_kafka_and_back_to_direct(kafka_co
     assert len(merged) == steps and all(len(b) == 8 for b in merged)  # one message per step per node
     assert sum(1 for b in batches if b.step == steps) == 8  # direct: one message per rank
     assert np.all(np.concatenate([b["host"] for b in batches]) == "n0")
+
+
+def _node_agent(path, env: dict) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "argus.cli", "node-agent", "--relay", str(path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not path.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert path.exists(), proc.communicate()[0] if proc.poll() is not None else "no relay socket"
+    return proc
+
+
+@pytest.mark.kafka
+def test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing(kafka_conf, unique, tmp_path):
+    """8 ranks publish steps at 20/s; the node agent is stopped (SIGTERM) and started again
+    twice; every rank-step arrives exactly once (through the relay, or direct meanwhile)."""
+    from argus.kafka_admin import ensure_topics
+    from producers.publisher import Publisher
+    from schemas import ALL_TOPICS
+    from tests.figures import report
+
+    seconds = float(os.environ.get("ARGUS_TEST_RELAY_S", "6"))
+    ensure_topics(kafka_conf, ALL_TOPICS, partitions=4)
+    path = tmp_path / "relay.sock"
+    env = {
+        **os.environ,
+        "ARGUS_HOME": str(tmp_path / "home"),
+        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
+    }
+    job = f"relay-restart-{unique}"
+    ranks = [Publisher(kafka_conf, relay=path, linger_ms=1, wake_ms=10) for _ in range(8)]
+    for pub in ranks:
+        pub._relay.retry_s = 0.5  # reconnect soon after the restart (5 s by default)
+    agent = _node_agent(path, env)
+    steps = int(seconds * 20)
+    restarts = {steps // 3, 2 * steps // 3}
+    outputs = []
+    try:
+        for step in range(steps):
+            if step in restarts:
+                agent.send_signal(signal.SIGTERM)
+                outputs.append(agent.communicate(timeout=60)[0])
+                assert agent.returncode == 0, outputs[-1]
+                agent = _node_agent(path, env)
+            for r, pub in enumerate(ranks):
+                pub.publish(STEPS, b"k", part(job, step, r))
+            time.sleep(0.05)
+        for pub in ranks:
+            pub.drain(60)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        outputs.append(agent.communicate(timeout=60)[0])
+    relayed = sum(p.relayed for p in ranks)
+    direct = sum(p.delivered for p in ranks)
+    for pub in ranks:
+        assert not pub.dropped
+        pub.shutdown(5)
+
+    batches, _ = _steps_of(kafka_conf, job, want_rows=8 * steps, want_bad=0, timeout=120)
+    rows = [(b.step, int(r)) for b in batches for r in b["rank"]]
+    sent = 8 * steps
+    received = len(set(rows))
+    report(
+        "relay restart",
+        sent=sent,
+        received=received,
+        lost=sent - received,
+        duplicated=len(rows) - received,
+        relayed=relayed,
+        direct=direct,
+        messages=len(batches),
+    )
+    assert sorted(rows) == [(s, r) for s in range(steps) for r in range(8)], outputs
+    assert relayed + direct == sent and relayed > sent / 2  # most went through the relay
+    assert len(batches) < sent / 2  # merged: far fewer messages than rank-steps
