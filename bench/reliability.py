@@ -83,7 +83,9 @@ def main() -> None:
         ),
         (
             "relay restart",
-            ["tests/producers/test_relay.py::test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing"],
+            [
+                "tests/producers/test_relay.py::test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing"
+            ],
             {"ARGUS_TEST_RELAY_S": "15" if q else "60"},
         ),
         ("load 2x", ["tests/streams/test_load.py"], {"ARGUS_TEST_LOAD_S": "120" if q else "600"}),
