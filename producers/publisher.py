@@ -38,11 +38,13 @@ _Item = tuple[str, bytes, "Record | bytes"]
 
 
 class PublishError(Exception):
-    """The publisher cannot work at all (bad configuration, fatal client error)."""
+    """The publisher cannot work (bad configuration, fatal client error), or ``drain``
+    found records lost."""
 
 
 class Publisher:
-    """Publish Argus records to Kafka without ever blocking or raising into the caller.
+    """Publish Argus records to Kafka without blocking (unless ``block_when_full``) or
+    raising into the caller.
 
     Args:
         kafka_config: librdkafka settings (``Settings.kafka_client_config()``).
@@ -51,7 +53,8 @@ class Publisher:
         max_queue: records the in-memory queue holds; beyond that new records are dropped
             and counted (``dropped["queue full"]``), unless ``block_when_full``.
         block_when_full: for bulk tools (simulator, trace importer, benches), never for a
-            training process: ``publish`` waits for room in the queue instead of dropping.
+            training process: ``publish`` waits for room in the queue instead of dropping,
+            unless the broker is stalled (then it drops and counts, and ``drain`` raises).
         relay: the node relay's socket (:mod:`producers.relay`): step records go there,
             merged per node, whenever it takes them; to Kafka directly otherwise.
         spool_dir: where to spool during a broker outage; None keeps everything in
@@ -135,21 +138,26 @@ class Publisher:
         self._put((topic, key, value))
 
     def _put(self, item: _Item) -> None:
-        if self.block_when_full and len(self._queue) >= self.max_queue:
-            self._wait_for_room()
         if self._closed:
             self.dropped["after shutdown"] += 1
-        elif len(self._queue) >= self.max_queue:
-            self.dropped["queue full"] += 1
-        else:
+        elif len(self._queue) < self.max_queue or (self.block_when_full and self._wait_for_room()):
+            # (a waiting caller may overshoot the bound by the other callers that also waited)
             self._queue.append(item)
+        else:
+            self.dropped["queue full"] += 1
 
-    def _wait_for_room(self) -> None:
+    def _wait_for_room(self) -> bool:
+        """Wait until the queue has room; False if it never will (closed, stalled broker)."""
+        if threading.current_thread() is self._thread:
+            return False
         # The worker takes up to 10,000 records a round and notifies _idle after each one.
         with self._idle:
-            while len(self._queue) >= self.max_queue and not self._closed and self._thread.is_alive():
+            while len(self._queue) >= self.max_queue:
+                if self._closed or self._stalled() or not self._thread.is_alive():
+                    return False
                 self._wake.set()
                 self._idle.wait(0.05)
+        return not self._closed
 
     def pending(self) -> int:
         """Records queued, spooled or in flight (not yet delivered)."""
@@ -188,9 +196,8 @@ class Publisher:
         """
         left = self.flush(timeout)
         if left or self.dropped:
-            raise PublishError(
-                f"{left} records not delivered to Kafka after {timeout:g} s, dropped: {dict(self.dropped)}"
-            )
+            lost = f"dropped: {dict(self.dropped)}" if self.dropped else "none dropped"
+            raise PublishError(f"{left} records not delivered to Kafka after {timeout:g} s, {lost}")
 
     def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop intake, deliver within one deadline, spool the rest; True if nothing was lost."""
@@ -200,7 +207,7 @@ class Publisher:
         self._closed = True
         self._wake.set()
         self._thread.join(max(0.0, self._deadline - time.monotonic()) + 5.0)
-        return not self._dropped_at_close
+        return not self._dropped_at_close and not self._thread.is_alive()
 
     close = shutdown
 
@@ -327,6 +334,9 @@ class Publisher:
                     self._spool(records[taken:])
                 else:  # no spool: wait for librdkafka's queue to drain, in order
                     while taken < len(records):
+                        if self._closed or self._stalled():  # nowhere to keep the rest
+                            self.dropped["broker unreachable, no spool"] += len(records) - taken
+                            break
                         self._producer.poll(0.05)
                         taken += self._produce(records[taken:], from_spool=False)
         self._in_hand = 0

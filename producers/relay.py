@@ -24,10 +24,12 @@ dead-letters them exactly as it would have.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import select
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,10 +44,11 @@ log = logging.getLogger("argus.relay")
 
 _MAX_DATAGRAM = 1 << 20
 _MAX_BATCH = 512
+_THIS_RECORD_ONLY = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS, errno.EMSGSIZE})
 
 
 class RelayError(Exception):
-    """The relay cannot serve its socket (path in use by a live relay, not creatable)."""
+    """The relay cannot serve its socket (served by a live relay, not a socket, not creatable)."""
 
 
 @dataclass
@@ -60,16 +63,19 @@ class StepMerger:
 
     A job's rank count on the node is learned from what arrives: the most ranks seen in
     one step. A step is released when it has that many, or ``linger_s`` after its first
-    part, whichever comes first.
+    part, whichever comes first. A job silent for ``forget_s`` is forgotten.
     """
 
-    def __init__(self, linger_s: float = 0.2, max_open: int = 4096) -> None:
-        if linger_s <= 0 or max_open < 1:
-            raise ValueError("linger_s and max_open must be positive")
+    def __init__(self, linger_s: float = 0.2, max_open: int = 4096, forget_s: float = 3600.0) -> None:
+        if linger_s <= 0 or max_open < 1 or forget_s <= 0:
+            raise ValueError("linger_s, max_open and forget_s must be positive")
         self.linger_s = linger_s
         self.max_open = max_open
+        self.forget_s = forget_s
         self._open: dict[tuple[str, int, int], _Group] = {}
         self._local_ranks: dict[tuple[str, int], int] = {}
+        self._last_seen: dict[tuple[str, int], float] = {}
+        self._next_prune = 0.0
 
     @property
     def open_steps(self) -> int:
@@ -85,6 +91,7 @@ class StepMerger:
         group.parts.append(part)
         group.ranks.update(part["rank"].tolist())  # a retried rank counts once
         job = (part.job, part.run)
+        self._last_seen[job] = now
         if len(group.ranks) >= self._local_ranks.get(job, 1 << 62):
             return [self._release(key)]
         if len(self._open) > self.max_open:
@@ -93,6 +100,11 @@ class StepMerger:
 
     def due(self, now: float) -> list[StepBatch]:
         """Steps whose first part is ``linger_s`` old."""
+        if now >= self._next_prune:
+            self._next_prune = now + 60.0
+            for job in [j for j, t in self._last_seen.items() if now - t > self.forget_s]:
+                del self._last_seen[job]
+                self._local_ranks.pop(job, None)
         late = [k for k, g in self._open.items() if now - g.first >= self.linger_s]
         return [self._release(k) for k in late]
 
@@ -137,6 +149,8 @@ class NodeRelay:
         self.received = 0
         self.published = 0
         self.forwarded_undecodable = 0
+        self._inode = 0
+        self._buf = bytearray(_MAX_DATAGRAM)
         self._sock = self._bind()
 
     def _bind(self) -> socket.socket:
@@ -144,27 +158,45 @@ class NodeRelay:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RelayError(f"cannot create {self.path.parent}: {exc.strerror}") from None
-        if self.path.exists():
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            try:
-                probe.connect(str(self.path))
-            except OSError:
-                self.path.unlink()  # a dead relay's socket
-            else:
-                raise RelayError(f"another relay is serving {self.path}")
-            finally:
-                probe.close()
+        try:
+            mode = self.path.lstat().st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            raise RelayError(f"cannot serve {self.path}: {exc.strerror}") from None
+        if mode is not None:
+            if not stat.S_ISSOCK(mode):
+                raise RelayError(f"cannot serve {self.path}: it exists and is not a socket")
+            self._remove_stale()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
             sock.bind(str(self.path))
             # Training pods may run as any user; access is governed by who mounts the directory.
             os.chmod(self.path, 0o666)
+            self._inode = self.path.stat().st_ino
         except OSError as exc:
             sock.close()
             raise RelayError(f"cannot serve {self.path}: {exc.strerror}") from None
         sock.setblocking(False)
         return sock
+
+    def _remove_stale(self) -> None:
+        """Remove a dead relay's socket; refuse one that a live relay serves."""
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            probe.connect(str(self.path))
+        except ConnectionRefusedError:
+            pass  # nobody bound to it: a dead relay's socket
+        except OSError as exc:
+            raise RelayError(f"cannot serve {self.path}: {exc.strerror}") from None
+        else:
+            raise RelayError(f"another relay is serving {self.path}")
+        finally:
+            probe.close()
+        try:
+            self.path.unlink()
+        except OSError as exc:
+            raise RelayError(f"cannot replace the dead relay socket {self.path}: {exc.strerror}") from None
 
     def serve(self, stop: threading.Event) -> None:
         """Receive and publish until ``stop``; then publish everything taken, and stop taking.
@@ -181,15 +213,22 @@ class NodeRelay:
                     log.exception("node relay error (continuing)")
                     time.sleep(0.1)
         finally:
-            with contextlib.suppress(OSError):
+            try:
+                self._unlink_own()
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RD)
+                while self._round(0.0):
+                    pass
+            finally:
+                for batch in self.merger.drain():
+                    self._send(batch)
+                self._sock.close()
+
+    def _unlink_own(self) -> None:
+        """Remove the socket file, unless another relay has replaced it since."""
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_ino == self._inode:
                 self.path.unlink()
-            with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RD)
-            while self._round(0.0):
-                pass
-            for batch in self.merger.drain():
-                self._send(batch)
-            self._sock.close()
 
     def _round(self, timeout: float) -> int:
         """Take what arrives within ``timeout``, publish steps that are due; datagrams taken."""
@@ -209,9 +248,10 @@ class NodeRelay:
             return raws
         while len(raws) < _MAX_BATCH:
             try:
-                raws.append(self._sock.recv(_MAX_DATAGRAM))
+                n = self._sock.recv_into(self._buf)
             except BlockingIOError:
                 break
+            raws.append(bytes(self._buf[:n]))
         return raws
 
     def _take(self, raws: list[bytes], now: float) -> None:
@@ -221,7 +261,13 @@ class NodeRelay:
                 self.forwarded_undecodable += 1
                 self.sink.publish_raw(STEPS, b"", raw)
                 continue
-            for batch in self.merger.add(part, now):
+            try:
+                released = self.merger.add(part, now)
+            except Exception:  # never lose a part: it goes on as the rank sent it
+                log.exception("node relay: cannot merge a part of step %d (forwarded as is)", part.step)
+                self.sink.publish_raw(STEPS, step_key(part.job, part.step), raw)
+                continue
+            for batch in released:
                 self._send(batch)
 
     def _send(self, batch: StepBatch) -> None:
@@ -265,15 +311,19 @@ class RelayClient:
         try:
             sock.send(value)
             return True
-        except BlockingIOError:  # the relay's queue is full (a burst): this record goes direct
-            return False
         except OSError as exc:
+            if exc.errno in _THIS_RECORD_ONLY:  # a burst, or one record too big: it goes direct
+                return False
             log.info("node relay at %s unusable (%s): publishing to Kafka directly", self.path, exc)
             self._drop()
             return False
 
     def _connect(self) -> socket.socket | None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError:  # e.g. out of file descriptors
+            self._retry_at = time.monotonic() + self.retry_s
+            return None
         sock.setblocking(False)
         try:
             sock.connect(self.path)

@@ -56,7 +56,8 @@ def node_agent(
 
     def on_absent(reason: str) -> None:
         absent.append(reason)
-        err_console.print(f"GPU health absent: {reason}")
+        relay_only = "; serving the relay only" if node_relay is not None else ""
+        err_console.print(f"[bold red]GPU health absent[/]: {reason}{relay_only}")
 
     try:
         done = run_node_agent(

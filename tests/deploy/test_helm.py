@@ -7,7 +7,9 @@ import base64
 import os
 import re
 import shutil
+import stat
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
@@ -99,20 +101,49 @@ def test_default_render_has_every_workload() -> None:
     agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]["spec"]
     assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert any(t["key"] == "nvidia.com/gpu" for t in agent["tolerations"])
-    # the node relay: a host directory the training pods share, owned by the agent's user
+    assert "initContainers" not in agent and all(v["name"] != "relay" for v in agent["volumes"])
+
+
+def test_the_node_relay_shares_a_host_directory_the_agent_owns(tmp_path: Path) -> None:
+    docs = render("nodeAgent.relay.enabled=true")
+    agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]["spec"]
     (relay,) = [v for v in agent["volumes"] if v["name"] == "relay"]
     assert relay["hostPath"] == {"path": "/run/argus", "type": "DirectoryOrCreate"}
-    (init,) = agent["initContainers"]
-    assert "os.chown('/run/argus', 10001" in init["command"][2]
     (container,) = agent["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["ARGUS_RELAY_SOCKET"] == "/run/argus/relay.sock"
     assert {"name": "relay", "mountPath": "/run/argus"} in container["volumeMounts"]
-    plain = by_kind(render("nodeAgent.relay.enabled=false"), "DaemonSet")["argus-node-agent"]
-    assert "initContainers" not in plain["spec"]["template"]["spec"]
+    (init,) = agent["initContainers"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert {"name": "relay", "mountPath": "/run/argus"} in init["volumeMounts"]
+    # Run the init command as the container would: root with CAP_CHOWN only, on a directory
+    # kubelet just created (root's, 0755 or stricter).
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("running the init command with only CAP_CHOWN needs root and setpriv")
+    host = tmp_path / "run-argus"
+    host.mkdir(mode=0o700)
+    python, flag, code = init["command"]
+    assert (python, flag) == ("python", "-c")
+    done = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set=-all,+chown",
+            sys.executable,
+            "-c",
+            code.replace("/run/argus", str(host)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    st = host.stat()
+    assert st.st_uid == 10001 and stat.S_IMODE(st.st_mode) == 0o755
 
 
-@pytest.mark.parametrize("sets", [[], SECURE], ids=["default", "secure"])
+@pytest.mark.parametrize(
+    "sets", [[], SECURE, ["nodeAgent.relay.enabled=true"]], ids=["default", "secure", "relay"]
+)
 def test_every_container_requests_resources_and_runs_what_argus_accepts(
     sets: list[str],
     argus_accepts: Callable[[list[str]], None],

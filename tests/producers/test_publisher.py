@@ -134,3 +134,24 @@ def test_bulk_publisher_waits_for_room_and_drain_names_what_was_lost(kafka_conf,
         lossy.drain(60)
     assert lossy.delivered + lossy.dropped["queue full"] == 20_000
     lossy.shutdown(5)
+
+
+def test_a_bulk_publisher_does_not_wait_for_a_broker_that_is_not_there():
+    """No broker and librdkafka's own queue full: publish stops waiting once the broker is
+    stalled, every record is counted lost, drain raises and shutdown says records were lost."""
+    from producers.publisher import Publisher, PublishError
+
+    pub = Publisher(
+        {"bootstrap.servers": "127.0.0.1:1", "queue.buffering.max.messages": 20},
+        max_queue=50,
+        block_when_full=True,
+        stall_s=0.3,
+    )
+    began = time.monotonic()
+    for i in range(2_000):
+        pub.publish_raw("argus.nowhere", b"k", b"%d" % i)
+    assert time.monotonic() - began < 30
+    with pytest.raises(PublishError, match="not delivered"):
+        pub.drain(1)
+    assert sum(pub.dropped.values()) + pub.pending() == 2_000
+    assert not pub.shutdown(1)

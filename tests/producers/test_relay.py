@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -59,11 +60,25 @@ def test_merger_columns_are_the_ranks_own():
     assert set(batch["host"]) == {"n0"}
 
 
-def test_a_second_relay_on_a_served_socket_is_refused(tmp_path):
-    class Null:
-        def publish(self, *a: object) -> None: ...
-        def publish_raw(self, *a: object) -> None: ...
+def test_merger_forgets_a_job_gone_silent():
+    m = StepMerger(linger_s=0.1, forget_s=100)
+    for r in range(4):
+        m.add(part("old", 0, r), now=0.0)
+    m.due(1.0)
+    assert m.add(part("old", 1, 0), now=2.0) == []  # learned: waits for 4
+    m.due(3.0)
+    assert m._local_ranks == {("old", 0): 4}
+    m.due(200.0)  # silent for longer than forget_s
+    assert m._local_ranks == {} and m._last_seen == {}
 
+
+class Null:
+    def publish(self, *a: object) -> None: ...
+
+    def publish_raw(self, *a: object) -> None: ...
+
+
+def test_a_second_relay_on_a_served_socket_is_refused(tmp_path):
     path = tmp_path / "relay.sock"
     first = NodeRelay(path, Null())
     with pytest.raises(RelayError, match="another relay"):
@@ -74,19 +89,30 @@ def test_a_second_relay_on_a_served_socket_is_refused(tmp_path):
     again._sock.close()
 
 
+def test_a_relay_path_that_is_not_a_socket_is_refused_and_left_alone(tmp_path):
+    (tmp_path / "file").write_text("keep me")
+    with pytest.raises(RelayError, match="exists and is not a socket"):
+        NodeRelay(tmp_path / "file", Null())
+    assert (tmp_path / "file").read_text() == "keep me"
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(RelayError, match="exists and is not a socket"):
+        NodeRelay(tmp_path / "dir", Null())
+
+
 def test_a_stopping_relay_publishes_everything_it_took_and_sends_the_rest_back(tmp_path):
     """Datagrams still queued in the socket at stop are published; later sends are refused."""
-    import threading
-
     from producers.relay import RelayClient
     from schemas import encode
 
     class Keep:
         def __init__(self) -> None:
             self.rows: list[int] = []
+            self.late: list[bool] = []
 
         def publish(self, topic: str, key: bytes, record: StepBatch) -> None:
             self.rows += [int(r) for r in record["rank"]]
+            # a rank sending while the relay drains (it stopped receiving, not yet closed)
+            self.late.append(late_client.send(encode(part("j", 1, 0))))
 
         def publish_raw(self, *a: object) -> None:
             raise AssertionError("every part decodes")
@@ -94,6 +120,8 @@ def test_a_stopping_relay_publishes_everything_it_took_and_sends_the_rest_back(t
     sink = Keep()
     relay = NodeRelay(tmp_path / "relay.sock", sink, linger_s=30)  # nothing is due before the stop
     clients = [RelayClient(relay.path) for _ in range(8)]  # net.unix.max_dgram_qlen is 10 by default
+    late_client = RelayClient(relay.path)
+    assert late_client._connect() is not None
     assert all(c.send(encode(part("j", 0, r))) for r, c in enumerate(clients))
     stop = threading.Event()
     stop.set()
@@ -101,6 +129,7 @@ def test_a_stopping_relay_publishes_everything_it_took_and_sends_the_rest_back(t
     server.start()  # stops at once: all 8 are still queued in the socket
     server.join(10)
     assert sorted(sink.rows) == list(range(8)) and relay.received == 8
+    assert sink.late == [False]  # refused while draining: that record goes to Kafka, not lost
     assert not relay.path.exists()
     assert not clients[0].send(encode(part("j", 1, 0)))  # refused: the rank goes to Kafka
 
@@ -132,6 +161,30 @@ def _steps_of(
     return got, bad
 
 
+def _node_agent(path, env: dict) -> subprocess.Popen:
+    """`argus node-agent --relay PATH`, once its socket is served (no GPU here: the relay runs alone)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "argus.cli", "node-agent", "--relay", str(path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not path.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert path.exists(), proc.communicate()[0] if proc.poll() is not None else "no relay socket"
+    return proc
+
+
+def _env(kafka_conf: dict, tmp_path) -> dict:
+    return {
+        **os.environ,
+        "ARGUS_HOME": str(tmp_path / "home"),
+        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
+    }
+
+
 @pytest.mark.kafka
 def test_ranks_through_the_node_agent_relay_to_kafka_and_back_to_direct(kafka_conf, unique, tmp_path):
     """8 rank publishers → `argus node-agent --relay` → broker; after the relay stops, ranks go direct."""
@@ -141,23 +194,8 @@ def test_ranks_through_the_node_agent_relay_to_kafka_and_back_to_direct(kafka_co
 
     ensure_topics(kafka_conf, ALL_TOPICS, partitions=4)
     path = tmp_path / "run" / "relay.sock"
-    env = {
-        **os.environ,
-        "ARGUS_HOME": str(tmp_path / "home"),
-        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
-    }
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "argus.cli", "node-agent", "--relay", str(path)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    agent = _node_agent(path, _env(kafka_conf, tmp_path))
     try:
-        deadline = time.monotonic() + 60
-        while not path.exists() and time.monotonic() < deadline and agent.poll() is None:
-            time.sleep(0.1)
-        assert path.exists(), agent.stdout.read() if agent.poll() is not None else "no relay socket"
         job = f"relay-{unique}"
         ranks = [Publisher(kafka_conf, relay=path, linger_ms=1, wake_ms=10) for _ in range(8)]
         steps = 6
@@ -198,25 +236,11 @@ def test_ranks_through_the_node_agent_relay_to_kafka_and_back_to_direct(kafka_co
     assert np.all(np.concatenate([b["host"] for b in batches]) == "n0")
 
 
-def _node_agent(path, env: dict) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "argus.cli", "node-agent", "--relay", str(path)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while not path.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert path.exists(), proc.communicate()[0] if proc.poll() is not None else "no relay socket"
-    return proc
-
-
 @pytest.mark.kafka
 def test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing(kafka_conf, unique, tmp_path):
-    """8 ranks publish steps at 20/s; the node agent is stopped (SIGTERM) and started again
-    twice; every rank-step arrives exactly once (through the relay, or direct meanwhile)."""
+    """8 ranks publish steps at 20/s; meanwhile the node agent is stopped (SIGTERM) and
+    started again twice; every rank-step arrives exactly once (through the relay, or direct
+    while it is away)."""
     from argus.kafka_admin import ensure_topics
     from producers.publisher import Publisher
     from schemas import ALL_TOPICS
@@ -225,29 +249,31 @@ def test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing(kafka_conf, 
     seconds = float(os.environ.get("ARGUS_TEST_RELAY_S", "6"))
     ensure_topics(kafka_conf, ALL_TOPICS, partitions=4)
     path = tmp_path / "relay.sock"
-    env = {
-        **os.environ,
-        "ARGUS_HOME": str(tmp_path / "home"),
-        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
-    }
+    env = _env(kafka_conf, tmp_path)
     job = f"relay-restart-{unique}"
     ranks = [Publisher(kafka_conf, relay=path, linger_ms=1, wake_ms=10) for _ in range(8)]
     for pub in ranks:
         pub._relay.retry_s = 0.5  # reconnect soon after the restart (5 s by default)
     agent = _node_agent(path, env)
     steps = int(seconds * 20)
-    restarts = {steps // 3, 2 * steps // 3}
     outputs = []
-    try:
+
+    def train() -> None:  # the ranks go on publishing while the relay restarts
         for step in range(steps):
-            if step in restarts:
-                agent.send_signal(signal.SIGTERM)
-                outputs.append(agent.communicate(timeout=60)[0])
-                assert agent.returncode == 0, outputs[-1]
-                agent = _node_agent(path, env)
             for r, pub in enumerate(ranks):
                 pub.publish(STEPS, b"k", part(job, step, r))
             time.sleep(0.05)
+
+    ranks_thread = threading.Thread(target=train)
+    ranks_thread.start()
+    try:
+        for _ in range(2):
+            time.sleep(seconds / 3)
+            agent.send_signal(signal.SIGTERM)
+            outputs.append(agent.communicate(timeout=60)[0])
+            assert agent.returncode == 0, outputs[-1]
+            agent = _node_agent(path, env)
+        ranks_thread.join()
         for pub in ranks:
             pub.drain(60)
     finally:
@@ -274,5 +300,22 @@ def test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing(kafka_conf, 
         messages=len(batches),
     )
     assert sorted(rows) == [(s, r) for s in range(steps) for r in range(8)], outputs
-    assert relayed + direct == sent and relayed > sent / 2  # most went through the relay
-    assert len(batches) < sent / 2  # merged: far fewer messages than rank-steps
+    assert relayed + direct == sent and relayed > 0
+    assert len(batches) - direct <= relayed / 2  # what the relay sent, it sent merged
+
+
+@pytest.mark.kafka
+def test_ranks_without_a_relay_publish_to_kafka_directly(kafka_conf, unique, tmp_path):
+    from argus.kafka_admin import ensure_topics
+    from producers.publisher import Publisher
+
+    ensure_topics(kafka_conf, [STEPS], partitions=4)
+    job = f"norelay-{unique}"
+    pub = Publisher(kafka_conf, relay=tmp_path / "nobody-here.sock")
+    for r in range(8):
+        pub.publish(STEPS, b"k", part(job, 0, r))
+    pub.drain(30)
+    assert pub.relayed == 0 and pub.delivered == 8
+    pub.shutdown(5)
+    batches, _ = _steps_of(kafka_conf, job, want_rows=8, want_bad=0)
+    assert sorted(int(r) for b in batches for r in b["rank"]) == list(range(8))
