@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -119,22 +117,12 @@ def catch_up(conf: dict, per_message: int, ranks: int, steps: int) -> float:
     )
     publisher.drain(300)
     publisher.shutdown()
-    home = Path(tempfile.mkdtemp(prefix="argus-bench-"))
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "argus.cli", "worker", "--app-id", app],
-        env={**os.environ, "ARGUS_HOME": str(home)},
-        stdout=subprocess.DEVNULL,
-        stderr=open(home / "worker.log", "w"),  # noqa: SIM115 - lives as long as the worker
-    )
+    worker, home = bench_streams.start_worker(app)
     try:
         summaries, _ = bench_streams.consume(conf, job, steps, timeout=900)
         cpu = psutil.Process(worker.pid).cpu_times()
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        bench_streams.stop_worker(worker)
     if len(summaries) < steps:
         raise SystemExit(
             f"the worker summarized {len(summaries)} of {steps} steps; see {home / 'worker.log'}"

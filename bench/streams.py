@@ -55,6 +55,27 @@ class PeakRss(threading.Thread):
                 return
 
 
+def start_worker(app_id: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """One `argus worker` in the consumer group ``app_id``, with its own ARGUS_HOME (and log)."""
+    home = Path(tempfile.mkdtemp(prefix="argus-bench-"))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "argus.cli", "worker", "--app-id", app_id],
+        env={**os.environ, "ARGUS_HOME": str(home)},
+        stdout=subprocess.DEVNULL,
+        stderr=open(home / "worker.log", "w"),  # noqa: SIM115 - lives as long as the worker
+    )
+    return worker, home
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s."""
+    worker.terminate()
+    try:
+        worker.wait(30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+
+
 def consume(
     conf: dict, job: str, want_steps: int, timeout: float
 ) -> tuple[list[float], list[tuple[float, int]]]:
@@ -116,14 +137,7 @@ def main() -> None:
     # fast as the publisher can, and the clock runs from its first record to its last
     # summary: the publishing overlaps, so this is what one worker sustains, not a burst.
     skip_to_end(conf, f"bench-{run}", [STEPS, STEP_FINDINGS, HEARTBEATS])
-    home = Path(tempfile.mkdtemp(prefix="argus-bench-"))
-    env = {**os.environ, "ARGUS_HOME": str(home)}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "argus.cli", "worker", "--app-id", f"bench-{run}"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(home / "worker.log", "w"),  # noqa: SIM115 - lives as long as the worker
-    )
+    worker, home = start_worker(f"bench-{run}")
     rss = PeakRss(worker.pid)
     rss.start()
     try:
@@ -188,11 +202,7 @@ def main() -> None:
         pub.join()
         publisher.flush(30)
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        stop_worker(worker)
         rss.stop.set()
     first = {}
     for ts_ms, detected_ns in anomalies:  # the first emission of each anomaly is its detection
