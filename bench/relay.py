@@ -7,11 +7,14 @@
    as one rank per message (what rank agents send without a relay) and as 8 ranks per
    message (what the relay of an 8-GPU node sends); each time a fresh `argus worker`
    catches up the backlog; rank-steps/s between its first and last step summary.
+3. Heartbeats (real broker): the relay does not merge them, so they reach the workers one
+   rank per message (every ``heartbeat_s``, 5 s by default); a fresh worker drains a backlog
+   of them; heartbeats/s from its committed offsets (committed every few seconds).
 
     python bench/relay.py [--quick]
 
 Last line: JSON with relay_us_per_record and, with a broker, worker_rank_steps_per_s_1,
-worker_rank_steps_per_s_8 and speedup.
+worker_rank_steps_per_s_8, speedup and worker_heartbeats_per_s.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -100,7 +104,7 @@ def relay_cost(steps: int, ranks: int = 8) -> dict[str, float]:
     return {"relay_us_per_record": round(cpu / records * 1e6, 2), "relay_messages": sink.batches}
 
 
-def catch_up(conf: dict, per_message: int, ranks: int, steps: int) -> float:
+def catch_up(conf: dict[str, Any], per_message: int, ranks: int, steps: int) -> float:
     """Rank-steps/s of a fresh worker catching up a job published ahead."""
     run = uuid.uuid4().hex[:8]
     app = f"bench-relay-{run}"
@@ -127,12 +131,61 @@ def catch_up(conf: dict, per_message: int, ranks: int, steps: int) -> float:
         raise SystemExit(
             f"the worker summarized {len(summaries)} of {steps} steps; see {home / 'worker.log'}"
         )
-    span = summaries[-1] - summaries[0]
+    span = float(summaries[-1] - summaries[0])
     rate = ranks * (steps - 1) / span
     print(
         f"worker, {per_message} rank(s) per message: {steps - 1} steps of {ranks:,} ranks in {span:.1f} s "
         f"-> {rate:,.0f} rank-steps/s ({rate / per_message:,.0f} messages/s; worker CPU {cpu.user + cpu.system:.1f} s "
         "in all, start-up included)",
+        flush=True,
+    )
+    return rate
+
+
+def heartbeat_drain(conf: dict[str, Any], ranks: int, rounds: int) -> float:
+    """Heartbeats/s of a fresh worker draining a backlog of per-rank heartbeats."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from producers.simulator import ClusterSimulator
+    from schemas import job_key
+
+    run = uuid.uuid4().hex[:8]
+    app = job = f"bench-heartbeats-{run}"
+    skip_to_end(conf, app, [STEPS, STEP_FINDINGS, HEARTBEATS])
+    publisher = Publisher(conf, block_when_full=True)
+    sim = ClusterSimulator(layout_for(ranks), seed=1, job=job, start_ns=time.time_ns())
+    for step in sim.run(rounds):
+        for beat in step.heartbeats():
+            publisher.publish(HEARTBEATS, job_key(job), beat)
+    publisher.drain(300)
+    publisher.shutdown()
+    offsets = Consumer({**conf, "group.id": app})
+    parts = offsets.list_topics(HEARTBEATS, timeout=10).topics[HEARTBEATS].partitions
+    tps = [TopicPartition(HEARTBEATS, p) for p in parts]
+    ends = {tp.partition: offsets.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+
+    def lag() -> int:
+        return sum(ends[tp.partition] - max(tp.offset, 0) for tp in offsets.committed(tps, timeout=10))
+
+    backlog = lag()
+    worker, home = bench_streams.start_worker(app)
+    first: tuple[float, int] | None = None
+    try:
+        deadline = time.monotonic() + 900
+        while (left := lag()) and time.monotonic() < deadline:
+            if first is None and left < backlog:
+                first = (time.monotonic(), left)
+            time.sleep(0.5)
+        done = time.monotonic()
+    finally:
+        bench_streams.stop_worker(worker)
+        offsets.close()
+    if left or first is None:
+        raise SystemExit(f"the worker left {left:,} of {backlog:,} heartbeats; see {home / 'worker.log'}")
+    rate = first[1] / (done - first[0])
+    print(
+        f"worker, heartbeats (one rank per message): {first[1]:,} in {done - first[0]:.1f} s "
+        f"-> {rate:,.0f}/s, i.e. {rate * 5:,.0f} ranks at one heartbeat per 5 s",
         flush=True,
     )
     return rate
@@ -158,6 +211,7 @@ def main() -> None:
             "worker_rank_steps_per_s_1": round(one),
             "worker_rank_steps_per_s_8": round(eight),
             "speedup": round(eight / one, 2),
+            "worker_heartbeats_per_s": round(heartbeat_drain(conf, ranks, 10 if args.quick else 30)),
         }
     print(json.dumps(out))
 
