@@ -101,9 +101,13 @@ def test_four_gloo_ranks_one_slowed_diagnosis_names_it(kafka_conf, unique, tmp_p
     assert (timed <= wall * 1.01 + 0.5).all()  # exclusive times never exceed the step
 
     anomalies = diagnose(batches)
-    named = {r for a in anomalies for r in a.ranks}
-    assert anomalies, "no anomaly found"
-    assert named == {slow}, [(a.cause, a.suspect, a.ranks) for a in anomalies]
+    found = [(a.cause, a.suspect, a.ranks) for a in anomalies]
+    stragglers = {r for a in anomalies if a.cause == "compute_straggler" for r in a.ranks}
+    assert stragglers == {slow}, found
+    # Four real processes share two cores: when the machine stalls, data loading really does
+    # stall on several ranks at once (seen in one CI run: a dataloader stall on ranks 0-2) and
+    # the diagnosis says so. Only the slowed rank may be named for anything else.
+    assert {r for a in anomalies for r in a.ranks if a.cause != "dataloader_stall"} == {slow}, found
 
     stacks = [r for r in recs if isinstance(r, StackSample)]
     beats = [r for r in recs if isinstance(r, Heartbeat)]
