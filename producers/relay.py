@@ -320,19 +320,12 @@ class RelayClient:
 
     def _connect(self) -> socket.socket | None:
         try:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        except OSError:  # e.g. out of file descriptors
-            self._retry_at = time.monotonic() + self.retry_s
-            return None
-        sock.setblocking(False)
-        try:
-            sock.connect(self.path)
-        except OSError:
-            sock.close()
-            self._retry_at = time.monotonic() + self.retry_s
-            return None
-        self._sock = sock
-        return sock
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._sock.setblocking(False)
+            self._sock.connect(self.path)
+        except OSError:  # no relay (yet), or out of file descriptors
+            self._drop()
+        return self._sock
 
     def _drop(self) -> None:
         if self._sock is not None:

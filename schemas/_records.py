@@ -194,13 +194,14 @@ class StepBatch(Record):
 
     @classmethod
     def concat(cls, parts: Sequence[StepBatch]) -> StepBatch:
-        """One batch of the parts of one step; a rank sent twice (a retry) keeps its first row."""
+        """One batch of the parts of one step; a rank sent twice (a retry) keeps its first row.
+
+        The parts must be of one (job, run, step): the callers (the stream assembler, the
+        node relay) group them by that key already, so it is not checked again per part.
+        """
         head = parts[0]
         if len(parts) == 1:
             return head
-        for p in parts:
-            if (p.job, p.run, p.step) != (head.job, head.run, head.step):
-                raise ValueError("StepBatch.concat takes parts of one step of one job and run")
         columns = {k: np.concatenate([p.columns[k] for p in parts]) for k in head.columns}
         _, first = np.unique(columns["rank"], return_index=True)
         if len(first) != len(columns["rank"]):
