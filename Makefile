@@ -35,7 +35,7 @@ test: setup kafka-up
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy schemas producers detectors streams sinks argus
+	$(BIN)/mypy argus
 
 demo: setup kafka-up
 	$(BIN)/argus demo

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
-from producers.agent import AgentConfig, RankAgent, detect_rank_info
+from argus.producers.agent import AgentConfig, RankAgent, detect_rank_info
 
 from .config import Settings, load_settings
 
@@ -87,7 +87,7 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
         job = conf.job or os.environ.get("TORCHELASTIC_RUN_ID") or "local"
         info = detect_rank_info(job, **{k: v for k, v in settings.items() if k in _LAYOUT})
         if sink is None:
-            from producers.publisher import Publisher
+            from argus.producers.publisher import Publisher
 
             sink = _publisher = Publisher(
                 conf.kafka_client_config(),

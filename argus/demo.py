@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from schemas import (
+from argus.schemas import (
     ALL_TOPICS,
     ANOMALIES,
     STEP_FINDINGS,
@@ -387,7 +387,7 @@ def _own_broker_env(env: dict[str, str], bootstrap: str) -> dict[str, str]:
 
 def _read_findings(home: Path, jobs: Sequence[str]) -> list[Finding]:
     """The latest version of every anomaly of ``jobs`` from the demo's chDB store."""
-    from sinks import ChdbStore, SinkError
+    from argus.sinks import ChdbStore, SinkError
 
     params = {f"j{i}": j for i, j in enumerate(jobs)}
     try:
@@ -454,8 +454,8 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
     Raises :class:`DemoError` with the failing part and its log when something does not
     come up or does not finish within ``cfg.timeout_s``.
     """
-    from producers.publisher import Publisher, PublishError
-    from sinks.kafka_sink import SINK_TOPICS
+    from argus.producers.publisher import Publisher, PublishError
+    from argus.sinks.kafka_sink import SINK_TOPICS
 
     from .simulate import layout_for, parse_fault, publish_simulation
 

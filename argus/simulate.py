@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from producers.simulator import FAULT_KINDS, ClusterSimulator, Fault, Label, Layout
-from schemas import STEPS, step_key
+from argus.producers.simulator import FAULT_KINDS, ClusterSimulator, Fault, Label, Layout
+from argus.schemas import STEPS, step_key
 
 from .config import ConfigError
 

@@ -11,7 +11,7 @@ __all__ = ["faust_credentials", "open_configured_store", "stream_config"]
 
 def open_configured_store(settings: Settings) -> Any:
     """The ClickHouse store the settings name: a server if ARGUS_CLICKHOUSE_URL, else chDB."""
-    from sinks import open_store
+    from argus.sinks import open_store
 
     if settings.clickhouse_url:
         return open_store(
@@ -54,8 +54,8 @@ def faust_credentials(settings: Settings) -> Any:
 
 def stream_config(settings: Settings, **overrides: Any) -> Any:
     """The stream workers' configuration from settings."""
-    from detectors import HangConfig
-    from streams import AssemblyConfig, StreamConfig
+    from argus.detectors import HangConfig
+    from argus.streams import AssemblyConfig, StreamConfig
 
     brokers = ";".join(f"kafka://{b.strip()}" for b in settings.kafka_bootstrap.split(",") if b.strip())
     values: dict[str, Any] = {

@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import itertools
 
-from producers.kineto import KinetoImport
-from producers.sketch import NameInterner, RankSketchEncoder, kernel_stats
-from producers.sketch._synthetic import SyntheticJob
-from schemas import KernelSketch, encode
-from schemas.kernel_codec import decode_payload, encode_payload
+from argus.producers.kineto import KinetoImport
+from argus.producers.sketch import NameInterner, RankSketchEncoder, kernel_stats
+from argus.producers.sketch._synthetic import SyntheticJob
+from argus.schemas import KernelSketch, encode
+from argus.schemas.kernel_codec import decode_payload, encode_payload
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("ARGUS_KINETO_DATA", REPO.parent / "shared" / "data" / "kineto"))
@@ -58,7 +58,7 @@ def _envelope(payload: bytes, step: int) -> int:
 
 
 def _varint_bytes(values: np.ndarray) -> bytes:
-    from schemas.kernel_codec import _varints
+    from argus.schemas.kernel_codec import _varints
 
     return _varints(np.asarray(values, np.uint64))
 

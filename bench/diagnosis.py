@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from detectors import HANG_CAUSES, HangState, JobDiagnoser, detect_hang, hang_anomalies
-from producers.simulator import (
+from argus.detectors import HANG_CAUSES, HangState, JobDiagnoser, detect_hang, hang_anomalies
+from argus.producers.simulator import (
     FAULT_KINDS,
     HANG_SCENARIOS,
     KERNEL_NAMES,
@@ -38,7 +38,7 @@ from producers.simulator import (
     Layout,
     random_fault,
 )
-from schemas import Anomaly
+from argus.schemas import Anomaly
 
 LAYOUTS = {
     1024: Layout(dp=16, tp=8, pp=8),

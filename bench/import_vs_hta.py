@@ -108,7 +108,7 @@ def _kafka_reachable() -> bool:
     sys.path.insert(0, str(REPO))
     from argus.config import load_settings
     from argus.kafka_admin import KafkaUnavailable, ensure_topics
-    from schemas import KERNELS, STEPS
+    from argus.schemas import KERNELS, STEPS
 
     settings = load_settings()
     try:

@@ -76,8 +76,8 @@ def main() -> None:
         return out
 
     import argus
-    from producers.agent import AgentConfig, RankAgent, RankInfo
-    from producers.publisher import Publisher
+    from argus.producers.agent import AgentConfig, RankAgent, RankInfo
+    from argus.producers.publisher import Publisher
 
     train(10)  # warm-up
     spool = tempfile.mkdtemp(prefix="argus-overhead-")

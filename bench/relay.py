@@ -37,10 +37,10 @@ sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
 from argus.kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, skip_to_end  # noqa: E402
+from argus.producers.publisher import Publisher  # noqa: E402
+from argus.producers.relay import NodeRelay, RelayClient  # noqa: E402
+from argus.schemas import ALL_TOPICS, HEARTBEATS, STEP_FINDINGS, STEPS, Record, StepBatch, StepRecord, encode  # noqa: E402
 from argus.simulate import layout_for, publish_simulation  # noqa: E402
-from producers.publisher import Publisher  # noqa: E402
-from producers.relay import NodeRelay, RelayClient  # noqa: E402
-from schemas import ALL_TOPICS, HEARTBEATS, STEP_FINDINGS, STEPS, Record, StepBatch, StepRecord, encode  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_streams", REPO / "bench" / "streams.py")
 assert _spec is not None and _spec.loader is not None
@@ -146,8 +146,8 @@ def heartbeat_drain(conf: dict[str, Any], ranks: int, rounds: int) -> float:
     """Heartbeats/s of a fresh worker draining a backlog of per-rank heartbeats."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from producers.simulator import ClusterSimulator
-    from schemas import job_key
+    from argus.producers.simulator import ClusterSimulator
+    from argus.schemas import job_key
 
     run = uuid.uuid4().hex[:8]
     app = job = f"bench-heartbeats-{run}"

@@ -42,11 +42,11 @@ sys.path.insert(0, str(REPO))
 from argus.config import load_settings  # noqa: E402
 from argus.kafka_admin import ensure_topics, probe_kafka  # noqa: E402
 from argus.report import build_report  # noqa: E402
-from schemas import Anomaly, GpuSample, StackSample, StepBatch, StepSummary, encode, step_key  # noqa: E402
-from sinks import ChdbStore, migrate, to_arrow  # noqa: E402
-from sinks.grafana import ALERTS, all_panels, expand  # noqa: E402
-from sinks.grafana.queries import REPORT  # noqa: E402
-from sinks.kafka_sink import KafkaSink  # noqa: E402
+from argus.schemas import Anomaly, GpuSample, StackSample, StepBatch, StepSummary, encode, step_key  # noqa: E402
+from argus.sinks import ChdbStore, migrate, to_arrow  # noqa: E402
+from argus.sinks.grafana import ALERTS, all_panels, expand  # noqa: E402
+from argus.sinks.grafana.queries import REPORT  # noqa: E402
+from argus.sinks.kafka_sink import KafkaSink  # noqa: E402
 
 PERIOD_NS = 1_000_000_000  # one step per second
 RANKS_PER_MESSAGE = 64

@@ -35,9 +35,9 @@ sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
 from argus.kafka_admin import ensure_topics, skip_to_end  # noqa: E402
+from argus.producers.publisher import Publisher  # noqa: E402
+from argus.schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS, decode  # noqa: E402
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
-from producers.publisher import Publisher  # noqa: E402
-from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS, decode  # noqa: E402
 
 
 class PeakRss(threading.Thread):

@@ -23,7 +23,7 @@ __all__ = [
     "UNKNOWN",
 ]
 
-from schemas.causes import (
+from argus.schemas.causes import (
     CHECKPOINT_STALL,
     COMPUTE_STRAGGLER,
     DATALOADER_STALL,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas import StepBatch
+from argus.schemas import StepBatch
 
 from ._config import DiagnoserConfig
 from ._robust import GroupIndex, group_median_scale, is_identity

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas import Anomaly, KernelStats, StackSample, StepBatch, StepSummary
+from argus.schemas import Anomaly, KernelStats, StackSample, StepBatch, StepSummary
 
 from ._classes import ONE_OFF_CAUSES
 from ._config import DiagnoserConfig

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schemas import Anomaly, Heartbeat
+from argus.schemas import Anomaly, Heartbeat
 
 from ._classes import HANG, LOST_RANK
 from .cost import gpu_hours

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas import KernelStats
+from argus.schemas import KernelStats
 
 __all__ = ["KernelFinding", "kernel_level"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from schemas import KernelStats
+from argus.schemas import KernelStats
 
 __all__ = ["cdf", "knots", "mean_ns", "merge", "quantiles"]
 

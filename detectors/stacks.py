@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schemas import StackSample
+from argus.schemas import StackSample
 
 __all__ = ["StackDelta", "stack_diff"]
 

@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from schemas import STEPS, Record, SchemaError, encode
+from argus.schemas import STEPS, Record, SchemaError, encode
 
 from .relay import RelayClient
 from .spool import Spool, SpoolRecord

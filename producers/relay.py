@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from schemas import STEPS, Record, SchemaError, StepBatch, decode_many, step_key
+from argus.schemas import STEPS, Record, SchemaError, StepBatch, decode_many, step_key
 
 __all__ = ["NodeRelay", "RelayClient", "RelayError", "StepMerger"]
 

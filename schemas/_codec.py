@@ -67,7 +67,7 @@ class SchemaInfo:
 
 
 def _load() -> dict[int, SchemaInfo]:
-    folder = resources.files("schemas") / "avro"
+    folder = resources.files(__package__ or "argus.schemas") / "avro"
     registry = json.loads((folder / "registry.json").read_text())
     out: dict[int, SchemaInfo] = {}
     for sid, ref in registry.items():

@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from schemas import (
+from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,
     GPU_SAMPLES,

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from schemas import DecodeError, KernelNames, KernelSketch, KernelStats
-from schemas.kernel_codec import CODEC_ID, decode_payload
+from argus.schemas import DecodeError, KernelNames, KernelSketch, KernelStats
+from argus.schemas.kernel_codec import CODEC_ID, decode_payload
 
 __all__ = ["KernelDecoder", "kernel_table", "quantiles_at"]
 

@@ -24,7 +24,7 @@ class Migration:
 
 def migrations() -> list[Migration]:
     """All migrations shipped with this build, in version order."""
-    folder = resources.files("sinks") / "ddl"
+    folder = resources.files(__package__ or "argus.sinks") / "ddl"
     out = []
     for entry in folder.iterdir():
         m = _NAME.match(entry.name)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from schemas import (
+from argus.schemas import (
     COLLECTIVE_COLUMNS,
     PHASE_COLUMNS,
     Anomaly,

@@ -45,7 +45,7 @@ from typing import Any
 
 import faust
 
-from detectors import (
+from argus.detectors import (
     DiagnoserConfig,
     HangConfig,
     HangState,
@@ -56,7 +56,7 @@ from detectors import (
     hang_anomalies,
     step_findings,
 )
-from schemas import (
+from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,
     HEARTBEATS,

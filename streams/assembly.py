@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas import StepBatch
+from argus.schemas import StepBatch
 
 __all__ = ["AssemblyConfig", "CompleteStep", "StepAssembler"]
 

@@ -36,7 +36,7 @@ def kafka_conf() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A migrated embedded ClickHouse store for the whole test session."""
-    from sinks import ChdbStore, migrate
+    from argus.sinks import ChdbStore, migrate
 
     s = ChdbStore(tmp_path_factory.mktemp("clickhouse"))
     migrate(s)

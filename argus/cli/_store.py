@@ -15,8 +15,8 @@ __all__ = ["command_store"]
 @contextmanager
 def command_store(*, migrate: bool = True) -> Iterator[Any]:
     """The store, migrated; a locked or unreachable store is a one-line error, exit 3."""
-    from sinks import QueryError, SinkError, StoreLockedError
-    from sinks import migrate as run_migrations
+    from argus.sinks import QueryError, SinkError, StoreLockedError
+    from argus.sinks import migrate as run_migrations
 
     s = settings()
     try:

@@ -14,7 +14,7 @@ app.add_typer(db_app, name="db")
 @db_app.command("migrate")
 def migrate_cmd() -> None:
     """Apply the DDL migrations the store lacks (safe to run again)."""
-    from sinks import migrate, migrations
+    from argus.sinks import migrate, migrations
 
     with command_store(migrate=False) as store:
         applied = migrate(store)

@@ -10,7 +10,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from detectors import diagnose_series
+from argus.detectors import diagnose_series
 
 from ..csvlogs import CsvError, read_series
 from ._app import app, console, fail

@@ -49,7 +49,7 @@ def _kafka(conf: dict[str, object]) -> Check:
 def _clickhouse() -> Check:
     s = settings()
     try:
-        from sinks import SinkError, StoreLockedError
+        from argus.sinks import SinkError, StoreLockedError
     except ImportError as exc:
         return Check("ClickHouse", "fail", f"sinks extra not installed ({exc.name})", True)
     where = s.clickhouse_url or str(s.data_dir)
@@ -87,7 +87,7 @@ def _optional() -> list[Check]:
 
 
 def _gpu() -> list[Check]:
-    from producers.collectors import cupti_probe, nvml_probe
+    from argus.producers.collectors import cupti_probe, nvml_probe
 
     checks = []
     for name, probe in (("NVML (GPU health)", nvml_probe), ("CUPTI (GPU kernels)", cupti_probe)):

@@ -20,7 +20,7 @@ def export_cmd(
     check: bool = typer.Option(False, help="only check that the files in --out are up to date"),
 ) -> None:
     """Write the provisioning files (or check they match the code with --check)."""
-    from sinks.grafana import export, rendered_files
+    from argus.sinks.grafana import export, rendered_files
 
     if check:
         stale = [
@@ -42,7 +42,7 @@ def push_cmd(
     token: str = typer.Option("", help="service-account token (default ARGUS_GRAFANA_TOKEN; prefer the env)"),
 ) -> None:
     """Create or update the Argus folder, dashboards and alert rules in a running Grafana."""
-    from sinks.grafana import GrafanaPushError, push
+    from argus.sinks.grafana import GrafanaPushError, push
 
     s = settings()
     url = url or s.grafana_url

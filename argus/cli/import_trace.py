@@ -26,7 +26,7 @@ def _default_job(path: Path) -> str:
 
 def _import_one(path: str, job: str, run: int, rank: int | None) -> tuple[list[Any], Any]:
     """Every record of one trace file and the import summary (runs in a worker process too)."""
-    from producers.kineto import KinetoImport
+    from argus.producers.kineto import KinetoImport
 
     imp = KinetoImport(path, job=job, run=run, rank=rank)
     return list(imp.records()), imp.summary
@@ -54,7 +54,7 @@ def import_files(
     with Progress(*columns, console=console, transient=True, disable=total < _BIG) as bar:
         task = bar.add_task("importing", total=total)
         if workers <= 1 or len(paths) == 1:
-            from producers.kineto import KinetoImport
+            from argus.producers.kineto import KinetoImport
 
             if started is not None:
                 started()
@@ -105,7 +105,7 @@ class _LocalStore:
 
 
 def _store_local(records: list[Any], store: Any) -> int:
-    from sinks import to_arrow
+    from argus.sinks import to_arrow
 
     by_type: dict[type, list[Any]] = defaultdict(list)
     for r in records:
@@ -117,8 +117,8 @@ def _store_local(records: list[Any], store: Any) -> int:
 
 
 def _publish(records: list[Any]) -> int:
-    from producers.publisher import Publisher, PublishError
-    from schemas import KERNELS, STEPS, KernelNames, KernelSketch, StepBatch, rank_key, step_key
+    from argus.producers.publisher import Publisher, PublishError
+    from argus.schemas import KERNELS, STEPS, KernelNames, KernelSketch, StepBatch, rank_key, step_key
 
     try:
         publisher = Publisher(settings().kafka_client_config(), block_when_full=True)
@@ -146,7 +146,7 @@ def import_trace(
     workers: int = typer.Option(min(2, os.cpu_count() or 1), "--workers", "-j", help="parallel processes"),
 ) -> None:
     """Import Kineto traces: step records and kernel sketches, exactly as live ranks publish them."""
-    from producers.kineto import TraceError
+    from argus.producers.kineto import TraceError
 
     if rank is not None and len(paths) != 1:
         fail("--rank applies to a single file; multi-file imports take each rank from distributedInfo")

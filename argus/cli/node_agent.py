@@ -30,9 +30,9 @@ def node_agent(
     With a relay socket it also merges the step records of the node's ranks, one Kafka
     message per step instead of one per rank; without a GPU the relay keeps serving.
     """
-    from producers.collectors.nvml import NvmlSampler, run_node_agent
-    from producers.publisher import Publisher, PublishError
-    from producers.relay import NodeRelay, RelayError
+    from argus.producers.collectors.nvml import NvmlSampler, run_node_agent
+    from argus.producers.publisher import Publisher, PublishError
+    from argus.producers.relay import NodeRelay, RelayError
 
     conf = settings()
     try:

@@ -23,8 +23,8 @@ def simulate(
     ranks_per_message: int = typer.Option(64, min=1, help="ranks per Kafka message (a node agent's batch)"),
 ) -> None:
     """Publish a simulated job with injected faults into Kafka at a chosen step rate."""
-    from producers.publisher import Publisher, PublishError
-    from schemas import ALL_TOPICS
+    from argus.producers.publisher import Publisher, PublishError
+    from argus.schemas import ALL_TOPICS
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
     from ..simulate import layout_for, parse_fault, publish_simulation

@@ -24,9 +24,9 @@ def sink(
     idle_exit: float = typer.Option(0.0, help="exit after this many idle seconds (0: run until SIGTERM)"),
 ) -> None:
     """Consume the Argus topics into ClickHouse, exactly once; stop cleanly on SIGTERM/SIGINT."""
-    from schemas import ALL_TOPICS
-    from sinks import SinkError, StoreLockedError, migrate
-    from sinks.kafka_sink import KafkaSink
+    from argus.schemas import ALL_TOPICS
+    from argus.sinks import SinkError, StoreLockedError, migrate
+    from argus.sinks.kafka_sink import KafkaSink
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
     from ..wiring import open_configured_store

@@ -16,8 +16,8 @@ def worker(
     """Run a stream worker: assemble steps, diagnose them live, publish anomalies (SIGTERM stops it)."""
     import faust
 
-    from schemas import ANOMALIES, DEAD_LETTER, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS
-    from streams import build_app
+    from argus.schemas import ANOMALIES, DEAD_LETTER, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS
+    from argus.streams import build_app
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
     from ..wiring import stream_config

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sinks.store import Store
+from argus.sinks.store import Store
 
 from ._data import ReportData, Suspect, Table, UnknownJobError, collect
 from ._html import render

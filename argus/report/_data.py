@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sinks.grafana import all_panels, expand
-from sinks.grafana.queries import REPORT
-from sinks.store import Store
+from argus.sinks.grafana import all_panels, expand
+from argus.sinks.grafana.queries import REPORT
+from argus.sinks.store import Store
 
 __all__ = ["ReportData", "Suspect", "Table", "UnknownJobError", "collect"]
 

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from schemas import (
+from argus.schemas import (
     HEARTBEATS,
     STACKS,
     STEPS,
@@ -344,6 +344,6 @@ class RankAgent:
 
 def rec_topic(_rec: Record) -> str:
     """Topic of a kernel record (sketches and names share the kernels topic)."""
-    from schemas import KERNELS
+    from argus.schemas import KERNELS
 
     return KERNELS

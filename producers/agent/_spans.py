@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas import COLLECTIVE_COLUMNS, PHASE_COLUMNS
+from argus.schemas import COLLECTIVE_COLUMNS, PHASE_COLUMNS
 
 __all__ = [
     "COLUMNS",

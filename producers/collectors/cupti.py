@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas import KernelNames, KernelSketch
+from argus.schemas import KernelNames, KernelSketch
 
 from ..sketch import NameInterner, RankSketchEncoder, kernel_stats
 from .gpu_probe import cupti_probe

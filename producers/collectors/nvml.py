@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import GPU_SAMPLES, GpuSample
+from argus.schemas import GPU_SAMPLES, GpuSample
 
 from .gpu_probe import nvml_probe
 

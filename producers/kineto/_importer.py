@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from schemas import LIMITS, StepBatch, StepRecord, ValidationError, validate
-from schemas import Record as _Record
+from argus.schemas import LIMITS, StepBatch, StepRecord, ValidationError, validate
+from argus.schemas import Record as _Record
 
 from ..sketch import NameInterner, RankSketchEncoder, kernel_stats
 from ._errors import TraceError

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schemas import Heartbeat, KernelStats, StackSample, StepBatch
+from argus.schemas import Heartbeat, KernelStats, StackSample, StepBatch
 
 from ._faults import (
     CHECKPOINT_STALL,

@@ -31,7 +31,7 @@ __all__ = [
     "random_fault",
 ]
 
-from schemas.causes import (
+from argus.schemas.causes import (
     CHECKPOINT_STALL,
     COMPUTE_STRAGGLER,
     DATALOADER_STALL,
@@ -44,8 +44,8 @@ from schemas.causes import (
     PIPELINE_STAGE_IMBALANCE,
     SEQUENCE_LENGTH_IMBALANCE,
 )
-from schemas.causes import FAULT_CAUSES as FAULT_KINDS
-from schemas.causes import ONE_OFF_CAUSES as ONE_OFF_KINDS
+from argus.schemas.causes import FAULT_CAUSES as FAULT_KINDS
+from argus.schemas.causes import ONE_OFF_CAUSES as ONE_OFF_KINDS
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas import Heartbeat
+from argus.schemas import Heartbeat
 
 from ._layout import Layout
 from ._stacks import STACKS

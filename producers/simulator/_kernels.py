@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schemas import KernelNames, KernelStats
+from argus.schemas import KernelNames, KernelStats
 
 if TYPE_CHECKING:
     from ._cluster import SimStep

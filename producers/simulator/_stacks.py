@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from schemas import Heartbeat, StackSample
+from argus.schemas import Heartbeat, StackSample
 
 if TYPE_CHECKING:
     from ._cluster import SimStep

@@ -3,8 +3,8 @@ every ``key_every`` steps so that a consumer that joins late or loses a message 
 
 from __future__ import annotations
 
-from schemas import KernelSketch, KernelStats
-from schemas.kernel_codec import CODEC_ID, encode_payload, quantize
+from argus.schemas import KernelSketch, KernelStats
+from argus.schemas.kernel_codec import CODEC_ID, encode_payload, quantize
 
 __all__ = ["RankSketchEncoder"]
 

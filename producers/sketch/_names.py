@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from schemas import KernelNames
+from argus.schemas import KernelNames
 
 __all__ = ["NameInterner"]
 

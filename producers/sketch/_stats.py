@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas import KernelStats
-from schemas.kernel_codec import DEFAULT_PROBS
+from argus.schemas import KernelStats
+from argus.schemas.kernel_codec import DEFAULT_PROBS
 
 __all__ = ["ALL_STREAMS", "kernel_stats", "stream_idle"]
 

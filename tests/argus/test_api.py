@@ -6,7 +6,7 @@ import pytest
 
 import argus
 from argus.api import StepCallbacks
-from schemas import STEPS
+from argus.schemas import STEPS
 
 
 class ListSink:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from argus.report import UnknownJobError, build_report, collect, render
-from sinks.grafana.queries import REPORT
+from argus.sinks.grafana.queries import REPORT
 
 from ..sinks.test_grafana import STRAGGLER, load_job
 

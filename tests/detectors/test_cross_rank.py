@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import detectors as d
-from detectors._robust import GroupIndex, group_median_scale
-from producers.simulator import (
+from argus import detectors as d
+from argus.detectors._robust import GroupIndex, group_median_scale
+from argus.producers.simulator import (
     COMPUTE_STRAGGLER,
     GC_PAUSE,
     KERNEL_NAMES,

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 
-import detectors as d
-from producers.simulator import COMPUTE_STRAGGLER, GC_PAUSE, ClusterSimulator, Fault, Layout
-from schemas import Anomaly, StepBatch, decode, encode, validate
+from argus import detectors as d
+from argus.producers.simulator import COMPUTE_STRAGGLER, GC_PAUSE, ClusterSimulator, Fault, Layout
+from argus.schemas import Anomaly, StepBatch, decode, encode, validate
 
 LAYOUT = Layout(dp=8, tp=4, pp=2)
 FAULTS = [

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from detectors import (
+from argus.detectors import (
     HANG,
     LOST_RANK,
     HangConfig,
@@ -16,8 +16,8 @@ from detectors import (
     hang_anomalies,
     stack_where,
 )
-from producers.simulator import HANG_SCENARIOS, HangScenario, HangSimulator, Layout
-from schemas import Anomaly, Heartbeat, decode, encode
+from argus.producers.simulator import HANG_SCENARIOS, HangScenario, HangSimulator, Layout
+from argus.schemas import Anomaly, Heartbeat, decode, encode
 
 LAYOUTS = {1024: Layout(dp=16, tp=8, pp=8), 16384: Layout(dp=64, tp=8, pp=32)}
 AT_S = 40.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import detectors as d
-from producers.simulator import KERNEL_NAMES, ClusterSimulator, Fault, Layout
-from schemas import Anomaly, validate
+from argus import detectors as d
+from argus.producers.simulator import KERNEL_NAMES, ClusterSimulator, Fault, Layout
+from argus.schemas import Anomaly, validate
 
 LAYOUT = Layout(dp=8, tp=4, pp=2)  # 64 ranks, 8 hosts
 

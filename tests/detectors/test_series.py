@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from argus.cli import app
-from detectors import COMPUTE_STRAGGLER, UNKNOWN, diagnose_series
+from argus.detectors import COMPUTE_STRAGGLER, UNKNOWN, diagnose_series
 
 
 def write_log(path: Path, *, seed: int = 0, value_col: str = "step_ms") -> Path:

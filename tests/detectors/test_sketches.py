@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from detectors.sketches import cdf, knots, mean_ns, merge, quantiles
-from producers.sketch import kernel_stats
-from producers.sketch._synthetic import SyntheticJob
-from schemas import KernelStats
-from schemas.kernel_codec import DEFAULT_PROBS, decode_payload, encode_payload
+from argus.detectors.sketches import cdf, knots, mean_ns, merge, quantiles
+from argus.producers.sketch import kernel_stats
+from argus.producers.sketch._synthetic import SyntheticJob
+from argus.schemas import KernelStats
+from argus.schemas.kernel_codec import DEFAULT_PROBS, decode_payload, encode_payload
 
 
 def _step(job: SyntheticJob, step: int) -> tuple[KernelStats, dict[str, np.ndarray]]:

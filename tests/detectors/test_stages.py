@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import json
 
-from detectors import DiagnoserConfig, JobDiagnoser, JobState, StepFindings, apply_findings, step_findings
-from producers.simulator import COMPUTE_STRAGGLER, DATALOADER_STALL, ClusterSimulator, Fault, Layout
+from argus.detectors import (
+    DiagnoserConfig,
+    JobDiagnoser,
+    JobState,
+    StepFindings,
+    apply_findings,
+    step_findings,
+)
+from argus.producers.simulator import COMPUTE_STRAGGLER, DATALOADER_STALL, ClusterSimulator, Fault, Layout
 
 
 def test_split_stages_through_json_match_the_facade() -> None:

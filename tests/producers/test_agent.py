@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from producers.agent import (
+from argus.producers.agent import (
     COLUMNS,
     AgentConfig,
     RankAgent,
@@ -19,7 +19,7 @@ from producers.agent import (
     detect_rank_info,
     exclusive_ms,
 )
-from schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch
+from argus.schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch
 
 IDX = {c: i for i, c in enumerate(COLUMNS)}
 
@@ -115,7 +115,7 @@ def test_agent_on_a_real_torch_loop():
 
 
 def test_a_declared_pause_goes_out_at_once_and_ends_explicitly():
-    from schemas import decode, encode
+    from argus.schemas import decode, encode
 
     sink = ListSink()
     agent = RankAgent(sink, RankInfo("job-p", 0, 1, 2, 1, "hostB"), AgentConfig(stacks=False, cupti=False))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch, decode
+from argus.schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch, decode
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -50,8 +50,8 @@ def consume(
 
 
 def test_four_gloo_ranks_one_slowed_diagnosis_names_it(kafka_conf, unique, tmp_path):
+    from argus.detectors import diagnose
     from argus.examples.train_ddp import launch
-    from detectors import diagnose
 
     job, steps, slow = f"gloo-{unique}", 30, 2
     assignment = start_offsets(kafka_conf, [STEPS, STACKS, HEARTBEATS])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from producers.collectors.cupti import CuptiCollector, activity_arrays, step_events, sync_ns_per_step
-from schemas import KernelNames, KernelSketch
-from schemas.kernel_codec import decode_payload
+from argus.producers.collectors.cupti import CuptiCollector, activity_arrays, step_events, sync_ns_per_step
+from argus.schemas import KernelNames, KernelSketch
+from argus.schemas.kernel_codec import decode_payload
 
 cupti = pytest.importorskip("cupti.cupti")  # cupti-python is in the dev extra; it imports without a GPU
 

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from detectors import HANG, HangState, detect_hang, hang_anomalies
-from schemas import HEARTBEATS, Heartbeat, decode
+from argus.detectors import HANG, HangState, detect_hang, hang_anomalies
+from argus.schemas import HEARTBEATS, Heartbeat, decode
 from tests.producers.test_agent_distributed import start_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

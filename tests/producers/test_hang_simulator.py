@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from producers.simulator import HANG_LOST, HANG_SCENARIOS, HangScenario, HangSimulator, Layout
-from schemas import decode, encode
+from argus.producers.simulator import HANG_LOST, HANG_SCENARIOS, HangScenario, HangSimulator, Layout
+from argus.schemas import decode, encode
 
 LAYOUT = Layout(dp=4, tp=8, pp=4)
 S = 1e9

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from producers.kineto import KinetoImport, TraceError, TraceReader, collective_kind, phase_of
-from schemas import KernelNames, KernelSketch, StepBatch, encode
-from schemas.kernel_codec import decode_payload
+from argus.producers.kineto import KinetoImport, TraceError, TraceReader, collective_kind, phase_of
+from argus.schemas import KernelNames, KernelSketch, StepBatch, encode
+from argus.schemas.kernel_codec import decode_payload
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("ARGUS_KINETO_DATA", REPO.parent / "shared" / "data" / "kineto"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from producers.collectors.nvml import (
+from argus.producers.collectors.nvml import (
     NVLINK_ERROR_FIELDS,
     NVLINK_RX_FIELD,
     NVLINK_TX_FIELD,

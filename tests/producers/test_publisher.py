@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from producers.spool import Spool
+from argus.producers.spool import Spool
 
 
 def recs(a: int, b: int) -> list[tuple[str, bytes, bytes]]:
@@ -59,8 +59,8 @@ def test_publisher_delivers_in_order_and_never_raises(kafka_conf, unique, tmp_pa
     from confluent_kafka import Consumer
 
     from argus.kafka_admin import ensure_topics
-    from producers.publisher import Publisher
-    from schemas import StepBatch, StepRecord
+    from argus.producers.publisher import Publisher
+    from argus.schemas import StepBatch, StepRecord
 
     topic = f"argus-test-pub-{unique}"
     ensure_topics(kafka_conf, [topic], partitions=3)
@@ -98,7 +98,7 @@ def test_publisher_delivers_in_order_and_never_raises(kafka_conf, unique, tmp_pa
 
 def test_publisher_spools_when_the_broker_is_unreachable(tmp_path):
     """No broker at all: records go to the spool after the stall, shutdown keeps them on disk."""
-    from producers.publisher import Publisher
+    from argus.producers.publisher import Publisher
 
     pub = Publisher({"bootstrap.servers": "127.0.0.1:1"}, spool_dir=tmp_path, stall_s=0.3)
     for i in range(200):
@@ -116,7 +116,7 @@ def test_publisher_spools_when_the_broker_is_unreachable(tmp_path):
 def test_bulk_publisher_waits_for_room_and_drain_names_what_was_lost(kafka_conf, unique):
     """A tiny queue: the bulk publisher waits and delivers all; the default one drops and says so."""
     from argus.kafka_admin import ensure_topics
-    from producers.publisher import Publisher, PublishError
+    from argus.producers.publisher import Publisher, PublishError
 
     topic = f"argus-test-bulk-{unique}"
     ensure_topics(kafka_conf, [topic], partitions=2)
@@ -139,7 +139,7 @@ def test_bulk_publisher_waits_for_room_and_drain_names_what_was_lost(kafka_conf,
 def test_a_bulk_publisher_does_not_wait_for_a_broker_that_is_not_there():
     """No broker and librdkafka's own queue full: publish stops waiting once the broker is
     stalled, every record is counted lost, drain raises and shutdown says records were lost."""
-    from producers.publisher import Publisher, PublishError
+    from argus.producers.publisher import Publisher, PublishError
 
     pub = Publisher(
         {"bootstrap.servers": "127.0.0.1:1", "queue.buffering.max.messages": 20},

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch, decode
+from argus.schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch, decode
 from tests.figures import report
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from producers.relay import NodeRelay, RelayError, StepMerger
-from schemas import STEPS, StepBatch, StepRecord
+from argus.producers.relay import NodeRelay, RelayError, StepMerger
+from argus.schemas import STEPS, StepBatch, StepRecord
 
 
 def part(job: str, step: int, rank: int) -> StepBatch:
@@ -101,8 +101,8 @@ def test_a_relay_path_that_is_not_a_socket_is_refused_and_left_alone(tmp_path):
 
 def test_a_stopping_relay_publishes_everything_it_took_and_sends_the_rest_back(tmp_path):
     """Datagrams still queued in the socket at stop are published; later sends are refused."""
-    from producers.relay import RelayClient
-    from schemas import encode
+    from argus.producers.relay import RelayClient
+    from argus.schemas import encode
 
     class Keep:
         def __init__(self) -> None:
@@ -140,7 +140,7 @@ def _steps_of(
     """The job's StepBatches on the steps topic, and the undecodable messages naming it."""
     from confluent_kafka import Consumer
 
-    from schemas import SchemaError, decode
+    from argus.schemas import SchemaError, decode
 
     c = Consumer({**kafka_conf, "group.id": f"relay-{job}", "auto.offset.reset": "earliest"})
     c.subscribe([STEPS])
@@ -189,8 +189,8 @@ def _env(kafka_conf: dict, tmp_path) -> dict:
 def test_ranks_through_the_node_agent_relay_to_kafka_and_back_to_direct(kafka_conf, unique, tmp_path):
     """8 rank publishers → `argus node-agent --relay` → broker; after the relay stops, ranks go direct."""
     from argus.kafka_admin import ensure_topics
-    from producers.publisher import Publisher
-    from schemas import ALL_TOPICS
+    from argus.producers.publisher import Publisher
+    from argus.schemas import ALL_TOPICS
 
     ensure_topics(kafka_conf, ALL_TOPICS, partitions=4)
     path = tmp_path / "run" / "relay.sock"
@@ -242,8 +242,8 @@ def test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing(kafka_conf, 
     started again twice; every rank-step arrives exactly once (through the relay, or direct
     while it is away)."""
     from argus.kafka_admin import ensure_topics
-    from producers.publisher import Publisher
-    from schemas import ALL_TOPICS
+    from argus.producers.publisher import Publisher
+    from argus.schemas import ALL_TOPICS
     from tests.figures import report
 
     seconds = float(os.environ.get("ARGUS_TEST_RELAY_S", "6"))
@@ -307,7 +307,7 @@ def test_a_relay_restart_under_live_ranks_loses_and_doubles_nothing(kafka_conf, 
 @pytest.mark.kafka
 def test_ranks_without_a_relay_publish_to_kafka_directly(kafka_conf, unique, tmp_path):
     from argus.kafka_admin import ensure_topics
-    from producers.publisher import Publisher
+    from argus.producers.publisher import Publisher
 
     ensure_topics(kafka_conf, [STEPS], partitions=4)
     job = f"norelay-{unique}"

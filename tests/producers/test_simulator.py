@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-import detectors
-from producers.simulator import (
+from argus import detectors
+from argus.producers.simulator import (
     COMPUTE_STRAGGLER,
     FAULT_KINDS,
     KERNEL_NAMES,
@@ -19,7 +19,7 @@ from producers.simulator import (
     Layout,
     random_fault,
 )
-from schemas import StepBatch, decode, encode, validate
+from argus.schemas import StepBatch, decode, encode, validate
 
 LAYOUT = Layout(dp=8, tp=4, pp=2)
 

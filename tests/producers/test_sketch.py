@@ -6,10 +6,10 @@ import time
 
 import numpy as np
 
-from producers.sketch import ALL_STREAMS, NameInterner, RankSketchEncoder, kernel_stats, stream_idle
-from producers.sketch._synthetic import SyntheticJob
-from schemas import KernelNames, encode
-from schemas.kernel_codec import DEFAULT_PROBS, decode_payload
+from argus.producers.sketch import ALL_STREAMS, NameInterner, RankSketchEncoder, kernel_stats, stream_idle
+from argus.producers.sketch._synthetic import SyntheticJob
+from argus.schemas import KernelNames, encode
+from argus.schemas.kernel_codec import DEFAULT_PROBS, decode_payload
 
 
 def test_kernel_stats_match_numpy_per_kernel() -> None:

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-import schemas
-from schemas import (
+from argus import schemas
+from argus.schemas import (
     SCHEMAS,
     Anomaly,
     DeadLetter,

@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("package", ["schemas", "sinks", "argus"])
+@pytest.mark.parametrize("package", ["argus.schemas", "argus.sinks", "argus.detectors", "argus"])
 def test_all_names_exist(package: str) -> None:
     mod = importlib.import_module(package)
     for name in mod.__all__:

@@ -8,9 +8,9 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from producers.sketch import kernel_stats
-from schemas import DecodeError, KernelStats
-from schemas.kernel_codec import (
+from argus.producers.sketch import kernel_stats
+from argus.schemas import DecodeError, KernelStats
+from argus.schemas.kernel_codec import (
     DEFAULT_PROBS,
     MAX_BODY,
     decode_payload,
@@ -150,7 +150,7 @@ def test_garbage_truncations_and_bit_flips_raise_only_decode_errors() -> None:
 
 
 def test_zstd_bomb_is_refused() -> None:
-    from schemas.kernel_codec import zstd  # type: ignore[attr-defined]
+    from argus.schemas.kernel_codec import zstd  # type: ignore[attr-defined]
 
     bomb = bytes([1, 2]) + zstd.compress(b"\x00" * (MAX_BODY + 1024))
     with pytest.raises(DecodeError):

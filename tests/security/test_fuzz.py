@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from argus.csvlogs import CsvError, read_series
-from detectors import diagnose_series
-from producers.kineto import KinetoImport, TraceError
-from producers.sketch import kernel_stats
-from schemas import SCHEMAS, KernelStats, SchemaError, StepBatch, decode, encode, validate
-from schemas.kernel_codec import decode_payload, encode_payload
+from argus.detectors import diagnose_series
+from argus.producers.kineto import KinetoImport, TraceError
+from argus.producers.sketch import kernel_stats
+from argus.schemas import SCHEMAS, KernelStats, SchemaError, StepBatch, decode, encode, validate
+from argus.schemas.kernel_codec import decode_payload, encode_payload
 
 from ..schemas.test_codec import RECORDS, step_batch
 

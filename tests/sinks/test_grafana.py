@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from detectors import HangState, JobDiagnoser, detect_hang, hang_anomalies
-from producers.simulator import (
+from argus.detectors import HangState, JobDiagnoser, detect_hang, hang_anomalies
+from argus.producers.simulator import (
     COMPUTE_STRAGGLER,
     ClusterSimulator,
     Fault,
@@ -19,11 +19,11 @@ from producers.simulator import (
     HangSimulator,
     Layout,
 )
-from schemas import GpuSample, KernelSketch
-from sinks import to_arrow
-from sinks.grafana import ALERTS, DASHBOARDS, all_panels, expand, percent_encode, rendered_files
-from sinks.grafana.macros import MacroError
-from sinks.kernels import kernel_table
+from argus.schemas import GpuSample, KernelSketch
+from argus.sinks import to_arrow
+from argus.sinks.grafana import ALERTS, DASHBOARDS, all_panels, expand, percent_encode, rendered_files
+from argus.sinks.grafana.macros import MacroError
+from argus.sinks.kernels import kernel_table
 
 REPO = Path(__file__).resolve().parents[2]
 STRAGGLER = 21

@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from argus.kafka_admin import ensure_topics
-from schemas import Anomaly, StepBatch, encode, step_key
-from sinks import to_arrow
-from sinks.kafka_sink import KafkaSink
+from argus.schemas import Anomaly, StepBatch, encode, step_key
+from argus.sinks import to_arrow
+from argus.sinks.kafka_sink import KafkaSink
 from tests.figures import report
 
 from ..schemas.test_codec import T0, step_batch
@@ -157,7 +157,7 @@ def test_an_unfinished_insert_is_replayed_without_duplicates(kafka_conf, store, 
 
 def test_store_outage_is_retried_until_it_returns(kafka_conf, store, unique) -> None:
     """The store refuses inserts for a while (as a restarted ClickHouse would); nothing is lost."""
-    from sinks import StoreUnavailableError
+    from argus.sinks import StoreUnavailableError
 
     topic = make_topic(kafka_conf, f"t-outage-{unique}", partitions=1)
     job = f"outage-{unique}"

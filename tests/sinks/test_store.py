@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sinks import TABLE_OF, QueryError, migrate, migrations, to_arrow
-from sinks.store import dedup_settings, split_statements
+from argus.sinks import TABLE_OF, QueryError, migrate, migrations, to_arrow
+from argus.sinks.store import dedup_settings, split_statements
 
 from ..schemas.test_codec import RECORDS, step_batch
 
@@ -94,7 +94,7 @@ def test_a_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
     holder = textwrap.dedent(
         f"""
         import sys, time
-        from sinks import ChdbStore
+        from argus.sinks import ChdbStore
         s = ChdbStore({str(tmp_path)!r})
         print("ready", flush=True)
         sys.stdin.readline()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from producers.simulator import ClusterSimulator, Layout
-from streams import AssemblyConfig, StepAssembler
+from argus.producers.simulator import ClusterSimulator, Layout
+from argus.streams import AssemblyConfig, StepAssembler
 
 
 def parts(step_batch, size: int):

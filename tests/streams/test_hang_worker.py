@@ -9,9 +9,9 @@ import pytest
 from confluent_kafka import Consumer
 
 from argus.kafka_admin import ensure_topics
-from producers.publisher import Publisher
-from producers.simulator import HangScenario, HangSimulator, Layout
-from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, Anomaly, decode, job_key
+from argus.producers.publisher import Publisher
+from argus.producers.simulator import HangScenario, HangSimulator, Layout
+from argus.schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, Anomaly, decode, job_key
 from tests.streams.test_worker import Worker, fresh_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

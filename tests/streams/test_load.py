@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
+from argus.producers.publisher import Publisher
 from argus.simulate import layout_for, publish_simulation
-from producers.publisher import Publisher
 from tests.figures import report
 
 from .test_worker import collect, fresh_group, worker_factory  # noqa: F401 - the fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.ordering import next_in_order
+from argus.streams.ordering import next_in_order
 
 
 def test_in_order_steps_go_at_once_and_early_ones_wait() -> None:

@@ -16,12 +16,21 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from argus.detectors import diagnose
 from argus.kafka_admin import ensure_topics, skip_to_end
+from argus.producers.publisher import Publisher
+from argus.producers.simulator import ClusterSimulator
+from argus.schemas import (
+    ALL_TOPICS,
+    ANOMALIES,
+    HEARTBEATS,
+    STEP_FINDINGS,
+    STEP_SUMMARIES,
+    STEPS,
+    Anomaly,
+    decode,
+)
 from argus.simulate import layout_for, parse_fault, publish_simulation
-from detectors import diagnose
-from producers.publisher import Publisher
-from producers.simulator import ClusterSimulator
-from schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS, Anomaly, decode
 from tests.figures import report
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -192,7 +201,7 @@ def test_garbage_on_the_steps_topic_goes_to_dead_letters_and_the_worker_goes_on(
     import numpy as np
     from confluent_kafka import Producer
 
-    from schemas import DEAD_LETTER, STEPS, StepBatch, encode, step_key
+    from argus.schemas import DEAD_LETTER, STEPS, StepBatch, encode, step_key
 
     from ..schemas.test_codec import step_batch
 
