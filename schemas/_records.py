@@ -444,8 +444,10 @@ class Anomaly(Record):
     step_ms_added: float = 0.0
     gpu_hours_lost: float = 0.0
     detected_ns: int = 0
+    severity: str = "page"
 
     LEVELS: ClassVar[frozenset[str]] = frozenset({"iteration", "cross_rank", "kernel", "hang"})
+    SEVERITIES: ClassVar[frozenset[str]] = frozenset({"page", "warn", "info"})
 
     def to_avro(self) -> dict[str, Any]:
         out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}

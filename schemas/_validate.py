@@ -213,6 +213,8 @@ def _anomaly(a: Anomaly) -> None:
     _text(a, "job", a.job)
     if a.level not in Anomaly.LEVELS:
         raise _fail(a, f"level {a.level!r} not one of {sorted(Anomaly.LEVELS)}")
+    if a.severity not in Anomaly.SEVERITIES:
+        raise _fail(a, f"severity {a.severity!r} not one of {sorted(Anomaly.SEVERITIES)}")
     if not 0 <= a.start_step <= a.end_step < LIMITS["max_step"]:
         raise _fail(a, f"window {a.start_step}..{a.end_step} is not a window")
     _nonneg_finite(a, "score", a.score)

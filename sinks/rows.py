@@ -167,6 +167,7 @@ def _anomalies(recs: Sequence[Anomaly]) -> pa.Table:
             "step_ms_added": pa.array([r.step_ms_added for r in recs], pa.float64()),
             "gpu_hours_lost": pa.array([r.gpu_hours_lost for r in recs], pa.float64()),
             "time": _ns_to_ms([r.detected_ns for r in recs]),
+            "severity": [r.severity for r in recs],
         }
     )
 

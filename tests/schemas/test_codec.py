@@ -137,7 +137,17 @@ def test_schema_ids_are_stable() -> None:
     assert registry["2"] == "step_batch.v2"
     assert registry["11"] == "step_batch.v3"
     assert peek_schema_id(encode(step_batch())) == 11  # newest version of the step batch
-    assert peek_schema_id(encode(RECORDS[6])) == 9
+    assert registry["9"] == "anomaly.v1"
+    assert peek_schema_id(encode(RECORDS[6])) == 13  # anomaly.v2 (severity)
+
+
+def test_anomaly_v1_reads_as_page_severity() -> None:
+    """An anomaly a v1 writer sent (no severity) decodes with severity 'page'."""
+    a = RECORDS[6]
+    body = a.to_avro()
+    body.pop("severity")
+    back = decode(_written_with(9, body))
+    assert back.severity == "page" and back.id == a.id
 
 
 def _written_with(version_id: int, body: dict) -> bytes:
