@@ -214,6 +214,7 @@ class Publisher:
     # -- the worker's side ---------------------------------------------------------------
     _dropped_at_close = False
     _was_stalled = False
+    _spool_failing = False
 
     def _on_error(self, err: Any) -> None:
         from confluent_kafka import KafkaError
@@ -296,12 +297,17 @@ class Publisher:
             return
         try:
             rejected = self.spool.prepend(records) if prepend else self.spool.append(records)
-        except OSError as exc:
+            reason = "spool full"
+            self._spool_failing = False
+        except OSError as exc:  # disk full: the spool took none of them and counts its bytes
             rejected = len(records)
-            log.error("cannot write the spool in %s: %s", self.spool.dir, exc)
+            reason = "spool write failed"
+            if not self._spool_failing:  # one line per failure, not one per round
+                log.error("cannot write the spool in %s: %s", self.spool.dir, exc.strerror or exc)
+            self._spool_failing = True
         self.spooled += len(records) - rejected
         if rejected:
-            self.dropped["spool full"] += rejected
+            self.dropped[reason] += rejected
             self._dropped_at_close = self._dropped_at_close or self._closed
 
     def _step(self) -> None:

@@ -1,12 +1,23 @@
 """A bounded on-disk spool of encoded records, replayed in the order they were written.
 
-Records are appended to segment files (``<number>.seg``) in one directory; a record is a
-header ``>HII`` (topic, key and value lengths) followed by the three byte strings. Segments
-are read in number order; a segment is deleted once every record in it was handed out and
-the caller confirmed delivery (:meth:`Spool.commit`), so a crash replays at least what was
-not confirmed (at-least-once; the sinks deduplicate). Records older than everything spooled
-(still in flight when a process shut down) go through :meth:`Spool.prepend` into a segment
-numbered before the others. Segments left by an earlier process are replayed first.
+Records are appended to segment files (``<number>.seg``) in one directory. Each record is
+a frame: a header ``>II`` (payload length, CRC-32 of the payload) and the payload, itself
+``>HII`` (topic, key and value lengths) followed by the three byte strings. A frame that is
+cut short or fails its checksum ends the segment's readable part (a *torn tail*: a crash
+or a full disk mid-write); nothing is ever appended after one: a segment found torn when
+the spool opens, or whose write failed and could not be taken back, is sealed and new
+records go to a new segment. A failed write is truncated back when the file system allows
+it, and :attr:`Spool.bytes` always counts what is on disk.
+
+Segments are read in number order; a segment is deleted once every record in it was
+handed out and the caller confirmed delivery (:meth:`Spool.commit`), so a crash replays at
+least what was not confirmed (at-least-once; the sinks deduplicate). Records older than
+everything spooled (still in flight when a process shut down, or handed out by a replay
+that librdkafka did not take) go through :meth:`Spool.prepend` into a segment numbered
+before the others; each segment keeps its own read position, so a prepend after a partial
+replay does not make the replay start over. Segments left by an earlier process are
+replayed first. Directories are created 0700 and segment files 0600: records may hold
+stack frames, host names and job names.
 
 Plain file I/O, no Kafka: the publisher decides what goes in and when it comes out.
 """
@@ -18,6 +29,7 @@ import logging
 import os
 import struct
 import time
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,35 +37,68 @@ __all__ = ["Spool", "SpoolRecord"]
 
 log = logging.getLogger("argus.spool")
 
-_HEAD = struct.Struct(">HII")
+_FRAME = struct.Struct(">II")  # payload length, CRC-32 of the payload
+_HEAD = struct.Struct(">HII")  # topic, key and value lengths
+_MAX_PAYLOAD = 1 << 28  # a length beyond this is a torn or corrupt frame, never a record
 _FIRST = 10**12  # segment numbers start here so that prepends can count down
 SpoolRecord = tuple[str, bytes, bytes]
 """(topic, key, value) as written."""
+
+
+def _frame_size(rec: SpoolRecord) -> int:
+    return _FRAME.size + _HEAD.size + len(rec[0].encode()) + len(rec[1]) + len(rec[2])
 
 
 def _pack(records: Iterable[SpoolRecord]) -> bytes:
     buf = bytearray()
     for topic, key, value in records:
         t = topic.encode()
-        buf += _HEAD.pack(len(t), len(key), len(value))
-        buf += t + key + value
+        payload = _HEAD.pack(len(t), len(key), len(value)) + t + key + value
+        buf += _FRAME.pack(len(payload), zlib.crc32(payload))
+        buf += payload
     return bytes(buf)
 
 
-def _unpack(data: bytes, pos: int, limit: int) -> tuple[list[SpoolRecord], int]:
-    """Up to ``limit`` whole records of ``data`` from ``pos``; the position after them."""
+def _unpack(data: bytes, pos: int, limit: int) -> tuple[list[SpoolRecord], int, bool]:
+    """Up to ``limit`` whole, intact records of ``data`` from ``pos``; the position after
+    them; and whether the bytes there are a torn or corrupt frame (not simply the end)."""
     out: list[SpoolRecord] = []
-    while len(out) < limit and pos + _HEAD.size <= len(data):
+    while len(out) < limit:
+        if pos == len(data):
+            return out, pos, False
         if len(out) % 256 == 255:
             time.sleep(0)  # a replay thread must not hold the GIL for long
-        t, k, v = _HEAD.unpack_from(data, pos)
-        o = pos + _HEAD.size
-        end = o + t + k + v
-        if end > len(data):
-            break
-        out.append((data[o : o + t].decode(), data[o + t : o + t + k], data[o + t + k : end]))
+        if pos + _FRAME.size > len(data):
+            return out, pos, True
+        size, crc = _FRAME.unpack_from(data, pos)
+        start = pos + _FRAME.size
+        end = start + size
+        if size < _HEAD.size or size > _MAX_PAYLOAD or end > len(data):
+            return out, pos, True
+        payload = data[start:end]
+        if zlib.crc32(payload) != crc:
+            return out, pos, True
+        t, k, v = _HEAD.unpack_from(payload, 0)
+        if _HEAD.size + t + k + v != size:
+            return out, pos, True
+        o = _HEAD.size
+        try:
+            topic = payload[o : o + t].decode()
+        except UnicodeDecodeError:
+            return out, pos, True
+        out.append((topic, payload[o + t : o + t + k], payload[o + t + k :]))
         pos = end
-    return out, pos
+    return out, pos, False
+
+
+def _private_dir(path: Path) -> None:
+    """Create ``path`` (and missing parents) 0700; tighten it to 0700 if it exists."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        try:
+            os.chmod(path, 0o700)
+        except OSError as exc:  # not ours: say so, go on (the files stay 0600)
+            log.warning("cannot make %s private (0700): %s", path, exc.strerror)
 
 
 class Spool:
@@ -68,26 +113,36 @@ class Spool:
         if max_bytes <= 0 or segment_bytes <= 0:
             raise ValueError("max_bytes and segment_bytes must be positive")
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.dir)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
         self._segments = sorted(int(p.stem) for p in self.dir.glob("*.seg") if p.stem.isdigit())
-        self._bytes = sum(self._path(n).stat().st_size for n in self._segments)
+        self._bytes = 0
         self._records = 0
+        self._sealed: set[int] = set()  # torn: never appended to again
+        self.torn_bytes = 0
+        """Bytes of torn or corrupt frames found (not replayable; deleted with their segment)."""
         for n in self._segments:
             data = self._path(n).read_bytes()
-            recs, end = _unpack(data, 0, len(data))
+            self._bytes += len(data)
+            recs, end, _torn = _unpack(data, 0, len(data))
             if end < len(data):
+                self._sealed.add(n)
+                self.torn_bytes += len(data) - end
                 log.warning(
-                    "spool segment %s ends in a torn record (%d bytes); it is ignored", n, len(data) - end
+                    "spool segment %s ends in a torn record (%d bytes); the %d records before it "
+                    "replay, new records go to a new segment",
+                    n,
+                    len(data) - end,
+                    len(recs),
                 )
             self._records += len(recs)
-        self._cursor: tuple[int, int] | None = None  # (segment, byte position) of the next read
+        self._pos: dict[int, int] = {}  # segment -> byte position of its next read
         self._done: list[int] = []  # segments read to the end, not yet committed
 
     @property
     def bytes(self) -> int:
-        """Bytes on disk (including records handed out but not committed)."""
+        """Bytes on disk (including records handed out but not committed, and torn tails)."""
         return self._bytes
 
     def __len__(self) -> int:
@@ -97,13 +152,19 @@ class Spool:
     def _path(self, n: int) -> Path:
         return self.dir / f"{n}.seg"
 
+    def _size(self, n: int) -> int:
+        try:
+            return self._path(n).stat().st_size
+        except FileNotFoundError:
+            return 0
+
     def _fit(self, records: Iterable[SpoolRecord]) -> tuple[list[SpoolRecord], int]:
         """The leading records that fit within ``max_bytes``, and how many did not."""
         room = self.max_bytes - self._bytes
         kept: list[SpoolRecord] = []
         rejected = 0
         for rec in records:
-            size = _HEAD.size + len(rec[0]) + len(rec[1]) + len(rec[2])
+            size = _frame_size(rec)
             if rejected or size > room:
                 rejected += 1  # keep order: after one record does not fit, none goes in
                 continue
@@ -112,18 +173,52 @@ class Spool:
         return kept, rejected
 
     def _write(self, number: int, data: builtins.bytes) -> None:
-        with open(self._path(number), "ab") as f:
-            f.write(data)
+        """Append ``data`` to segment ``number`` whole, or raise OSError with the segment
+        as it was (truncated back) or sealed, and its bytes on disk counted."""
+        fd = os.open(self._path(number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            before = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                done = 0
+                while done < len(data):
+                    done += os.write(fd, view[done:])
+            except OSError:
+                try:
+                    os.ftruncate(fd, before)
+                except OSError:
+                    self._sealed.add(number)  # a torn tail stays: nothing goes after it
+                try:
+                    now = os.fstat(fd).st_size
+                except OSError:
+                    now = before + done
+                    self._sealed.add(number)
+                if now > before:
+                    self._sealed.add(number)
+                    self.torn_bytes += now - before
+                self._bytes += now - before
+                raise
+        finally:
+            os.close(fd)
         self._bytes += len(data)
 
     def append(self, records: Iterable[SpoolRecord]) -> int:
-        """Append records at the tail; return how many did not fit (the caller counts them)."""
+        """Append records at the tail; return how many did not fit (the caller counts them).
+
+        Raises OSError when the file system refuses the write (disk full): then none of
+        ``records`` is in the spool.
+        """
         kept, rejected = self._fit(records)
         if not kept:
             return rejected
         data = _pack(kept)
         last = self._segments[-1] if self._segments else None
-        if last is None or last in self._done or self._path(last).stat().st_size >= self.segment_bytes:
+        if (
+            last is None
+            or last in self._done
+            or last in self._sealed
+            or self._size(last) >= self.segment_bytes
+        ):
             last = (last + 1) if last is not None else _FIRST
             self._segments.append(last)
         self._write(last, data)
@@ -131,13 +226,17 @@ class Spool:
         return rejected
 
     def prepend(self, records: Iterable[SpoolRecord]) -> int:
-        """Write records before everything spooled (they are older); return how many did not fit."""
+        """Write records before everything spooled (they are older); return how many did not fit.
+
+        Raises OSError like :meth:`append`.
+        """
         kept, rejected = self._fit(records)
         if not kept:
             return rejected
         number = (self._segments[0] - 1) if self._segments else _FIRST
-        self._write(number, _pack(kept))
         self._segments.insert(0, number)
+        self._sealed.add(number)  # appends go to the tail, never here
+        self._write(number, _pack(kept))
         self._records += len(kept)
         return rejected
 
@@ -149,18 +248,27 @@ class Spool:
                 break
             if seg in self._done:
                 continue
-            pos = self._cursor[1] if self._cursor and self._cursor[0] == seg else 0
-            with open(self._path(seg), "rb") as f:
-                f.seek(pos)
-                data = f.read()
+            pos = self._pos.get(seg, 0)
+            try:
+                with open(self._path(seg), "rb") as f:
+                    f.seek(pos)
+                    data = f.read()
+            except FileNotFoundError:  # removed under us: nothing to replay there
+                data = b""
             want = limit - len(out)
-            recs, used = _unpack(data, 0, want)
+            recs, used, torn = _unpack(data, 0, want)
             out.extend(recs)
-            if used == len(data) or len(recs) < want:  # read to the end (or to a torn tail)
+            if used == len(data) or torn:  # read to the end, or to a torn tail
+                if torn:
+                    log.warning(
+                        "spool segment %s: %d bytes after its last intact record are torn (skipped)",
+                        seg,
+                        len(data) - used,
+                    )
                 self._done.append(seg)
-                self._cursor = None
+                self._pos.pop(seg, None)
             else:
-                self._cursor = (seg, pos + used)
+                self._pos[seg] = pos + used
                 break
         self._records = max(self._records - len(out), 0)
         return out
@@ -175,4 +283,5 @@ class Spool:
             except FileNotFoundError:
                 pass
             self._segments.remove(seg)
+            self._sealed.discard(seg)
         self._done.clear()
