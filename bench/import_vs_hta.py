@@ -1,6 +1,6 @@
 """Import speed and memory: ``argus import-trace --local`` vs Holistic Trace Analysis' load.
 
-A real trace (``$ARGUS_KINETO_DATA``, default ../shared/data/kineto) is replicated to 8 and
+A real trace (``$ARGUS_KINETO_DATA``, default tests/data/kineto) is replicated to 8 and
 32 ranks (``distributedInfo.rank`` rewritten), then, in the same run, imported by
 ``argus import-trace --local`` (into a fresh embedded store) and loaded by HTA
 (``pip install traceinsight``: ``TraceAnalysis(trace_dir=...)``). Each runs in its own
@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("ARGUS_KINETO_DATA", REPO.parent / "shared" / "data" / "kineto"))
+DATA = Path(os.environ.get("ARGUS_KINETO_DATA", REPO / "tests" / "data" / "kineto"))
 PY = sys.executable
 
 

@@ -19,8 +19,7 @@ from argus.schemas import KernelNames, KernelSketch, StepBatch, encode
 from argus.schemas.kernel_codec import decode_payload
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = Path(os.environ.get("ARGUS_KINETO_DATA", REPO.parent / "shared" / "data" / "kineto"))
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="real Kineto traces not present")
+DATA = REPO / "tests" / "data" / "kineto"  # real traces from HTA's test data (see NOTICE there)
 
 
 def _import(path: Path, **kw: Any) -> tuple[list[Any], KinetoImport]:
@@ -40,7 +39,6 @@ def _decode_chain(records: list[Any]) -> dict[int, Any]:
 # --------------------------------------------------------------------------- real traces
 
 
-@needs_data
 def test_nccl_trace_steps_phases_collectives_and_time_base() -> None:
     path = DATA / "distributed_single_ranks" / "nccl_data.json.gz"
     records, imp = _import(path)
@@ -61,7 +59,6 @@ def test_nccl_trace_steps_phases_collectives_and_time_base() -> None:
     assert total_calls + imp.summary.kernels_outside_steps == imp.summary.kernels == 2700
 
 
-@needs_data
 def test_kernel_counts_per_step_match_a_reference_split() -> None:
     path = DATA / "distributed_single_ranks" / "rank0.json.gz"
     with gzip.open(path, "rt") as fh:
@@ -82,7 +79,6 @@ def test_kernel_counts_per_step_match_a_reference_split() -> None:
     assert imp.summary.rank == 0 and imp.summary.time_base == "epoch ts"
 
 
-@needs_data
 def test_sampled_traces_take_rank_from_distributed_info_or_override() -> None:
     path = DATA / "trace_filter_2rank" / "sampled_rank-1.json.gz"
     records, imp = _import(path)
