@@ -159,6 +159,10 @@ class TraceReader:
                 head_meta = json.loads(prefix.rstrip(b",") + b"}")
             except ValueError:
                 raise self._fail("not valid JSON before traceEvents") from None
+            except RecursionError:
+                raise self._fail(
+                    "JSON nested too deeply before traceEvents (a Chrome trace is shallow)"
+                ) from None
             if isinstance(head_meta, dict):
                 self.meta.update(head_meta)
         self.meta["traceEvents"] = True
@@ -255,6 +259,10 @@ class TraceReader:
             except json.JSONDecodeError as exc:
                 raise self._fail(
                     "truncated or not valid JSON", self._pos + len(text[: exc.pos].encode())
+                ) from None
+            except RecursionError:
+                raise self._fail(
+                    "JSON nested too deeply (a Chrome trace is shallow)", self._pos + len(text[:pos].encode())
                 ) from None
             return v
 

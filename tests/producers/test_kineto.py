@@ -199,6 +199,28 @@ def test_broken_traces_raise_trace_error_naming_the_file(tmp_path: Path) -> None
         assert str(path) in str(info.value), name
 
 
+_DEEP = 50_000  # far past Python's recursion limit
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"traceEvents": [' + "[" * _DEEP + "]" * _DEEP + "]}",  # an event
+        '{"a": ' + "[" * _DEEP + "]" * _DEEP + ', "traceEvents": []}',  # a key before the events
+        '{"traceEvents": [{"ph": "X"}], "z": ' + "[" * _DEEP + "]" * _DEEP + "}",  # a key after them
+        '{"traceEvents": [{"ph": "X", "args": ' + '{"a": ' * _DEEP + "1" + "}" * _DEEP + "}]}",  # args
+        "[" + "[" * _DEEP + "]" * _DEEP + "]",  # the bare-array form
+    ],
+    ids=["event", "head", "tail", "args", "bare"],
+)
+def test_deeply_nested_json_is_a_trace_error_not_a_recursion_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    with pytest.raises(TraceError, match="nested too deeply") as info:
+        _import(path, rank=0)
+    assert str(path) in str(info.value)
+
+
 def test_reader_keeps_top_level_keys_around_the_events(tmp_path: Path) -> None:
     path = _write(tmp_path / "meta.json", _trace(traceName="x", baseTimeNanoseconds=5), indent=1)
     reader = TraceReader(path)
@@ -257,3 +279,8 @@ def test_cli_imports_locally_and_fails_cleanly(tmp_path: Path) -> None:
     bad = _cli(["import-trace", "--local", str(broken)], store)
     assert bad.returncode == 2
     assert str(broken) in bad.stderr.replace("\n", "") and "Traceback" not in bad.stderr
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"traceEvents": [' + "[" * _DEEP + "]" * _DEEP + "]}")
+    bad = _cli(["import-trace", "--local", "--rank", "0", str(deep)], store)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "nested too deeply" in bad.stderr.replace("\n", " ")
