@@ -9,6 +9,15 @@ row of compact columns (about 36 bytes, a twentieth of its JSON) until the end o
 because Kineto does not write GPU events in time order (in rank0.json.gz the kernels of the
 first step come after those of the third), so no step is known complete before the end.
 
+Phases: data-loader, checkpoint and compile time are the CPU spans of their annotations.
+Forward, backward and optimizer time is what the GPU computed for them when the trace has
+GPU kernels launched inside those annotations: the busy time (union of intervals) of the
+non-collective kernels launched in the phase, as HTA splits GPU time into computation and
+communication. The CPU span of ``## forward ##`` also holds the waits for collectives
+(on ``trace_filter_2rank`` rank 0's CPU forward is longer than rank 1's while its GPU
+computes 10 ms less), so it would hide a compute straggler behind its peers' waiting. A
+phase without kernels in the whole trace (a CPU optimizer) keeps its CPU span.
+
 Step records need wall-clock times: ``ts`` (µs) plus ``baseTimeNanoseconds`` when the trace
 has it (newer PyTorch writes it at the *end* of the file, so step records are emitted at
 the end; they are a few hundred bytes each). Traces without it whose ``ts`` are already
@@ -42,6 +51,7 @@ _NCCL = ("ncclKernel_", "ncclDevKernel_")
 _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _ANNOTATION_CATS = frozenset({"user_annotation", "cpu_op"})
+_GPU_PHASES = ("forward_ms", "backward_ms", "optimizer_ms")  # measured on the GPU when it ran them
 _KINDS = (
     "",
     "all_reduce_ms",
@@ -119,6 +129,7 @@ class _Step:
     end_us: float
     phases: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     gpu_ms: dict[str, float] = field(default_factory=dict)
+    compute_ms: dict[str, float] = field(default_factory=dict)  # GPU busy time per phase
 
 
 @dataclass
@@ -135,6 +146,8 @@ class ImportSummary:
     events_skipped: int = 0
     sketch_bytes: int = 0
     time_base: str = ""
+    gpu_phases: tuple[str, ...] = ()
+    """The phases measured as GPU compute time (kernels launched in them), not CPU spans."""
 
 
 class KinetoImport:
@@ -250,8 +263,9 @@ class KinetoImport:
 
     # -- step assembly ---------------------------------------------------------------------
 
-    def _assign(self) -> np.ndarray:
-        """Step index of every buffered kernel by its launch time (-1: outside every step)."""
+    def _assign(self) -> tuple[np.ndarray, np.ndarray]:
+        """Step index of every buffered kernel by its launch time (-1: outside every step),
+        and the launch times (µs; the GPU start where the launch is missing)."""
         k = self._k
         gpu_ts = np.frombuffer(k["ts"], np.float64) if len(k["ts"]) else np.zeros(0)
         corr = np.frombuffer(k["corr"], np.int64) if len(k["corr"]) else np.zeros(0, np.int64)
@@ -262,13 +276,27 @@ class KinetoImport:
         starts = np.array([s.start_us for s in self._steps])
         idx = np.searchsorted(starts, launch, side="right") - 1
         idx[(idx == len(self._steps) - 1) & (launch > self._steps[-1].end_us)] = -1
-        return idx
+        return idx, launch
+
+    def _phase_of_launch(self, launch: np.ndarray) -> np.ndarray:
+        """Per kernel, the index in ``_GPU_PHASES`` of the annotation it was launched in (-1: none)."""
+        out = np.full(len(launch), -1, np.int8)
+        for p, phase in enumerate(_GPU_PHASES):
+            spans = sorted((a, b) for ph, a, b in self._annotations if ph == phase)
+            if not spans:
+                continue
+            iv = np.array(spans)
+            ends = np.maximum.accumulate(iv[:, 1])  # nested annotations: cover to the furthest end
+            j = np.searchsorted(iv[:, 0], launch, side="right") - 1
+            inside = (j >= 0) & (launch < ends[np.maximum(j, 0)]) & (out < 0)
+            out[inside] = p
+        return out
 
     def _flush_all(self) -> None:
         """Sketch every step from the kernel columns (GPU events are not in time order in
         Kineto files: on rank0.json.gz the kernels of the first step come after the third's,
         so no step is complete before the end of the file)."""
-        idx = self._assign()
+        idx, launch = self._assign()
         self.summary.kernels_outside_steps = int(np.sum(idx < 0))
         k = self._k
         cols: dict[str, np.ndarray] = {
@@ -278,6 +306,8 @@ class KinetoImport:
             "stream": np.frombuffer(k["stream"], np.int64) if len(k["stream"]) else np.zeros(0, np.int64),
             "kind": np.frombuffer(k["kind"], np.int8) if len(k["kind"]) else np.zeros(0, np.int8),
         }
+        cols["phase"] = np.where(cols["kind"] == 0, self._phase_of_launch(launch), -1).astype(np.int8)
+        self.summary.gpu_phases = tuple(p for i, p in enumerate(_GPU_PHASES) if np.any(cols["phase"] == i))
         order = np.argsort(idx, kind="stable")
         bounds = np.searchsorted(idx[order], np.arange(len(self._steps) + 1))
         for i in range(len(self._steps)):
@@ -296,6 +326,13 @@ class KinetoImport:
             gpu = {
                 kind: float(v) / 1e6 for kind, v in zip(_KINDS, per_kind.tolist(), strict=True) if kind and v
             }
+        for p, phase in enumerate(_GPU_PHASES):
+            sel = kernels["phase"] == p
+            if np.any(sel):
+                ts = kernels["ts"][sel]
+                step.compute_ms[phase] = _union_ms(
+                    list(zip(ts.tolist(), (ts + kernels["dur"][sel]).tolist(), strict=True))
+                )
         h2d = sum(d for t, d, is_h2d in self._mem if is_h2d and step.start_us <= t < self._next_start(i))
         gpu["h2d_ms"] = h2d / 1e3
         step.gpu_ms = gpu
@@ -389,6 +426,8 @@ class KinetoImport:
             if s.number >= LIMITS["max_step"]:
                 raise TraceError(self.path, f"ProfilerStep#{s.number} out of range")
             values: dict[str, Any] = {p: _union_ms(iv) for p, iv in s.phases.items()}
+            for phase in self.summary.gpu_phases:  # the GPU ran this phase: its compute time
+                values[phase] = s.compute_ms.get(phase, 0.0)
             values.update(s.gpu_ms)
             rec = StepRecord(
                 self.job,
