@@ -1,4 +1,11 @@
-"""``argus import-trace``: PyTorch profiler (Kineto) traces → the pipeline, like a live rank."""
+"""``argus import-trace``: PyTorch profiler (Kineto) traces → the pipeline, like a live rank.
+
+The imported steps are diagnosed by the one engine (``detectors.JobDiagnoser``, DESIGN.md
+"One engine, three entry points"): with ``--local`` here, over whole steps (every imported
+rank) in step order, and the anomalies go into the embedded store's ``anomalies`` table as
+the sink writes them; to Kafka, the stream worker diagnoses what arrives on ``argus.steps``
+(the same engine) and publishes to ``argus.anomalies``, which the sink stores.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
-__all__ = ["import_files"]
+__all__ = ["diagnose_records", "import_files"]
 
 _BIG = 32 << 20  # show a progress bar past this many bytes of input
 
@@ -116,6 +123,33 @@ def _store_local(records: list[Any], store: Any) -> int:
     return len(records)
 
 
+def diagnose_records(records: Sequence[Any], *, job: str, run: int = 0) -> list[Any]:
+    """The final anomalies of the one engine over the step records among ``records``.
+
+    The per-rank StepBatches are joined into whole steps (every rank of a step in one
+    batch, as the stream worker's assembler does) and fed in step order to
+    :func:`argus.detectors.diagnose`; kernel sketches and names are not read.
+    """
+    from argus.detectors import diagnose
+    from argus.schemas import StepBatch
+
+    parts: dict[int, list[StepBatch]] = defaultdict(list)
+    for r in records:
+        if isinstance(r, StepBatch):
+            parts[r.step].append(r)
+    steps = [StepBatch.concat(parts[s]) for s in sorted(parts)]
+    return list(diagnose(steps, job=job, run=run))
+
+
+def _describe(anomaly: Any) -> str:
+    window = (
+        f"step {anomaly.start_step}"
+        if anomaly.start_step == anomaly.end_step
+        else f"steps {anomaly.start_step}-{anomaly.end_step}"
+    )
+    return f"  {anomaly.severity:4} {anomaly.cause} · {anomaly.suspect_kind} {anomaly.suspect} · {window}"
+
+
 def _publish(records: list[Any]) -> int:
     from argus.producers.publisher import Publisher, PublishError
     from argus.schemas import KERNELS, STEPS, KernelNames, KernelSketch, StepBatch, rank_key, step_key
@@ -170,11 +204,31 @@ def import_trace(
         ranks = [s.rank for s in summaries]
         if len(set(ranks)) != len(ranks):
             fail(f"two files claim the same rank ({sorted(ranks)}); import them separately with --rank")
-        count = _store_local(records, store.open()) if store is not None else _publish(records)
+        anomalies = diagnose_records(records, job=job_id, run=run) if store is not None else []
+        if store is not None:
+            count = _store_local([*records, *anomalies], store.open()) - len(anomalies)
+        else:
+            count = _publish(records)
     steps = sum(s.steps for s in summaries)
     kernels = sum(s.kernels for s in summaries)
-    where = "the embedded store" if local else "Kafka"
+    where = "the embedded store" if local else "Kafka (argus.steps, argus.kernels)"
     console.print(
         f"imported {len(paths)} file(s) of job {job_id}: {steps} rank-steps, {kernels} kernels, "
-        f"{count} records → {where}"
+        f"{count} records → {where}",
+        highlight=False,
     )
+    if store is None:
+        console.print(
+            "diagnosis: the stream worker (`argus worker`) diagnoses these steps as they arrive on "
+            "argus.steps and publishes its anomalies to argus.anomalies; once `argus sink` has "
+            f"stored them, `argus report --job {job_id}` shows them",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"diagnosis: {len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'} → the embedded store"
+        + (f"; `argus report --job {job_id}` shows them" if anomalies else ""),
+        highlight=False,
+    )
+    for a in anomalies:
+        console.print(_describe(a), highlight=False, markup=False)
