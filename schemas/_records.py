@@ -466,7 +466,12 @@ class Anomaly(Record):
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter(Record):
-    """Input that failed to decode or validate, kept whole with the reason."""
+    """Input that failed to decode or validate, with the reason.
+
+    Built with :meth:`of` (by the worker and the sink alike), which bounds it: the payload
+    keeps at most :data:`DEAD_PAYLOAD_BYTES` of the input (the error then says how large
+    the input was), the error and the reason are cut to what validation allows.
+    """
 
     topic: str
     partition: int
@@ -475,3 +480,26 @@ class DeadLetter(Record):
     error: str
     time_ns: int
     payload: bytes
+
+    @classmethod
+    def of(
+        cls, topic: str, partition: int, offset: int, reason: str, error: str, time_ns: int, payload: bytes
+    ) -> DeadLetter:
+        """A bounded dead letter of one input message (never larger than ~70 KB encoded)."""
+        data = bytes(payload or b"")
+        if len(data) > DEAD_PAYLOAD_BYTES:
+            error = f"[input of {len(data)} bytes, first {DEAD_PAYLOAD_BYTES} kept] {error}"
+            data = data[:DEAD_PAYLOAD_BYTES]
+        return cls(
+            str(topic)[:256],
+            min(max(int(partition), 0), (1 << 31) - 1),
+            max(int(offset), 0),
+            str(reason)[:256],
+            str(error)[:4096],
+            min(max(int(time_ns), 0), 4_102_444_800 * 10**9 - 1),
+            data,
+        )
+
+
+DEAD_PAYLOAD_BYTES = 64 << 10
+"""Bytes of the bad input a dead letter keeps (the limit ``validate`` checks)."""

@@ -2,7 +2,12 @@
 
 The bounds are generous (no real job comes near them) but finite, so that a hostile or
 broken producer cannot push NaN, negative durations, 10 million ranks or megabyte names
-into the pipeline.
+into the pipeline. They also match every column of the store (``sinks/ddl/*.sql``, filled
+by ``sinks/rows.py``): an integer that lands in a ``UInt32`` column is checked against
+``[0, 2**32)``, a float that lands in a ``Float32`` column is finite and below
+``MAX_FLOAT``, a time that partitions a table lies in 2000..2100 — so a record that passes
+here converts to Arrow and inserts without overflow or wrap-around
+(``tests/schemas/test_validate.py`` inserts records at every bound into chDB).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from ._records import (
     StepSummary,
 )
 
-__all__ = ["LIMITS", "validate", "validate_packed"]
+__all__ = ["LIMITS", "MAX_FLOAT", "validate", "validate_packed"]
 
 LIMITS: dict[str, int] = {
     "max_rank": 1 << 20,  # 1,048,576 ranks
@@ -43,7 +48,12 @@ LIMITS: dict[str, int] = {
     "max_stack_len": 65_536,  # one folded stack
     "max_entries": 1 << 16,  # entries in a list field
     "max_payload": 4 << 20,  # bytes in a kernel payload
+    "max_dead_payload": 64 << 10,  # bytes of the bad input a dead letter keeps
 }
+MAX_FLOAT = 1e30
+"""Largest magnitude of a float that lands in a Float32 column (float32 overflows near 3.4e38)."""
+_U16, _U32, _I32 = 1 << 16, 1 << 32, 1 << 31
+_I64 = 1 << 63
 
 
 def _fail(record: object, message: str) -> ValidationError:
@@ -74,9 +84,22 @@ def _length(record: object, name: str, n: int) -> None:
         raise _fail(record, f"{name} has {n} entries, limit {LIMITS['max_entries']}")
 
 
-def _nonneg_finite(record: object, name: str, value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        raise _fail(record, f"{name}={value} is not a finite non-negative number")
+def _nonneg_finite(record: object, name: str, value: float, hi: float = MAX_FLOAT) -> None:
+    if not (math.isfinite(value) and 0 <= value <= hi):
+        raise _fail(record, f"{name}={value} is not a finite number in [0, {hi:g}]")
+
+
+def _finite(record: object, name: str, value: float) -> None:
+    if not (math.isfinite(value) and abs(value) <= MAX_FLOAT):
+        raise _fail(record, f"{name}={value} is not a finite number within ±{MAX_FLOAT:g}")
+
+
+def _ints(record: object, name: str, values: Iterable[int], lo: int, hi: int) -> None:
+    """Every entry of a list field in ``[lo, hi)``."""
+    values = list(values)
+    _length(record, name, len(values))
+    if values and not (lo <= min(values) and max(values) < hi):
+        raise _fail(record, f"{name} holds values outside [{lo}, {hi})")
 
 
 def _step_batch(b: StepBatch) -> None:
@@ -139,13 +162,14 @@ _INT_PROBLEM = {name: bound[2] for name, bound in _INT_BOUNDS.items()}
 
 def _rank_header(r: Any) -> None:
     _text(r, "job", r.job)
-    _int_range(r, "run", r.run, 0, 1 << 31)
+    _int_range(r, "run", r.run, 0, _I32)
     _int_range(r, "rank", r.rank, 0, LIMITS["max_rank"])
 
 
 def _kernel_sketch(k: KernelSketch) -> None:
     _rank_header(k)
     _int_range(k, "step", k.step, 0, LIMITS["max_step"])
+    _int_range(k, "codec", k.codec, 0, _U16)  # kernel_sketches.codec UInt16
     _int_range(k, "base_step", k.base_step, -1, k.step)
     if len(k.payload) > LIMITS["max_payload"]:
         raise _fail(k, f"payload of {len(k.payload)} bytes")
@@ -155,10 +179,8 @@ def _kernel_names(k: KernelNames) -> None:
     _rank_header(k)
     if len(k.ids) != len(k.names):
         raise _fail(k, "ids and names differ in length")
-    _length(k, "names", len(k.names))
+    _ints(k, "ids", k.ids, 0, _U32)  # kernel_names.kernel_id UInt32
     _texts(k, "names", k.names, "max_name_len")
-    if k.ids and (min(k.ids) < 0):
-        raise _fail(k, "negative kernel id")
 
 
 def _stack_sample(s: StackSample) -> None:
@@ -170,8 +192,7 @@ def _stack_sample(s: StackSample) -> None:
         raise _fail(s, "stacks and counts differ in length")
     _length(s, "stacks", len(s.stacks))
     _texts(s, "stacks", s.stacks, "max_stack_len")
-    if s.counts and min(s.counts) < 0:
-        raise _fail(s, "negative sample count")
+    _ints(s, "counts", s.counts, 0, _U32)  # stacks.count UInt32
 
 
 def _gpu_sample(g: GpuSample) -> None:
@@ -181,6 +202,10 @@ def _gpu_sample(g: GpuSample) -> None:
     _time(g, "time_ns", g.time_ns)
     for name in ("gpu_util", "sm_clock_mhz", "power_w", "temp_c"):
         _nonneg_finite(g, name, getattr(g, name))
+    _int_range(g, "xid", g.xid, 0, _U32)  # gpu_samples.xid UInt32
+    for name in ("clock_event_reasons", "ecc_dbe", "remapped_rows", "nvlink_tx_bytes", "nvlink_rx_bytes"):
+        _int_range(g, name, getattr(g, name), 0, _I64)  # UInt64 columns
+    _int_range(g, "nvlink_errors", g.nvlink_errors, 0, _I64)
 
 
 def _heartbeat(h: Heartbeat) -> None:
@@ -194,40 +219,69 @@ def _heartbeat(h: Heartbeat) -> None:
         raise _fail(h, "per-group fields differ in length")
     _texts(h, "groups", h.groups, "max_id_len")
     _texts(h, "kinds", h.kinds, "max_id_len")
+    _ints(h, "seq_entered", h.seq_entered, -1, _I64)
+    _ints(h, "seq_finished", h.seq_finished, -1, _I64)
+    _ints(h, "nbytes", h.nbytes, 0, _I64)
     _text(h, "stack", h.stack, "max_stack_len")
     _text(h, "pause", h.pause)
-    if h.pause_until_ns < 0:
-        raise _fail(h, "pause_until_ns is negative")
+    _int_range(h, "pause_until_ns", h.pause_until_ns, 0, LIMITS["max_time_ns"])
 
 
 def _step_summary(s: StepSummary) -> None:
     _text(s, "job", s.job)
+    _int_range(s, "run", s.run, 0, _I32)
     _int_range(s, "step", s.step, 0, LIMITS["max_step"])
+    _time(s, "end_ns", s.end_ns)
     _int_range(s, "ranks", s.ranks, 0, LIMITS["max_rank"])
-    for name in ("step_ms_median", "step_ms_p99", "step_ms_max", "compute_ms_median"):
+    _ints(s, "missing", s.missing, 0, LIMITS["max_rank"])
+    _ints(s, "suspects", s.suspects, 0, LIMITS["max_rank"])
+    for name in (
+        "step_ms_median",
+        "step_ms_p99",
+        "step_ms_max",
+        "compute_ms_median",
+        "collective_ms_median",
+        "dataloader_ms_median",
+        "checkpoint_ms_max",
+    ):
         _nonneg_finite(s, name, getattr(s, name))
+    _int_range(s, "tokens", s.tokens, 0, _I64)
 
 
 def _anomaly(a: Anomaly) -> None:
     _text(a, "id", a.id)
     _text(a, "job", a.job)
+    _int_range(a, "run", a.run, 0, _I32)
     if a.level not in Anomaly.LEVELS:
         raise _fail(a, f"level {a.level!r} not one of {sorted(Anomaly.LEVELS)}")
     if a.severity not in Anomaly.SEVERITIES:
         raise _fail(a, f"severity {a.severity!r} not one of {sorted(Anomaly.SEVERITIES)}")
     if not 0 <= a.start_step <= a.end_step < LIMITS["max_step"]:
         raise _fail(a, f"window {a.start_step}..{a.end_step} is not a window")
+    _text(a, "suspect_kind", a.suspect_kind)
+    _text(a, "suspect", a.suspect)
+    _text(a, "cause", a.cause)
     _nonneg_finite(a, "score", a.score)
     _text(a, "summary", a.summary, "max_name_len")
-    _length(a, "ranks", len(a.ranks))
+    _ints(a, "ranks", a.ranks, 0, LIMITS["max_rank"])
+    _length(a, "evidence", len(a.evidence))
     for k, v in a.evidence.items():
         _text(a, "evidence key", k)
-        if not math.isfinite(v):
-            raise _fail(a, f"evidence {k}={v} is not finite")
+        _finite(a, f"evidence {k}", v)
+    _finite(a, "step_ms_added", a.step_ms_added)
+    _finite(a, "gpu_hours_lost", a.gpu_hours_lost)
+    _int_range(a, "detected_ns", a.detected_ns, 0, LIMITS["max_time_ns"])
 
 
 def _dead_letter(d: DeadLetter) -> None:
     _text(d, "topic", d.topic)
+    _int_range(d, "partition", d.partition, 0, _I32)
+    _int_range(d, "offset", d.offset, 0, _I64)
+    _text(d, "reason", d.reason)
+    _text(d, "error", d.error, "max_name_len")
+    _int_range(d, "time_ns", d.time_ns, 0, LIMITS["max_time_ns"])
+    if len(d.payload) > LIMITS["max_dead_payload"]:
+        raise _fail(d, f"payload of {len(d.payload)} bytes, limit {LIMITS['max_dead_payload']}")
 
 
 _CHECKS: dict[type, Callable[[Any], None]] = {

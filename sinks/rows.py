@@ -116,10 +116,33 @@ def _stacks(recs: Sequence[StackSample]) -> pa.Table:
     )
 
 
+_GPU_TYPES: dict[str, pa.DataType] = {
+    "host": pa.string(),
+    "gpu_uuid": pa.string(),
+    "gpu_index": pa.uint16(),
+    "gpu_util": pa.float32(),
+    "sm_clock_mhz": pa.float32(),
+    "power_w": pa.float32(),
+    "temp_c": pa.float32(),
+    "clock_event_reasons": pa.uint64(),
+    "xid": pa.uint32(),
+    "ecc_dbe": pa.uint64(),
+    "remapped_rows": pa.uint64(),
+    "nvlink_tx_bytes": pa.uint64(),
+    "nvlink_rx_bytes": pa.uint64(),
+    "nvlink_errors": pa.uint64(),
+}
+
+
 def _gpu_samples(recs: Sequence[GpuSample]) -> pa.Table:
-    table = pa.Table.from_pylist([r.to_avro() for r in recs])
-    index = table.column_names.index("time_ns")
-    return table.set_column(index, "time", _ns_to_ms([r.time_ns for r in recs]))
+    # Typed like the columns, so a value out of a column's range raises here instead of
+    # wrapping around in the store (validation keeps them in range).
+    cols: dict[str, Any] = {}
+    for name, typ in _GPU_TYPES.items():
+        cols[name] = pa.array([getattr(r, name) for r in recs], typ)
+        if name == "gpu_index":
+            cols["time"] = _ns_to_ms([r.time_ns for r in recs])
+    return pa.table(cols)
 
 
 def _step_summaries(recs: Sequence[StepSummary]) -> pa.Table:
