@@ -4,9 +4,16 @@
 * backward: ``torch.autograd.backward`` (what ``Tensor.backward`` calls) wrapped;
 * optimizer: ``register_step_pre_hook`` / ``register_step_post_hook``;
 * data-loader wait: ``_BaseDataLoaderIter.__next__`` wrapped;
-* collectives: the public ``torch.distributed`` functions wrapped (kind, bytes, group,
-  duration; async work closed by its future), with a per-group sequence number entered and
-  finished for the heartbeat;
+* collectives: the public ``torch.distributed`` functions wrapped (kind, bytes, group;
+  a span from the call to the work's completion: sync calls when they return, ``async_op``
+  work when its future completes, on whatever thread that happens), with a per-group
+  sequence number entered and finished for the heartbeat. FSDP2 (``fully_shard``) and
+  FSDP1 issue their all-gathers and reduce-scatters through these functions;
+* DDP: the C++ reducer never calls them, so the first forward of every
+  ``DistributedDataParallel`` without a communication hook registers torch's own
+  ``allreduce_hook`` (the reducer's default semantics, in Python), whose ``all_reduce`` is
+  the wrapped one; a hook the user registered before is left alone (its collectives are the
+  wrapped functions too);
 * host-to-device copies: ``Tensor.to`` / ``Tensor.cuda`` wrapped, only when CUDA is present;
 * GC pauses: ``gc.callbacks``; torch.compile: dynamo's compile start/end callbacks.
 
@@ -24,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._spans import COLUMN_INDEX, SpanRecorder
+from ._spans import COLUMN_INDEX, CpuClock, SpanRecorder
 
 __all__ = ["COLLECTIVE_KINDS", "GroupState", "Instrumentation", "tensor_bytes"]
 
@@ -51,6 +58,7 @@ COLLECTIVE_KINDS: dict[str, tuple[str, int]] = {
     "batch_isend_irecv": ("p2p_ms", -1),
 }
 _ASYNC_ALWAYS = frozenset({"isend", "irecv", "batch_isend_irecv"})
+_MAX_WAITING = 4096
 
 
 def tensor_bytes(obj: Any) -> int:
@@ -88,6 +96,8 @@ class Instrumentation:
         self._undo: list[Callable[[], None]] = []
         self._local = threading.local()
         self.compile_hooked = False
+        self.notes: dict[str, str] = {}
+        self._waiting: dict[int, Any] | None = None
 
     # -- install / uninstall -----------------------------------------------------------
     def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
@@ -235,7 +245,7 @@ class Instrumentation:
 
     # -- collectives -------------------------------------------------------------------
     def _group_name(self, group: Any) -> str:
-        if group is None:
+        if group is None or group is self._world():
             return "world"
         key = id(group)
         name = self._group_names.get(key)
@@ -249,16 +259,28 @@ class Instrumentation:
             self._group_names[key] = name
         return name
 
+    @staticmethod
+    def _world() -> Any:
+        try:
+            from torch.distributed.distributed_c10d import GroupMember
+
+            return GroupMember.WORLD
+        except Exception:
+            return None
+
     def _wrap_collective(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         column, size_arg = COLLECTIVE_KINDS[name]
         col = COLUMN_INDEX[column]
         rec, local, groups = self.rec, self._local, self.groups
+
+        always_async = name in _ASYNC_ALWAYS
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if getattr(local, "depth", 0):  # nested inside another wrapped collective
                 return fn(*args, **kwargs)
             try:
+                is_async = always_async or bool(kwargs.get("async_op"))
                 gname = self._group_name(kwargs.get("group"))
                 g = groups.get(gname)
                 if g is None:
@@ -267,7 +289,7 @@ class Instrumentation:
                 g.kind = name
                 if 0 <= size_arg < len(args):
                     g.nbytes = tensor_bytes(args[size_arg])
-                token = rec.begin(col)
+                token = rec.begin(col, nest=False)
             except Exception:
                 return fn(*args, **kwargs)
             local.depth = 1
@@ -279,7 +301,7 @@ class Instrumentation:
                 raise
             finally:
                 local.depth = 0
-            if work is None or not (kwargs.get("async_op") or name in _ASYNC_ALWAYS):
+            if work is None or not is_async:
                 rec.end(token)
                 g.finished += 1
                 return work
@@ -289,21 +311,46 @@ class Instrumentation:
         return wrapper
 
     def _close_on_completion(self, work: Any, token: Any, g: GroupState) -> None:
+        rec = self.rec
+
         def done(_fut: Any) -> None:
-            self.rec.end(token)
+            rec.end_by(token)
             g.finished += 1
 
         try:
-            works = work if isinstance(work, list) else [work]
-            futs = [w.get_future() for w in works]
-            if len(futs) == 1:
-                futs[0].add_done_callback(done)
-            else:
+            if isinstance(work, list):
                 import torch.futures
 
-                torch.futures.collect_all(futs).add_done_callback(done)
+                torch.futures.collect_all([w.get_future() for w in work]).add_done_callback(done)
+            else:
+                if self._waiting is not None:
+                    if len(self._waiting) >= _MAX_WAITING:  # work nobody waited for
+                        self._waiting.pop(next(iter(self._waiting)))
+                    self._waiting[id(work)] = token
+                work.get_future().add_done_callback(done)
         except Exception:  # a backend without futures: count it as finished now
             done(None)
+
+    def _install_work_wait(self) -> None:
+        """Close an async collective's span when ``Work.wait()`` returns, if that is earlier
+        than its future's callback (which needs the GIL, held by a busy training thread)."""
+        import torch.distributed as dist
+
+        work_cls = dist.Work
+        original = work_cls.wait
+        waiting: dict[int, Any] = {}
+        rec = self.rec
+
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(work, *args, **kwargs)
+            if waiting:
+                token = waiting.pop(id(work), None)
+                if token is not None:
+                    rec.end_by(token)
+            return out
+
+        self._patch(work_cls, "wait", wait)
+        self._waiting = waiting
 
     def install_collectives(self) -> list[str]:
         """Wrap the public collective functions of ``torch.distributed``; return their names."""
@@ -323,4 +370,45 @@ class Instrumentation:
             if getattr(dist, name, None) is fn:
                 self._patch(dist, name, w)
             wrapped.append(name)
+        if isinstance(self.rec.clock, CpuClock):  # on a GPU, wait() returns before completion
+            self._install_work_wait()
+        self.install_ddp()
         return wrapped
+
+    def install_ddp(self) -> bool:
+        """Make every ``DistributedDataParallel`` reduce through the wrapped ``all_reduce``.
+
+        ``DistributedDataParallel.forward`` is wrapped: on a model's first forward (after
+        ``attach`` or before, whenever it was built) a DDP with no communication hook gets
+        torch's ``allreduce_hook``, which does what the C++ reducer does by default. The
+        hook cannot be removed again; after ``detach`` it is an ordinary all-reduce hook.
+        """
+        try:
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+            from torch.nn.parallel import DistributedDataParallel
+        except Exception:
+            return False
+        original = DistributedDataParallel.forward
+        notes = self.notes
+
+        def hook_ddp(ddp: Any) -> None:
+            ddp.__dict__["_argus_hooked"] = True
+            if ddp._comm_hooks or getattr(ddp, "_use_python_reducer", False):
+                return  # the user's Python hook calls the wrapped collectives itself
+            try:
+                ddp.register_comm_hook(ddp.process_group, allreduce_hook)
+            except Exception as exc:  # a built-in (C++) hook registered by the user
+                notes["ddp"] = f"DDP all-reduce not timed: {type(exc).__name__}: {exc}"
+                log.info("argus: %s", notes["ddp"])
+
+        @functools.wraps(original)
+        def forward(ddp: Any, *args: Any, **kwargs: Any) -> Any:
+            if "_argus_hooked" not in ddp.__dict__:
+                try:
+                    hook_ddp(ddp)
+                except Exception:
+                    log.debug("argus: hooking a DDP model failed", exc_info=True)
+            return original(ddp, *args, **kwargs)
+
+        self._patch(DistributedDataParallel, "forward", forward)
+        return True

@@ -2,10 +2,15 @@
 
 The training thread only appends ``[column, t0, t1, parent]`` lists (:class:`SpanRecorder`);
 the agent's thread turns a finished step into exclusive times per column
-(:func:`exclusive_ms`: a span's time minus the time of the spans nested in it, so a
-collective inside backward counts once, as collective time). On the CPU the clock is
-``time.perf_counter_ns``; on a GPU it is a CUDA event recorded on the current stream, read
-later with ``query()`` and ``elapsed_time()`` and never synchronized.
+(:func:`exclusive_ms`). Collectives are intervals on the step's timeline, possibly
+overlapping each other and started or finished on other threads (a DDP bucket's all-reduce
+runs while backward goes on; its completion arrives on the backend's thread): a collective
+kind's time is the union of its intervals, and every other span's exclusive time is its
+duration minus the part covered by any collective, minus its (so reduced) nested spans. A
+collective inside backward thus counts once, as collective time, and backward keeps only
+the time no collective was in flight. On the CPU the clock is ``time.perf_counter_ns``; on
+a GPU it is a CUDA event recorded on the current stream, read later with ``query()`` and
+``elapsed_time()`` and never synchronized.
 """
 
 from __future__ import annotations
@@ -90,21 +95,75 @@ class RawStep:
     tokens: int = 0
 
 
-def exclusive_ms(columns: Sequence[int], durations_ms: Sequence[float], parents: Sequence[int]) -> np.ndarray:
-    """Exclusive milliseconds per column (len(COLUMNS)) from spans with their parent index.
+_FIRST_COLLECTIVE = len(PHASE_COLUMNS)
 
-    A span's exclusive time is its duration minus the durations of its direct children
-    (parent index, -1 for none), floored at zero; the column totals sum those.
+
+def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals covering the same time as ``[starts[i], ends[i]]``."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum.accumulate(ends[order])
+    gap = s[1:] > e[:-1]
+    return s[np.concatenate(([True], gap))], e[np.concatenate((gap, [True]))]
+
+
+def _covered(a: np.ndarray, b: np.ndarray, us: np.ndarray, ue: np.ndarray) -> np.ndarray:
+    """Length of ``[a[i], b[i]]`` covered by the disjoint sorted intervals ``[us, ue]``."""
+    if len(us) == 0:
+        return np.zeros(len(a))
+    cum = np.concatenate(([0.0], np.cumsum(ue - us)))
+
+    def upto(x: np.ndarray) -> np.ndarray:  # covered length of (-inf, x]
+        i = np.searchsorted(us, x, side="right") - 1
+        j = np.maximum(i, 0)
+        part = np.clip(x - us[j], 0.0, ue[j] - us[j])
+        return np.where(i >= 0, cum[j] + part, 0.0)
+
+    return np.maximum(upto(b) - upto(a), 0.0)
+
+
+def exclusive_ms(
+    columns: Sequence[int], starts_ms: Sequence[float], ends_ms: Sequence[float], parents: Sequence[int]
+) -> np.ndarray:
+    """Exclusive milliseconds per column (len(COLUMNS)) from spans on one timeline.
+
+    Collective columns get the union of their spans' intervals (overlapping buckets count
+    once; time when several kinds are in flight is split equally between them, so the
+    collective columns add up to the union of all collectives). Any other span gets its duration minus the part any collective covers, minus the
+    same quantity of its direct children (parent index, -1 for none), floored at zero.
     """
     cols = np.asarray(columns, np.int64)
-    dur = np.asarray(durations_ms, np.float64)
-    par = np.asarray(parents, np.int64)
+    out = np.zeros(len(COLUMNS))
     if len(cols) == 0:
-        return np.zeros(len(COLUMNS))
-    nested = par >= 0
-    child = np.bincount(par[nested], weights=dur[nested], minlength=len(dur))
-    excl = np.maximum(dur - child, 0.0)
-    return np.bincount(cols, weights=excl, minlength=len(COLUMNS))[: len(COLUMNS)]
+        return out
+    t0 = np.asarray(starts_ms, np.float64)
+    t1 = np.maximum(np.asarray(ends_ms, np.float64), t0)
+    par = np.asarray(parents, np.int64)
+    coll = cols >= _FIRST_COLLECTIVE
+    if coll.any():
+        kinds = np.unique(cols[coll])
+        merged = [_merge(t0[cols == c], t1[cols == c]) for c in kinds]
+        if len(kinds) == 1:
+            out[kinds[0]] = float((merged[0][1] - merged[0][0]).sum())
+        else:  # time when several kinds are in flight is shared equally between them
+            edges = np.unique(np.concatenate([np.concatenate(m) for m in merged]))
+            mid, length = (edges[1:] + edges[:-1]) / 2, np.diff(edges)
+            active = np.array(
+                [np.searchsorted(s, mid, "right") > np.searchsorted(e, mid, "left") for s, e in merged]
+            )
+            share = length / np.maximum(active.sum(axis=0), 1)
+            out[kinds] = (active * share).sum(axis=1)
+        us, ue = _merge(t0[coll], t1[coll])
+        own = (t1 - t0) - _covered(t0, t1, us, ue)
+    else:
+        own = t1 - t0
+    phase = ~coll
+    nested = phase & (par >= 0)
+    child = np.bincount(par[nested], weights=own[nested], minlength=len(cols))[: len(cols)]
+    excl = np.maximum(own - child, 0.0)
+    out += np.bincount(cols[phase], weights=excl[phase], minlength=len(COLUMNS))[: len(COLUMNS)]
+    return out
 
 
 class SpanRecorder:
@@ -116,11 +175,18 @@ class SpanRecorder:
         self.spans: list[list[Any]] = []
         self._stack: list[int] = []
 
-    def begin(self, column: int) -> tuple[list[list[Any]], int]:
-        """Open a span; returns the token :meth:`end` takes."""
+    def begin(self, column: int, nest: bool = True) -> tuple[list[list[Any]], int]:
+        """Open a span; returns the token :meth:`end` takes.
+
+        On the training thread a span is nested in the open one; with ``nest=False`` (a
+        collective, which may end on another thread) it opens no nesting level itself.
+        """
         spans = self.spans
         i = len(spans)
-        if threading.get_ident() == self.thread_id:
+        if not nest:
+            stack = self._stack
+            spans.append([column, self.clock.now(), None, stack[-1] if stack else -1])
+        elif threading.get_ident() == self.thread_id:
             stack = self._stack
             spans.append([column, self.clock.now(), None, stack[-1] if stack else -1])
             stack.append(i)
@@ -139,6 +205,13 @@ class SpanRecorder:
             elif i in stack:
                 stack.remove(i)
 
+    def end_by(self, token: tuple[list[list[Any]], int]) -> None:
+        """Close a span that is not nested (a collective) now, unless it is closed earlier."""
+        span = token[0][token[1]]
+        t = self.clock.now()
+        if span[2] is None or (isinstance(self.clock, CpuClock) and t < span[2]):
+            span[2] = t
+
     def take(self) -> list[list[Any]]:
         """Hand the step's spans over and start a new list."""
         spans, self.spans = self.spans, []
@@ -151,13 +224,25 @@ def reduce_step(raw: RawStep, clock: CpuClock | CudaClock) -> np.ndarray | None:
 
     An unclosed span ends at the step's end (CPU) or counts zero (GPU).
     """
-    cols, durs, pars = [], [], []
-    for col, t0, t1, parent in raw.spans:
+    spans = raw.spans
+    if not spans:
+        return np.zeros(len(COLUMNS))
+    cpu = isinstance(clock, CpuClock)
+    ref = spans[0][1]
+    cols, starts, ends, pars = [], [], [], []
+    for col, t0, t1, parent in spans:
         if t1 is None:
-            t1 = raw.end_mono if isinstance(clock, CpuClock) else t0
+            t1 = raw.end_mono if cpu else t0
         elif not clock.ready(t1):
             return None
         cols.append(col)
-        durs.append(clock.ms(t0, t1))
+        if cpu:
+            starts.append((t0 - ref) / 1e6)
+            ends.append((t1 - ref) / 1e6)
+        else:
+            if not clock.ready(t0):
+                return None
+            starts.append(clock.ms(ref, t0))
+            ends.append(clock.ms(ref, t1))
         pars.append(parent)
-    return exclusive_ms(cols, durs, pars)
+    return exclusive_ms(cols, starts, ends, pars)

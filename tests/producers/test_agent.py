@@ -33,10 +33,31 @@ class ListSink:
 
 
 def test_exclusive_times_subtract_nested_spans():
-    # backward 10 ms holding an all-reduce of 4 ms which holds a GC pause of 1 ms
-    ms = exclusive_ms([IDX["backward_ms"], IDX["all_reduce_ms"], IDX["gc_ms"]], [10.0, 4.0, 1.0], [-1, 0, 1])
-    assert ms[IDX["backward_ms"]] == 6.0 and ms[IDX["all_reduce_ms"]] == 3.0 and ms[IDX["gc_ms"]] == 1.0
+    # backward 0-10 ms holding a GC pause 0-1 and an all-reduce 3-7 (nested: a sync call)
+    cols = [IDX["backward_ms"], IDX["gc_ms"], IDX["all_reduce_ms"]]
+    ms = exclusive_ms(cols, [0.0, 0.0, 3.0], [10.0, 1.0, 7.0], [-1, 0, 0])
+    assert ms[IDX["backward_ms"]] == 5.0 and ms[IDX["all_reduce_ms"]] == 4.0 and ms[IDX["gc_ms"]] == 1.0
     assert ms.sum() == 10.0
+
+
+def test_overlapping_collectives_count_once_and_leave_backward_its_compute():
+    # DDP: backward 0-10 launches bucket all-reduces 2-6 and 4-8 (in flight together); an
+    # FSDP-like all-gather 7-9 overlaps the second; a GC pause 0-1 inside backward
+    cols = [
+        IDX["backward_ms"],
+        IDX["all_reduce_ms"],
+        IDX["all_reduce_ms"],
+        IDX["gc_ms"],
+        IDX["all_gather_ms"],
+    ]
+    ms = exclusive_ms(cols, [0, 2, 4, 0, 7], [10, 6, 8, 1, 9], [-1, 0, 0, 0, 0])
+    assert ms[IDX["all_reduce_ms"]] == 5.5  # 2-8, sharing 7-8 with the all-gather
+    assert ms[IDX["all_gather_ms"]] == 1.5
+    assert ms[IDX["backward_ms"]] == 2.0  # 10 - 1 (GC) - 7 (some collective in flight)
+    assert ms.sum() == 10.0
+    # a collective that started on another thread (parent -1) still counts against backward
+    ms = exclusive_ms([IDX["backward_ms"], IDX["all_reduce_ms"]], [0.0, 8.0], [10.0, 12.0], [-1, -1])
+    assert ms[IDX["backward_ms"]] == 8.0 and ms[IDX["all_reduce_ms"]] == 4.0
 
 
 def test_layout_megatron_order_and_environment():
