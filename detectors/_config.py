@@ -19,9 +19,15 @@ class DiagnoserConfig:
     deficit at least ``neg_min_frac * busy``. Iteration level: the job's step time is anomalous
     when it exceeds the median of the last ``iter_window`` clean steps by ``iter_z`` robust
     sigmas and by ``iter_rel`` of it (after ``iter_min_steps`` clean steps). No alarm on
-    steps below ``warmup_steps``. Episodes are confirmed after ``confirm_steps`` steps (one
-    for one-off stalls) and closed after ``close_after`` steps without a sighting. Group
-    medians and MADs of groups larger than ``max_sample`` ranks come from a strided sample.
+    steps below ``warmup_steps``. An episode becomes an anomaly when seen in ``min_steps``
+    steps, or for a one-off stall once it cost ``min_cost_frac`` of a step; it closes after
+    ``close_after`` steps without a sighting (``persistent_close_after`` for a straggler
+    seen before the job's baseline is known or within ``persistent_within`` steps of it). Steps where the job's step time is
+    ``global_ratio`` times its baseline or more (evaluation, checkpoint) are no sightings
+    for ranks. Once an episode is an anomaly, a rank at ``weak_frac`` of a threshold still
+    counts as a sighting (hysteresis: a fault near the threshold is one anomaly, not many).
+    An anomaly lists at most ``max_listed`` ranks. Group medians and MADs of groups larger than ``max_sample`` ranks come from
+    a strided sample.
     """
 
     group_column: str = "pp"
@@ -40,8 +46,15 @@ class DiagnoserConfig:
     iter_z: float = 8.0
     iter_rel: float = 0.05
     checkpoint_ratio: float = 1.5
-    confirm_steps: int = 2
+    min_steps: int = 3
+    min_cost_frac: float = 0.25
     close_after: int = 3
+    persistent_within: int = 5
+    persistent_close_after: int = 20
+    global_ratio: float = 1.5
+    weak_frac: float = 0.5
+    max_weak: int = 4096
+    max_listed: int = 1024
     max_open: int = 256
     kernel_peers: int = 8
     max_sample: int | None = 256

@@ -8,7 +8,7 @@ The decision (which cause) is :mod:`detectors.rootcause`'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,7 +17,15 @@ from argus.schemas import StepBatch
 from ._config import DiagnoserConfig
 from ._robust import GroupIndex, group_median_scale, is_identity
 
-__all__ = ["CAUSE_METRICS", "LINK_METRICS", "METRICS", "CrossRankResult", "cross_rank", "rank_metrics"]
+__all__ = [
+    "CAUSE_METRICS",
+    "LINK_METRICS",
+    "METRICS",
+    "WORK_METRICS",
+    "CrossRankResult",
+    "cross_rank",
+    "rank_metrics",
+]
 
 METRICS: tuple[str, ...] = (
     "compute_ms",
@@ -45,6 +53,22 @@ LINK_METRICS = frozenset({"all_reduce_ms", "gather_scatter_ms", "all_to_all_ms",
 _IDX = {name: i for i, name in enumerate(METRICS)}
 _CAUSE_ROWS = np.array([_IDX[n] for n in CAUSE_METRICS])
 _FLOOR = np.array([0.5 if n != "tokens" else 1.0 for n in METRICS])
+WORK_METRICS = frozenset(
+    {
+        "compute_ms",
+        "dataloader_ms",
+        "h2d_ms",
+        "gc_ms",
+        "compile_ms",
+        "checkpoint_ms",
+        "tokens",
+        "unaccounted_ms",
+    }
+)
+"""A rank's own work: only a slow minority stands out (centre and scale from the fast side).
+Collective time holds the wait for the slowest, so most ranks of a slowed job are high
+there: its centre stays the median."""
+_ONE_SIDED = np.array([n in WORK_METRICS for n in METRICS])
 
 
 def rank_metrics(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +103,9 @@ class CrossRankResult:
     (k,) the rank's collective time is far below its group's. ``group_keys`` and
     ``group_median``/``group_sizes``: per group (e.g. per pp stage) medians of every metric;
     ``job_median``: per metric, the median of the group medians; ``step_ms``: the job's
-    median step wall time; ``min_excess_ms``: the excess a flag needed.
+    median step wall time; ``min_excess_ms``: the excess a flag needed; ``weak``: ranks
+    (not flagged) that reached ``weak_frac`` of a threshold, enough to keep an open
+    episode of theirs going (hysteresis), never to start one.
     """
 
     step_ms: float
@@ -97,6 +123,7 @@ class CrossRankResult:
     group_median: np.ndarray
     group_sizes: np.ndarray
     job_median: np.ndarray
+    weak: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def metric(self, name: str) -> int:
         """Row of ``name`` in the metric arrays."""
@@ -124,7 +151,9 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     gi = GroupIndex.of(batch[cfg.group_column])
     ident = is_identity(gi.order)
     xs = x if ident else x[:, gi.order]
-    med, scale = group_median_scale(xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True)
+    med, scale = group_median_scale(
+        xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True, one_sided=_ONE_SIDED
+    )
     job_step = float(np.median(step_ms[:: max(1, len(step_ms) // 4096)]))
     # thresholds scale with the typical rank's own work, not with a step a stall inflated
     busy = float(np.median(med[_IDX["compute_ms"]] + med[_IDX["dataloader_ms"]] + med[_IDX["h2d_ms"]]))
@@ -136,14 +165,15 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):  # broadcast, no gathers
         m, g, size = len(METRICS), gi.n_groups, int(gi.sizes[0])
         cube = xs.reshape(m, g, size)
-        hit = (cube[_CAUSE_ROWS] - med[_CAUSE_ROWS, :, None] >= thr[_CAUSE_ROWS, :, None]).any(axis=0)
-        hit |= cube[coll] - med[coll, :, None] <= -neg[:, None]
-        flagged_sorted = np.flatnonzero(hit.reshape(-1))
+        ratio = ((cube[_CAUSE_ROWS] - med[_CAUSE_ROWS, :, None]) / thr[_CAUSE_ROWS, :, None]).max(axis=0)
+        ratio = np.maximum(ratio, (med[coll, :, None] - cube[coll]) / neg[:, None]).reshape(-1)
     else:
         rep = np.repeat(np.arange(gi.n_groups), gi.sizes)
-        hit = (xs[_CAUSE_ROWS] - med[_CAUSE_ROWS][:, rep] >= thr[_CAUSE_ROWS][:, rep]).any(axis=0)
-        hit |= xs[coll] - med[coll][rep] <= -neg[rep]
-        flagged_sorted = np.flatnonzero(hit)
+        ratio = ((xs[_CAUSE_ROWS] - med[_CAUSE_ROWS][:, rep]) / thr[_CAUSE_ROWS][:, rep]).max(axis=0)
+        ratio = np.maximum(ratio, (med[coll][rep] - xs[coll]) / neg[rep])
+    flagged_sorted = np.flatnonzero(ratio >= 1.0)
+    weak_sorted = np.flatnonzero((ratio >= cfg.weak_frac) & (ratio < 1.0))[: cfg.max_weak]
+    weak_rows = gi.order[weak_sorted] if not ident else weak_sorted
     rows = gi.order[flagged_sorted] if not ident else flagged_sorted
     gidx = gi.inverse[rows]
     value = x[:, rows]
@@ -165,6 +195,7 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
         value=value,
         pos=pos,
         waits_least=waits_least,
+        weak=batch["rank"][weak_rows],
         group_keys=gi.keys,
         group_median=med,
         group_sizes=gi.sizes,

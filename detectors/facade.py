@@ -21,6 +21,7 @@ suspect and onset step, so a replay emits the same ids.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,15 +31,31 @@ import numpy as np
 
 from argus.schemas import Anomaly, KernelStats, StackSample, StepBatch, StepSummary
 
-from ._classes import ONE_OFF_CAUSES
+from ._classes import (
+    CHECKPOINT_STALL,
+    COMPUTE_STRAGGLER,
+    MASKED_COMPUTE_STRAGGLER,
+    ONE_OFF_CAUSES,
+    PIPELINE_STAGE_IMBALANCE,
+    SEQUENCE_LENGTH_IMBALANCE,
+)
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from .cost import gpu_hours, step_ms_added
 from .cross_rank import METRICS, CrossRankResult, cross_rank
-from .iteration import IterationState, IterationVerdict, attribute, iteration_level, update_baseline
+from .iteration import (
+    IterationState,
+    IterationVerdict,
+    attribute,
+    is_global_step,
+    iteration_level,
+    update_baseline,
+)
 from .kernel import kernel_level
 from .rootcause import classify_ranks, stage_imbalance
 from .stacks import stack_diff
+
+_WARN_CAUSES = frozenset({PIPELINE_STAGE_IMBALANCE, SEQUENCE_LENGTH_IMBALANCE})
 
 __all__ = [
     "Deepen",
@@ -86,6 +103,9 @@ class Episode:
     added_ms_sum: float
     gpu_hours: float
     detected_ns: int = 0
+    persistent: bool = False
+    severity: str = "page"
+    idle: int = 0
 
 
 @dataclass
@@ -93,7 +113,9 @@ class JobState:
     """Everything the diagnosis keeps about one job run between steps (a few KB).
 
     ``iteration``: the step-time baseline; ``episodes``: open suspects by
-    ``cause|suspect``; ``last_step``: the last step diagnosed.
+    ``cause|suspect``; ``last_step``: the last step diagnosed; ``first_step``: the first
+    step with a known baseline (``iter_min_steps`` clean steps); ``transients``: per suspect, the sightings that never became
+    an anomaly (one-step blips), at most ``max_open`` suspects.
     """
 
     job: str
@@ -101,6 +123,8 @@ class JobState:
     iteration: IterationState = field(default_factory=IterationState)
     episodes: dict[str, Episode] = field(default_factory=dict)
     last_step: int = -1
+    first_step: int = -1
+    transients: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -120,8 +144,11 @@ class JobState:
                 "n": it.n,
                 "ref": it.ref.tolist(),
                 "ckpt_ref_ms": it.ckpt_ref_ms,
+                "work_ref_ms": it.work_ref_ms,
             },
             "episodes": {k: asdict(e) for k, e in self.episodes.items()},
+            "first_step": self.first_step,
+            "transients": dict(self.transients),
         }
 
     @classmethod
@@ -136,27 +163,39 @@ class JobState:
                 int(it["n"]),
                 np.asarray(it["ref"], float),
                 float(it["ckpt_ref_ms"]),
+                float(it.get("work_ref_ms", 0.0)),
             ),
             episodes={k: Episode(**v) for k, v in data["episodes"].items()},
             last_step=int(data["last_step"]),
+            first_step=int(data.get("first_step", -1)),
+            transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
         )
 
 
 @dataclass(frozen=True)
 class StepResult:
     """What one step produced: anomalies to publish (new or closed episodes), every finding
-    of the step (confirmed or not), the step's summary record and the iteration verdict."""
+    of the step (confirmed or not), the step's summary record, the iteration verdict, and
+    the suspects whose sightings closed as transients (never an anomaly)."""
 
     anomalies: tuple[Anomaly, ...]
     findings: tuple[Finding, ...]
     summary: StepSummary
     iteration: IterationVerdict
+    transients: tuple[str, ...] = ()
 
 
 def _anomaly(state: JobState, e: Episode) -> Anomaly:
     steps = max(e.hits, 1)
     ev = dict(e.evidence)
-    summary = f"{e.cause} at {e.suspect}: decided by {e.decided_by}={ev.get(e.decided_by, float('nan')):.4g}"
+    ev["steps_seen"] = float(e.hits)
+    if e.persistent:
+        ev["persistent"] = 1.0
+    since = " since the job's start" if e.persistent else ""
+    summary = (
+        f"{e.cause} at {e.suspect}{since}: decided by {e.decided_by}="
+        f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {e.hits} step(s)"
+    )
     return Anomaly(
         id=anomaly_id(state.job, state.run, e.cause, e.suspect, e.onset),
         job=state.job,
@@ -174,6 +213,7 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
         step_ms_added=e.added_ms_sum / steps,
         gpu_hours_lost=e.gpu_hours,
         detected_ns=e.detected_ns,
+        severity=e.severity,
     )
 
 
@@ -237,6 +277,7 @@ class StepFindings:
     job_median: np.ndarray
     findings: tuple[Finding, ...]
     summary: StepSummary
+    weak: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -252,6 +293,7 @@ class StepFindings:
                 {**asdict(f), "ranks": list(f.ranks), "evidence": dict(f.evidence)} for f in self.findings
             ],
             "summary": self.summary.to_avro(),
+            "weak": list(self.weak),
         }
 
     @classmethod
@@ -270,6 +312,7 @@ class StepFindings:
                 for f in data["findings"]
             ),
             summary=StepSummary.from_avro(data["summary"]),  # type: ignore[arg-type]
+            weak=tuple(int(r) for r in data.get("weak", ())),
         )
 
 
@@ -292,6 +335,7 @@ def _cross_rank_stage(
         job_median=cr.job_median,
         findings=tuple(findings),
         summary=_summary(batch, cr, findings, missing),
+        weak=tuple(cr.weak.tolist()),
     )
     return sf, cr
 
@@ -315,54 +359,210 @@ def apply_findings(
 ) -> StepResult:
     """The temporal half: fold one step's findings into the job's state (iteration baseline,
     episodes) and return the anomalies to publish; updates ``state`` in place. Steps must
-    come in order; ``deepen`` adds kernel/stack evidence when an episode is confirmed."""
+    come in order; ``deepen`` adds kernel/stack evidence when an episode is confirmed.
+
+    Severity (DESIGN.md): a sighting becomes an anomaly once it is sustained (seen in
+    ``min_steps`` steps, gaps up to ``close_after`` bridged) or, for a one-off stall, once
+    it cost at least ``min_cost_frac`` of a step; otherwise it closes as a transient. On a
+    step the whole job is far slower than its baseline (evaluation, checkpoint, warm-up),
+    rank findings are not sightings. A rank already part of an open host or link episode
+    adds to it, so a host fault stays one anomaly. An episode that starts with the job is
+    a persistent straggler: one anomaly of severity ``warn``, closed only after
+    ``persistent_close_after`` steps without a sighting.
+    """
     cfg = config or DiagnoserConfig()
     step = sf.step
     verdict = iteration_level(state.iteration, step, sf.step_ms, sf.job_median, cfg)
+    if state.first_step < 0 and state.iteration.n >= cfg.iter_min_steps:
+        state.first_step = step  # the job's baseline is known from here on
     findings = list(sf.findings)
+    glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
+    if glob:
+        findings = [f for f in findings if f.level != "cross_rank"]
     if step >= cfg.warmup_steps and not findings:
         job = attribute(verdict, cfg)
         if job is not None:
             findings.append(job)
-    if not findings and not verdict.anomalous:
+    if not verdict.anomalous and not glob:  # one rank's finding barely moves the job's medians
         update_baseline(state.iteration, verdict, step, sf.job_median, cfg)
+    base_ms = verdict.base_ms if verdict.base_ms > 0 else sf.step_ms
     out: list[Anomaly] = []
-    for f in findings:
-        added = step_ms_added(f.step_ms_added, sf.step_ms)
-        e = state.episodes.get(f.key)
+    groups = _group_index(state)
+    seen: set[str] = set()
+    routed = [g for f in findings for g in _split(f, groups, state, cfg)]
+    for f in sorted(routed, key=lambda f: f.suspect_kind not in _GROUP_KINDS):
+        key = _route(f, groups)
+        e = state.episodes.get(key)
         if e is None:
-            e = Episode(
-                f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,
-                f.score, f.decided_by, dict(f.evidence), 0.0, 0.0,
-            )  # fmt: skip
-            state.episodes[f.key] = e
+            e = _open(state, f, step, cfg)
+            state.episodes[key] = e
+            if f.suspect_kind in _GROUP_KINDS:
+                _absorb(state, key, e)
+                groups.update({(_family(f.cause), r): key for r in f.ranks})
+        if key in seen:  # a second finding of the same episode in this step
+            e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+            continue
+        seen.add(key)
+        added = step_ms_added(f.step_ms_added, sf.step_ms)
         e.last_seen = step
+        e.idle = 0
         e.hits += 1
         e.added_ms_sum += added
         e.gpu_hours += gpu_hours(added, sf.n_ranks)
         if f.score >= e.score or not e.emitted:
             e.score = max(e.score, f.score)
             e.evidence.update(f.evidence)
-            e.ranks = sorted(set(e.ranks) | set(f.ranks))[:64]
-        need = 1 if f.cause in ONE_OFF_CAUSES else cfg.confirm_steps
-        if not e.emitted and e.hits >= need:
+            e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+        if not e.emitted and _confirmed(e, base_ms, cfg):
             if deepen is not None:
                 level, extra = deepen(f)
                 e.level = level
                 e.evidence.update(extra)
             e.emitted = True
+            e.severity = _severity(e, cfg)
             e.detected_ns = sf.end_ns
             out.append(_anomaly(state, e))
-    for key in [k for k, e in state.episodes.items() if step - e.last_seen > cfg.close_after]:
-        e = state.episodes.pop(key)
-        if e.emitted:
-            out.append(_anomaly(state, e))
+    transients: list[str] = []
+    weak = set(sf.weak)
+    for key, e in list(state.episodes.items()):
+        if key in seen or glob:  # a global step is no evidence either way
+            continue
+        if e.emitted and weak and 2 * sum(r in weak for r in e.ranks) >= len(e.ranks) > 0:
+            e.last_seen, e.idle = step, 0  # hysteresis: a confirmed fault near its threshold
+            continue
+        e.idle += 1
+        if e.idle > _patience(e, cfg):
+            state.episodes.pop(key)
+            if e.emitted:
+                out.append(_anomaly(state, e))
+            else:
+                transients.append(e.suspect)
+                _count_transient(state, e.suspect, cfg)
     if len(state.episodes) > cfg.max_open:
         stale = sorted((e.last_seen, k) for k, e in state.episodes.items() if not e.emitted)
         for _, k in stale[: len(state.episodes) - cfg.max_open]:
             state.episodes.pop(k)
     state.last_step = step
-    return StepResult(tuple(out), tuple(findings), sf.summary, verdict)
+    return StepResult(tuple(out), tuple(findings), sf.summary, verdict, tuple(transients))
+
+
+_GROUP_KINDS = ("host", "link", "ranks")
+
+
+def _patience(e: Episode, cfg: DiagnoserConfig) -> int:
+    """Steps without a sighting before an episode closes: longer for a straggler since the
+    start, and for a confirmed fault seen every few steps (a flapping rank) twice its
+    typical gap."""
+    if e.persistent:
+        return cfg.persistent_close_after
+    if not e.emitted or e.hits < 2:
+        return cfg.close_after
+    gap = (e.last_seen - e.onset) / (e.hits - 1)
+    return int(min(max(cfg.close_after, np.ceil(2.0 * gap)), 4 * cfg.close_after))
+
+
+def _split(
+    f: Finding, groups: Mapping[tuple[str, int], str], state: JobState, cfg: DiagnoserConfig
+) -> list[Finding]:
+    """A host or multi-rank finding whose ranks already have confirmed episodes of their
+    own (another fault, found earlier) gives those ranks back to them; what is left stays a
+    group when large enough, else becomes per-rank findings."""
+    if f.suspect_kind not in ("host", "ranks"):
+        return [f]
+    fam = _family(f.cause)
+    taken = []
+    for r in f.ranks:
+        k = groups.get((fam, r))
+        if k is not None and k != f.key and (state.episodes[k].emitted or state.episodes[k].persistent):
+            taken.append(r)
+    if not taken:
+        return [f]
+    rest = [r for r in f.ranks if r not in taken]
+    out = [_as_rank(f, r) for r in taken]
+    if len(rest) >= cfg.host_min_ranks or (rest and f.key in state.episodes):
+        out.append(dataclasses.replace(f, ranks=tuple(rest)))
+    else:
+        out.extend(_as_rank(f, r) for r in rest)
+    return out
+
+
+def _as_rank(f: Finding, r: int) -> Finding:
+    return dataclasses.replace(f, suspect_kind="rank", suspect=f"rank:{r}", ranks=(r,))
+
+
+def _family(cause: str) -> str:
+    """Causes that are one fault seen two ways (a straggler whose time the timers see on
+    some steps and not on others) share a family."""
+    return COMPUTE_STRAGGLER if cause == MASKED_COMPUTE_STRAGGLER else cause
+
+
+def _group_index(state: JobState) -> dict[tuple[str, int], str]:
+    """(cause family, rank) -> key of the open episode the rank belongs to (a host or link
+    episode before a rank's own)."""
+    out: dict[tuple[str, int], str] = {}
+    for k, e in sorted(state.episodes.items(), key=lambda kv: kv[1].suspect_kind in _GROUP_KINDS):
+        out.update({(_family(e.cause), r): k for r in e.ranks})
+    return out
+
+
+def _route(f: Finding, groups: Mapping[tuple[str, int], str]) -> str:
+    """The episode a finding adds to: the open episode of its ranks (same cause family),
+    else its own."""
+    if f.suspect_kind in ("rank", "link", "host"):
+        for r in f.ranks:
+            key = groups.get((_family(f.cause), r))
+            if key is not None and (f.suspect_kind not in ("host", "ranks") or key.endswith(f"|{f.suspect}")):
+                return key
+    return f.key
+
+
+def _absorb(state: JobState, key: str, group: Episode) -> None:
+    """A new host or link episode takes over the open, unconfirmed episodes of its ranks
+    (same cause family): the fault's onset is the earliest sighting of any of them."""
+    fam = _family(group.cause)
+    members = set(group.ranks)
+    for k, e in list(state.episodes.items()):
+        if k == key or e.emitted or _family(e.cause) != fam or not set(e.ranks) <= members:
+            continue
+        if e.suspect_kind not in ("rank", "link"):
+            continue
+        state.episodes.pop(k)
+        group.onset = min(group.onset, e.onset)
+        group.hits = max(group.hits, e.hits)
+        group.persistent = group.persistent or e.persistent
+
+
+def _open(state: JobState, f: Finding, step: int, cfg: DiagnoserConfig) -> Episode:
+    persistent = (
+        f.level == "cross_rank"
+        and f.cause not in ONE_OFF_CAUSES
+        and (state.first_step < 0 or step - state.first_step <= cfg.persistent_within)
+    )
+    return Episode(
+        f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,
+        f.score, f.decided_by, dict(f.evidence), 0.0, 0.0, persistent=persistent,
+    )  # fmt: skip
+
+
+def _confirmed(e: Episode, base_ms: float, cfg: DiagnoserConfig) -> bool:
+    """Sustained, or a one-off stall that cost enough (rank level, or a slow checkpoint)."""
+    if e.hits >= cfg.min_steps:
+        return True
+    one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
+    return one_off and e.added_ms_sum >= cfg.min_cost_frac * base_ms
+
+
+def _severity(e: Episode, cfg: DiagnoserConfig) -> str:
+    """page: an incident a person should act on now; warn: worth a look, never a page
+    (a straggler since the start, a one-off stall, a layout or workload imbalance)."""
+    if e.persistent or e.hits < cfg.min_steps or e.cause in _WARN_CAUSES:
+        return "warn"
+    return "page"
+
+
+def _count_transient(state: JobState, suspect: str, cfg: DiagnoserConfig) -> None:
+    if suspect in state.transients or len(state.transients) < cfg.max_open:
+        state.transients[suspect] = state.transients.get(suspect, 0) + 1
 
 
 def diagnose_step(

@@ -31,7 +31,9 @@ __all__ = [
     "IterationState",
     "IterationVerdict",
     "attribute",
+    "is_global_step",
     "iteration_level",
+    "job_work_ms",
     "update_baseline",
 ]
 
@@ -66,12 +68,14 @@ _ALPHA = 0.2
 class IterationState:
     """Per-job iteration baseline (small, plain data): ring of clean job step times,
     the count of clean steps seen, the reference job phase medians (``JOB_METRICS``
-    order) and the last clean checkpoint's median duration."""
+    order), the last clean checkpoint's median duration and the reference of the typical
+    rank's own work (:func:`job_work_ms`)."""
 
     window: np.ndarray = field(default_factory=lambda: np.zeros(32))
     n: int = 0
     ref: np.ndarray = field(default_factory=lambda: np.zeros(len(JOB_METRICS)))
     ckpt_ref_ms: float = 0.0
+    work_ref_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -140,8 +144,31 @@ def update_baseline(
     w = len(state.window)
     state.window[state.n % w] = verdict.step_ms
     vals = job_median[_ROWS]
+    work = job_work_ms(job_median)
     state.ref = vals.copy() if state.n == 0 else (1 - _ALPHA) * state.ref + _ALPHA * vals
+    state.work_ref_ms = work if state.n == 0 else (1 - _ALPHA) * state.work_ref_ms + _ALPHA * work
     state.n += 1
+
+
+_WORK = np.array(
+    [
+        METRICS.index(m)
+        for m in ("compute_ms", "dataloader_ms", "h2d_ms", "gc_ms", "compile_ms", "unaccounted_ms")
+    ]
+)
+
+
+def job_work_ms(job_median: np.ndarray) -> float:
+    """The typical rank's own work in a step (ms): its phases and its time outside every
+    timer, without collectives (which hold the wait for a straggler) or a checkpoint."""
+    return float(job_median[_WORK].sum())
+
+
+def is_global_step(state: IterationState, job_median: np.ndarray, ratio: float) -> bool:
+    """Whether every rank works ``ratio`` times its reference or more in this step
+    (evaluation, an unannotated checkpoint, a warm-up): no rank can stand out there.
+    One rank's stall leaves the typical rank's work, and so this, unchanged."""
+    return state.work_ref_ms > 0 and job_work_ms(job_median) >= ratio * state.work_ref_ms
 
 
 def attribute(verdict: IterationVerdict, config: DiagnoserConfig | None = None) -> Finding | None:
@@ -171,6 +198,9 @@ def attribute(verdict: IterationVerdict, config: DiagnoserConfig | None = None) 
     i = int(np.argmax(verdict.rise))
     metric = JOB_METRICS[i]
     cause, suspect = _CAUSE[metric]
+    step_rise = verdict.step_ms - verdict.base_ms
+    if verdict.rise[i] < 0.5 * step_rise:  # most of the rise is outside every phase timer
+        cause, suspect = UNKNOWN, "job"
     ev = {
         f"{metric}_rise": round(float(verdict.rise[i]), 4),
         "step_ms_rise": round(verdict.step_ms - verdict.base_ms, 4),

@@ -195,27 +195,49 @@ def classify_ranks(
             Finding(LINK_DEGRADATION, "cross_rank", "link", suspect, ranks, score, f"{m}_z", ev, added)
         )
         used[pair] = True
-    # everything else: one finding per rank
-    for j in np.flatnonzero(~used).tolist():
-        m = metrics[j]
-        i = _IDX[m]
-        ev = _rank_evidence(cr, j, m)
-        added = float(-cr.excess[i, j] if m == "collective_ms" else cr.excess[i, j])
-        r = int(cr.ranks[j])
-        out.append(
-            Finding(
-                causes[j],
-                "cross_rank",
-                "rank",
-                f"rank:{r}",
-                (r,),
-                abs(float(cr.z[i, j])),
-                f"{m}_z",
-                ev,
-                added,
-            )
-        )
+    # everything else: several ranks of one group slow for one cause at once are one
+    # finding (of their host when they share one), else one finding per rank
+    rest = np.flatnonzero(~used).tolist()
+    for g, cause in sorted({(int(cr.groups[j]), causes[j]) for j in rest}):
+        js = [j for j in rest if int(cr.groups[j]) == g and causes[j] == cause]
+        if len(js) < cfg.host_min_ranks:
+            out.extend(_rank_finding(cr, j, cause, metrics[j]) for j in js)
+            continue
+        on = {str(hosts[j]) for j in js}
+        where = on.pop() if len(on) == 1 else f"{cfg.group_column}:{g}"
+        out.append(_group_finding(cr, where, cause, js, [metrics[j] for j in js], len(on) == 0))
     return out
+
+
+def _rank_finding(cr: CrossRankResult, j: int, cause: str, m: str) -> Finding:
+    i = _IDX[m]
+    ev = _rank_evidence(cr, j, m)
+    added = float(-cr.excess[i, j] if m == "collective_ms" else cr.excess[i, j])
+    r = int(cr.ranks[j])
+    return Finding(
+        cause, "cross_rank", "rank", f"rank:{r}", (r,), abs(float(cr.z[i, j])), f"{m}_z", ev, added
+    )
+
+
+def _group_finding(
+    cr: CrossRankResult, where: str, cause: str, js: list[int], ms: list[str], one_host: bool
+) -> Finding:
+    """Several ranks slow for one cause at once: one finding listing them. On one host:
+    the node (power, cooling, PCIe switch, NIC), suspect kind ``host``; else the ranks of
+    one group (a batch of bad GPUs, a rack), suspect kind ``ranks`` named by the group."""
+    m = max(set(ms), key=ms.count)
+    i = _IDX[m]
+    sign = -1.0 if m == "collective_ms" else 1.0
+    ev = {
+        "flagged_ranks": float(len(js)),
+        f"{m}_z": _f(np.median(np.abs(cr.z[i, js]))),
+        f"{m}_excess": _f(np.median(sign * cr.excess[i, js])),
+        "step_ms": _f(cr.step_ms),
+    }
+    ranks = tuple(sorted(int(r) for r in cr.ranks[js]))
+    added = float(np.max(sign * cr.excess[i, js]))
+    kind = "host" if one_host else "ranks"
+    return Finding(cause, "cross_rank", kind, where, ranks, float(ev[f"{m}_z"]), f"{m}_z", ev, added)
 
 
 def stage_imbalance(

@@ -43,10 +43,12 @@ from ._faults import (
 from ._hangs import HANG_LOST, HANG_SCENARIOS, HangLabel, HangScenario, HangSimulator
 from ._kernels import KERNEL_NAMES, kernel_names
 from ._layout import Layout
+from ._noise import CLEAN, REALISTIC, Noise
 from ._stacks import STACKS
 
 __all__ = [
     "CHECKPOINT_STALL",
+    "CLEAN",
     "COMPUTE_STRAGGLER",
     "DATALOADER_STALL",
     "FAULT_KINDS",
@@ -61,6 +63,7 @@ __all__ = [
     "ONE_OFF_KINDS",
     "PIPELINE_BUBBLE",
     "PIPELINE_STAGE_IMBALANCE",
+    "REALISTIC",
     "SEQUENCE_LENGTH_IMBALANCE",
     "STACKS",
     "ClusterSimulator",
@@ -70,6 +73,7 @@ __all__ = [
     "HangSimulator",
     "Label",
     "Layout",
+    "Noise",
     "PhaseTimes",
     "SimStep",
     "kernel_names",

@@ -9,11 +9,13 @@ booked to the collective through which the wait reaches it (``p2p_ms`` when pp >
 ``all_gather_ms`` when tp > 1, else ``all_reduce_ms``). Phase timers are CUDA-event timed,
 except for a masked straggler whose GPU slowness is seen by no phase timer (the CPU blocks
 in a synchronize outside the timed phases): its step records show only that it waits least.
-Noise is a truncated normal (±4 σ) per rank and phase plus a static per-GPU speed spread.
+Noise is :mod:`._noise`'s: by default the realistic kind (heavy-tailed jitter, static
+offsets, warm-up, unannotated evaluation and checkpoint steps, GC pauses), or ``CLEAN``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +41,7 @@ from ._faults import (
 )
 from ._kernels import kernel_stats
 from ._layout import Layout
+from ._noise import REALISTIC, Noise
 from ._stacks import heartbeats, stack_sample
 
 __all__ = ["ClusterSimulator", "PhaseTimes", "SimStep"]
@@ -62,8 +65,6 @@ class PhaseTimes:
     checkpoint: float = 2500.0
     compile_warmup: float = 3000.0
     tokens: int = 65_536
-    noise: float = 0.02
-    speed_spread: float = 0.01
 
 
 @dataclass
@@ -123,6 +124,7 @@ class ClusterSimulator:
         checkpoint_every: steps ``k*checkpoint_every - 1`` write a checkpoint (0: never).
         microbatches: pipeline micro-batches per step (sets the 1F1B bubble).
         phases: nominal phase times.
+        noise: what a healthy step adds (``REALISTIC`` by default, or ``CLEAN``).
 
     Notes:
         Steps must be generated in order for wall clocks to chain (``step(s)`` for any other
@@ -142,6 +144,7 @@ class ClusterSimulator:
         checkpoint_every: int = 50,
         microbatches: int = 16,
         phases: PhaseTimes | None = None,
+        noise: Noise = REALISTIC,
     ) -> None:
         self.layout = layout
         self.seed = seed
@@ -153,11 +156,13 @@ class ClusterSimulator:
         self.checkpoint_every = checkpoint_every
         self.microbatches = microbatches
         self.p = phases or PhaseTimes()
+        self.noise = noise
         n = layout.n_ranks
         c = layout.coords
         self._c = c
         static = np.random.default_rng([seed, 2**31 - 1])
-        self._speed = 1.0 + self.p.speed_spread * _trunc(static, n)
+        self._speed = 1.0 + noise.speed_spread * _trunc(static, n)
+        self._speed *= 1.0 + noise.offset * (2.0 * static.random(n) - 1.0)
         skew = np.ones(layout.pp)
         if layout.pp > 1:
             skew[0], skew[-1] = 1.02, 1.04
@@ -169,8 +174,14 @@ class ClusterSimulator:
         self._clock = start_ns
         self._bubble = (layout.pp - 1) / (microbatches + layout.pp - 1) if layout.pp > 1 else 0.0
 
-    @staticmethod
-    def _resolve(f: Fault, every: int) -> Fault:
+    def _jitter(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Heavy-tailed multiplicative jitter per rank (Student t), never below 0.5."""
+        nz = self.noise
+        return np.maximum(1.0 + nz.jitter * rng.standard_t(nz.jitter_df, n), 0.5)
+
+    def _resolve(self, f: Fault, every: int) -> Fault:
+        if f.kind in (COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER) and f.host is not None and not f.ranks:
+            return dataclasses.replace(f, ranks=self.layout.ranks_of_host(f.host))
         if f.kind != CHECKPOINT_STALL or every <= 0:
             return f
         k = -(-(f.first_step + 1) // every)  # the first checkpoint step >= first_step
@@ -187,11 +198,14 @@ class ClusterSimulator:
         out: list[Label] = []
         lay = self.layout
         for f in self.faults:
-            first = max(f.first_step, self.warmup_steps)
-            last = f.first_step + f.steps - 1
+            first = max(f.noticeable_from(), self.warmup_steps)
+            last = f.last_step
             if last < first:
                 continue
-            if f.kind == LINK_DEGRADATION:
+            if f.kind in (COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER) and f.host is not None:
+                h = int(f.host)
+                out.append(Label(f.kind, first, last, "host", Layout.host_name(h), f.ranks))
+            elif f.kind == LINK_DEGRADATION:
                 a, b = sorted(f.ranks, key=lambda r: (lay.host_of(r), r))
                 ha, hb = Layout.host_name(lay.host_of(a)), Layout.host_name(lay.host_of(b))
                 out.append(Label(f.kind, first, last, "link", f"{ha}<->{hb}", (a, b)))
@@ -218,13 +232,19 @@ class ClusterSimulator:
         lay, p, c = self.layout, self.p, self._c
         n = lay.n_ranks
         rng = np.random.default_rng([self.seed, step])
-        sd = p.noise
+        nz = self.noise
+        sd = nz.phase_sd
 
         def noisy(base: float | np.ndarray) -> np.ndarray:
             return base * (1.0 + sd * _trunc(rng, n))
 
         warm = 1.0 + 0.5 * np.exp(-step) if step < self.warmup_steps else 1.0
         gpu = self._speed * self._stage_skew * warm
+        extra = np.random.default_rng([self.seed, step, 1])  # realistic noise only: CLEAN stays as it was
+        if step < nz.warmup:
+            gpu = gpu * extra.uniform(*nz.warmup_factor, n)
+        if nz.jitter > 0:
+            gpu = gpu * self._jitter(extra, n)
         fwd = noisy(p.forward) * gpu
         bwd = noisy(p.backward) * gpu
         opt = noisy(p.optimizer) * gpu
@@ -239,14 +259,23 @@ class ClusterSimulator:
         compile_ = noisy(p.compile_warmup) * np.exp(-2.0 * step) if step < self.warmup_steps else np.zeros(n)
         ckpt = noisy(p.checkpoint) if self.is_checkpoint(step) else np.zeros(n)
         tokens = p.tokens * (1.0 + 0.25 * sd * _trunc(rng, n))
+        hidden = np.zeros(n)
+        if nz.jitter > 0:
+            for col in (ag, rs, ar, p2p):
+                col *= self._jitter(extra, n)
+        if nz.gc_rate > 0:
+            gc = gc + np.where(extra.random(n) < nz.gc_rate, nz.gc_ms, 0.0)
+        if nz.is_eval(step):
+            fwd = fwd + (nz.eval_factor - 1.0) * (fwd + bwd + opt)
+        if nz.is_ckpt(step):
+            hidden += nz.ckpt_ms * self._jitter(extra, n)
         ones = np.ones(n)
         gpu_f, coll_f, count_f, launch_f = ones.copy(), ones.copy(), ones.copy(), ones.copy()
-        hidden = np.zeros(n)
         bubble_factor = 1.0
         active = tuple(f for f in self.faults if f.active(step))
         for f in active:
             r = np.asarray(f.ranks, dtype=np.int64)
-            m = f.magnitude
+            m = f.magnitude_at(step)
             if f.kind == COMPUTE_STRAGGLER:
                 fac = m or 1.4
                 fwd[r] *= fac

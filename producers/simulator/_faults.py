@@ -58,6 +58,9 @@ class Fault:
     ``magnitude`` is kind-specific: a slowdown factor (stragglers, link, bubble, stage,
     sequence length, checkpoint) or the stall in ms (JIT, data loader, GC); 0 picks the
     default. A checkpoint stall acts on the checkpoint steps inside its window only.
+    ``every``: a flapping fault acts on every ``every``-th step of its window only;
+    ``ramp``: a drift, whose slowdown factor grows linearly from 1 to ``magnitude`` over
+    the window. A compute straggler given a ``host`` and no ranks slows every rank of it.
     """
 
     kind: str
@@ -67,16 +70,39 @@ class Fault:
     host: int | None = None
     stage: int | None = None
     magnitude: float = 0.0
+    every: int = 1
+    ramp: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}")
-        if self.steps < 1 or self.first_step < 0:
-            raise ValueError("a fault needs first_step >= 0 and steps >= 1")
+        if self.steps < 1 or self.first_step < 0 or self.every < 1:
+            raise ValueError("a fault needs first_step >= 0, steps >= 1 and every >= 1")
 
     def active(self, step: int) -> bool:
         """Whether the fault acts on ``step``."""
-        return self.first_step <= step < self.first_step + self.steps
+        return (
+            self.first_step <= step < self.first_step + self.steps
+            and (step - self.first_step) % self.every == 0
+        )
+
+    @property
+    def last_step(self) -> int:
+        """The last step the fault acts on."""
+        return self.first_step + (self.steps - 1) // self.every * self.every
+
+    def magnitude_at(self, step: int) -> float:
+        """The magnitude on ``step`` (a drift's factor grows from 1 to ``magnitude``)."""
+        if not self.ramp or not self.magnitude:
+            return self.magnitude
+        frac = min(max((step - self.first_step + 1) / self.steps, 0.0), 1.0)
+        return 1.0 + (self.magnitude - 1.0) * frac
+
+    def noticeable_from(self, rise: float = 0.05) -> int:
+        """The first step a drift's slowdown reaches ``rise`` (its label's onset)."""
+        if not self.ramp or self.magnitude <= 1.0 + rise:
+            return self.first_step
+        return self.first_step + int(np.ceil(rise / (self.magnitude - 1.0) * self.steps)) - 1
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import numpy as np
 from argus import detectors as d
 from argus.detectors._robust import GroupIndex, group_median_scale
 from argus.producers.simulator import (
+    CLEAN,
     COMPUTE_STRAGGLER,
     GC_PAUSE,
     KERNEL_NAMES,
@@ -20,7 +21,9 @@ LAYOUT = Layout(dp=8, tp=4, pp=2)
 
 
 def step_with(fault: Fault, step: int = 12) -> SimStep:
-    sim = ClusterSimulator(LAYOUT, seed=3, faults=[fault])
+    """One step under the clean noise: single-step figures, exact (a heavy-tailed blip of
+    another rank in one step is a transient, which the temporal stage deals with)."""
+    sim = ClusterSimulator(LAYOUT, seed=3, faults=[fault], noise=CLEAN)
     return list(sim.run(step + 1))[-1]
 
 

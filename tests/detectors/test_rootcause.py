@@ -54,7 +54,7 @@ def test_scenario_names_culprit_class_and_deciding_figure(cause: str) -> None:
     assert key in a.evidence and abs(a.evidence[key]) >= least, a.evidence
     assert key in a.summary
     delay = first[a.id] - label.first_step
-    assert 0 <= delay <= (0 if cause in d.ONE_OFF_CAUSES else 3)
+    assert 0 <= delay <= (0 if cause in d.ONE_OFF_CAUSES else d.DiagnoserConfig().min_steps + 1)
     assert a.start_step == label.first_step and a.end_step >= label.last_step - 1
     assert a.step_ms_added > 0 and a.gpu_hours_lost > 0
     validate(a)
