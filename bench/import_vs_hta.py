@@ -9,6 +9,11 @@ the resident memory with shared pages split between the processes that share the
 where the platform has no PSS) are printed. Where a broker is reachable, the default
 import (to Kafka, no embedded engine in the process) is measured too, and the import
 without any destination, for scale.
+
+Last, HTA's own verdict on ``trace_filter_2rank`` (``get_potential_stragglers`` names rank 1:
+it computes ~30 ms more per step, rank 0 waits in NCCL meanwhile) is checked through
+``argus import-trace --local`` and the anomalies read back from the store:
+``hta_2rank_suspect`` is 1 when the engine names rank 1 (and not rank 0), else 0.
 Run: ``.venv/bin/python bench/import_vs_hta.py [--quick]``; the last line is JSON.
 """
 
@@ -118,6 +123,43 @@ def _kafka_reachable() -> bool:
     return True
 
 
+TWO_RANK = REPO / "tests" / "data" / "kineto" / "trace_filter_2rank"
+
+
+def two_rank_suspect(tmp: Path) -> tuple[int, list[str]]:
+    """1 if ``import-trace --local`` of trace_filter_2rank stores an anomaly naming rank 1
+    (and none naming rank 0), else 0; with the lines to print (the anomalies found)."""
+    env = dict(os.environ, ARGUS_HOME=str(tmp / "home-2rank"), COLUMNS="200")
+    cli = [PY, "-c", "from argus.cli import main; main()"]
+    files = [str(p) for p in sorted(TWO_RANK.glob("*.json.gz"))]
+    imp = subprocess.run(
+        [*cli, "import-trace", "--local", "--job", "hta-2rank", *files],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if imp.returncode != 0:
+        return 0, [f"import-trace failed (exit {imp.returncode}): {imp.stderr.strip()[-300:]}"]
+    sql = (
+        "SELECT cause, suspect, ranks, start_step, end_step, severity FROM anomalies FINAL "
+        "WHERE job = 'hta-2rank' ORDER BY start_step"
+    )
+    q = subprocess.run([*cli, "sql", "-f", "json", sql], env=env, capture_output=True, text=True, timeout=300)
+    if q.returncode != 0:
+        return 0, [f"reading the anomalies failed (exit {q.returncode}): {q.stderr.strip()[-300:]}"]
+    found = json.loads(q.stdout)
+    lines = [" ".join(imp.stdout.split())]
+    lines += [
+        f"  {a['severity']} {a['cause']} suspect {a['suspect']} ranks {a['ranks']} "
+        f"steps {a['start_step']}-{a['end_step']}"
+        for a in found
+    ]
+    names_1 = any(a["ranks"] == [1] for a in found)
+    names_0 = any(0 in a["ranks"] for a in found)
+    return int(names_1 and not names_0), lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the small nccl_data trace instead of rank0")
@@ -182,6 +224,12 @@ def main() -> None:
             f"{n} ranks: argus {h / a:.1f}x faster, {hm / max(am, 1e-9):.1f}x less memory "
             f"({ha / max(aa, 1e-9):.1f}x less anonymous memory)"
         )
+    with tempfile.TemporaryDirectory(prefix="argus-bench-2rank-") as tmp:
+        suspect, lines = two_rank_suspect(Path(tmp))
+    print("trace_filter_2rank through `argus import-trace --local` (HTA names rank 1):")
+    for line in lines:
+        print(f"  {line}")
+    results["hta_2rank_suspect"] = suspect
     print(json.dumps(results))
 
 
