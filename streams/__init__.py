@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .app import StreamConfig, StreamMetrics, build_app
-from .assembly import AssemblyConfig, CompleteStep, StepAssembler
+from .assembly import AssemblyConfig, CompleteStep, StepAssembler, dense_world
 
 __all__ = [
     "AssemblyConfig",
@@ -12,4 +12,5 @@ __all__ = [
     "StreamConfig",
     "StreamMetrics",
     "build_app",
+    "dense_world",
 ]

@@ -30,11 +30,21 @@ Two stages (DESIGN.md):
   ``job_ttl_s`` without heartbeats.
 
 Bad input (bytes that do not decode or validate) goes to ``argus.dead-letter`` with the
-reason in the headers and a counter; the worker never crashes on input.
+reason in the headers and a counter; the worker never crashes on input. Input that is valid
+but hostile is bounded or dead-lettered too: a part claiming only ranks beyond any
+plausible world (``absurd_rank``), a step far ahead of its job's frontier (``far_future``,
+in the cross-rank stage and again in the temporal one, whose frontier survives restarts),
+a step whose summary or findings would not fit in one message (``output_too_large``) or
+whose diagnosis fails (``diagnosis_failed``). Every output record is bounded before it is
+encoded (:func:`bounded_anomaly`; the step summary's missing list by the assembler), and an
+output that still fails to encode is logged and counted per record, never raised out of an
+agent or timer. Dead letters are built by :meth:`DeadLetter.of` (bounded: a prefix of an
+oversized input and its size) and delivered before their input is acknowledged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -44,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from aiokafka.errors import MessageSizeTooLargeError
 
 from argus.detectors import (
     DiagnoserConfig,
@@ -60,13 +71,16 @@ from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,
     HEARTBEATS,
+    LIMITS,
     STEP_FINDINGS,
     STEP_SUMMARIES,
     STEPS,
+    Anomaly,
     DeadLetter,
     Heartbeat,
     SchemaError,
     StepBatch,
+    ValidationError,
     decode,
     decode_many,
     encode,
@@ -76,7 +90,18 @@ from argus.schemas import (
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler
 from .ordering import next_in_order
 
-__all__ = ["StreamConfig", "StreamMetrics", "build_app"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "StreamConfig",
+    "StreamMetrics",
+    "bounded_anomaly",
+    "build_app",
+    "step_outputs",
+]
+
+MAX_MESSAGE_BYTES = 900_000
+"""Largest value the worker sends: below the producer's 1 MiB request limit, with room for
+the key and headers."""
 
 log = logging.getLogger("argus.streams")
 
@@ -104,6 +129,7 @@ class StreamConfig:
     hang: HangConfig = field(default_factory=HangConfig)
     hang_tick_s: float = 1.0
     hang_update_s: float = 60.0
+    max_message_bytes: int = MAX_MESSAGE_BYTES
 
 
 @dataclass
@@ -128,6 +154,49 @@ class StreamMetrics:
             return 0.0, 0.0
         ordered = sorted(self.completion_s)
         return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def bounded_anomaly(a: Anomaly) -> Anomaly:
+    """The anomaly with every field cut to what validation allows (as the step path's
+    summary already is): summary 4,096 characters, names and evidence keys 256, at most
+    64 ranks; non-finite evidence dropped. A hang's summary quotes the hung frame, which is
+    as long as the rank's stack says."""
+    ids, names = LIMITS["max_id_len"], LIMITS["max_name_len"]
+    evidence = {_cut(str(k), ids): float(v) for k, v in a.evidence.items() if abs(float(v)) <= 1e30}
+    return dataclasses.replace(
+        a,
+        id=a.id[:ids],
+        suspect=_cut(a.suspect, ids),
+        suspect_kind=a.suspect_kind[:ids],
+        cause=a.cause[:ids],
+        summary=_cut(a.summary, names),
+        ranks=tuple(a.ranks[:64]),
+        evidence=evidence,
+    )
+
+
+def step_outputs(
+    done: CompleteStep, config: DiagnoserConfig, max_bytes: int = MAX_MESSAGE_BYTES
+) -> tuple[StepFindings, bytes, bytes]:
+    """The cross-rank stage's output for one complete step: its findings, the encoded step
+    summary and the findings message (pure; the worker sends both).
+
+    Raises :class:`ValidationError` when either would exceed ``max_bytes`` or the summary is
+    out of range (the worker dead-letters the step's parts then).
+    """
+    sf = step_findings(done.batch, config, missing=done.missing)
+    summary = encode(sf.summary)
+    findings = json.dumps(sf.to_dict()).encode()
+    if max(len(summary), len(findings)) > max_bytes:
+        raise ValidationError(
+            f"step {sf.step} of {sf.job}: summary of {len(summary)} bytes and findings of "
+            f"{len(findings)} bytes, limit {max_bytes}"
+        )
+    return sf, summary, findings
 
 
 def _held_key(state_key: bytes, step: int) -> bytes:
@@ -173,38 +242,76 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     holding: dict[bytes, dict[int, float]] = {}  # job state key -> held step -> since (monotonic)
 
     async def dead_letter(event: Any, reason: str, error: str) -> None:
+        """Send one input to the dead-letter topic (bounded) and wait until it is delivered."""
         msg = event.message
         metrics.dead_letters[reason] += 1
-        log.warning("dead letter %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error[:300])
-        record = DeadLetter(
-            msg.topic,
-            msg.partition,
-            msg.offset,
-            reason,
-            error[:4096],
-            time.time_ns(),
-            bytes(event.value or b"")[: 1 << 20],
+        log.warning(
+            "dead letter %s[%d]@%d: %s: %s", msg.topic, msg.partition, msg.offset, reason, error[:300]
         )
-        await dead_topic.send(
-            key=msg.key,
+        payload = bytes(event.value or b"")
+        record = DeadLetter.of(msg.topic, msg.partition, msg.offset, reason, error, time.time_ns(), payload)
+        key = bytes(msg.key or b"")[:1024]
+        fut = await dead_topic.send(
+            key=key,
             value=encode(record),
-            headers=[("argus-reason", reason.encode()), ("argus-error", error[:500].encode())],
+            headers=[
+                ("argus-reason", record.reason.encode()),
+                ("argus-error", error[:500].encode(errors="replace")),
+                ("argus-size", str(len(payload)).encode()),
+            ],
         )
+        await fut
+
+    async def reject(events: Any, reason: str, error: str) -> None:
+        for event in events:
+            await dead_letter(event, reason, error)
+            event.ack()
 
     async def finish(done: CompleteStep) -> None:
-        if done.reason != "late":
-            sf = step_findings(done.batch, cfg.diagnoser, missing=done.missing)
-            key = job_key(done.batch.job)
-            sent = [
-                await summaries_topic.send(key=key, value=encode(sf.summary)),
-                await findings_topic.send(key=key, value=json.dumps(sf.to_dict()).encode()),
-            ]
-            for fut in sent:
-                await fut  # delivered before the parts are acknowledged
-            metrics.completion_s.append(max(0.0, (time.time_ns() - sf.end_ns) / 1e9))
         metrics.steps[done.reason] += 1
+        if done.rejected:
+            await reject(done.rejected, "absurd_rank", "the part claims only ranks beyond the job's world")
+        if done.reason == "far_future":
+            frontier = "its last completed step"
+            await reject(done.tokens, "far_future", f"step {done.batch.step} is far ahead of {frontier}")
+            return
+        if done.reason not in ("late", "absurd_rank"):
+            reason, error = "", ""
+            try:
+                sf, summary, findings = step_outputs(done, cfg.diagnoser, cfg.max_message_bytes)
+            except ValidationError as exc:
+                reason, error = "output_too_large", str(exc)
+            except Exception as exc:  # a detector bug on odd input must not stop the worker
+                log.exception("step %d of %s: diagnosis failed", done.batch.step, done.batch.job)
+                reason, error = "diagnosis_failed", repr(exc)
+            else:
+                key = job_key(done.batch.job)
+                try:
+                    sent = [
+                        await summaries_topic.send(key=key, value=summary),
+                        await findings_topic.send(key=key, value=findings),
+                    ]
+                    for fut in sent:
+                        await fut  # delivered before the parts are acknowledged
+                except MessageSizeTooLargeError as exc:
+                    reason, error = "output_too_large", repr(exc)
+                else:
+                    metrics.completion_s.append(max(0.0, (time.time_ns() - sf.end_ns) / 1e9))
+            if reason:
+                await reject(done.tokens, reason, error)
+                return
         for event in done.tokens:
             event.ack()
+
+    async def send_anomaly(anomaly: Anomaly) -> Any:
+        """Send one anomaly (bounded); None when it cannot be encoded or sent (logged, counted)."""
+        try:
+            value = encode(bounded_anomaly(anomaly))
+            return await anomalies_topic.send(key=job_key(anomaly.job)[:1024], value=value)
+        except (SchemaError, MessageSizeTooLargeError, TypeError, ValueError) as exc:
+            metrics.dead_letters["invalid_output"] += 1
+            log.error("anomaly %s of job %.100s not sent: %s", anomaly.id, anomaly.job, str(exc)[:300])
+            return None
 
     @app.agent(steps_topic)
     async def assemble(stream: Any) -> None:
@@ -252,6 +359,13 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             held: set[int] = set(doc.get("held", ()))
             if sf.step <= state.last_step or sf.step in held:
                 continue  # a duplicate (replayed after a restart): already diagnosed or held
+            if state.last_step >= 0 and sf.step > state.last_step + cfg.assembly.max_steps_ahead:
+                # Held, it would be released "in order" once it waited long enough, and every
+                # real step after it would then look old.
+                await dead_letter(
+                    event, "far_future", f"step {sf.step} is far ahead of step {state.last_step}"
+                )
+                continue
             if doc and state_key not in holding:
                 log.info(
                     "job %s: resumed from the table at step %d, %d held", sf.job, state.last_step, len(held)
@@ -288,8 +402,8 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                     found = StepFindings.from_dict(json.loads(held_raw))
                 result = apply_findings(state, found, cfg.diagnoser)
                 for anomaly in result.anomalies:
-                    await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
-                    metrics.anomalies[anomaly.cause] += 1
+                    if await send_anomaly(anomaly) is not None:
+                        metrics.anomalies[anomaly.cause] += 1
                 if result.anomalies:
                     await app.producer.flush()  # delivered before the state that produced them is written
             if sf.step in held:
@@ -341,11 +455,19 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             if state.seen.any() and now_ns - int(state.time_ns.max()) > cfg.job_ttl_s * 1e9:
                 del hang_states[key]
                 continue
-            for anomaly in hang_anomalies(detect_hang(state, now_ns, cfg.hang)):
+            try:
+                anomalies = hang_anomalies(detect_hang(state, now_ns, cfg.hang))
+            except Exception:  # one job's odd heartbeats must not stop the others' detection
+                log.exception("hang detection for job %.100s failed", key[0])
+                continue
+            for anomaly in anomalies:
                 last = hang_sent.get(anomaly.id)
                 if last is not None and now - last < cfg.hang_update_s:
                     continue
-                fut = await anomalies_topic.send(key=job_key(anomaly.job), value=encode(anomaly))
+                fut = await send_anomaly(anomaly)
+                if fut is None:
+                    hang_sent[anomaly.id] = now  # not again before the next update
+                    continue
                 await fut
                 if last is None:
                     metrics.anomalies[anomaly.cause] += 1

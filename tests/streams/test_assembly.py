@@ -105,3 +105,72 @@ def test_a_backlog_of_a_new_job_is_released_in_step_order() -> None:
     steps = [c.batch.step for c in asm.due(now=1.0)]
     steps += [c.batch.step for c in asm.due(now=1.0)]
     assert steps == list(range(12))
+
+
+def test_an_absurd_rank_neither_sets_the_world_nor_grows_the_summary() -> None:
+    """Issue 17, item 1: one row claiming rank 1,048,575 made the world 1,048,576 and the
+    step summary list 1,048,575 missing ranks (3 MB: the worker died on the producer limit)."""
+    import json
+
+    from argus.detectors import DiagnoserConfig
+    from argus.streams.app import step_outputs
+
+    sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=6, job="poison")
+    s0, s1, s2 = (s.batch for s in sim.run(3))
+    asm = StepAssembler(AssemblyConfig(quiet_s=0.25))
+    asm.add(s0, "s0", now=0.0)
+    assert [c.reason for c in asm.due(now=31.0)] == ["timeout"] and asm.world("poison", 0) == 8
+    poison = s1.take([0])
+    poison = type(poison)(
+        poison.job, poison.run, poison.step, {**poison.columns, "rank": np.array([(1 << 20) - 1])}
+    )
+    assert asm.add(poison, "poison", now=32.0) == []
+    assert asm.add(s1.take(np.arange(7)), "good", now=32.0) == []
+    (done,) = asm.due(now=62.0)  # rank 7 never came: the step times out
+    assert asm.world("poison", 0) == 8
+    assert done.missing == (7,) and done.rejected == ("poison",) and done.tokens == ("good",)
+    sf, summary, findings = step_outputs(done, DiagnoserConfig())
+    assert sf.summary.missing == (7,) and len(summary) < 1000 and len(findings) < 20_000
+    assert json.loads(findings)["summary"]["missing"] == [7]
+    # Inside a part with real ranks (a relay's merged part) it is diagnosed, never a world.
+    mixed = s2.take(np.arange(8))
+    ranks = mixed["rank"].copy()
+    ranks[3] = (1 << 20) - 1
+    mixed = type(mixed)(mixed.job, mixed.run, mixed.step, {**mixed.columns, "rank": ranks})
+    asm.add(mixed, "mixed", now=70.0)
+    (done,) = asm.due(now=101.0)
+    assert asm.world("poison", 0) == 8 and done.missing == (3,) and done.rejected == ()
+    # Alone, in a job of its own: rejected whole, no world at all.
+    lone = type(poison)("lone", 0, 5, poison.columns)
+    asm.add(lone, "lone", now=102.0)
+    (done,) = asm.due(now=133.0)
+    assert done.reason == "absurd_rank" and done.rejected == ("lone",) and done.tokens == ()
+    assert asm.world("lone", 0) == 0
+
+
+def test_dense_world_counts_a_rank_only_with_half_the_ranks_below_it() -> None:
+    from argus.streams import dense_world
+
+    assert dense_world(np.arange(8)) == 8
+    assert dense_world(np.array([*range(8), (1 << 20) - 1])) == 8
+    assert dense_world(np.array([1, 3, 5, 7])) == 8  # half of a world of 8
+    assert dense_world(np.arange(512, 1024)) == 1024  # a late host's ranks first
+    assert dense_world(np.array([1 << 19])) == 0
+
+
+def test_a_step_far_ahead_of_the_jobs_frontier_is_rejected() -> None:
+    """Issue 17, item 3: a step near 10**12 was later released "in order", after which every
+    real step of the job looked old for six hours."""
+    sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=7, job="victim")
+    batches = [s.batch for s in sim.run(4)]
+    asm = StepAssembler(AssemblyConfig(quiet_s=0.25))
+    asm.add(batches[0], 0, now=0.0)
+    asm.due(now=31.0)
+    far = type(batches[1])("victim", batches[1].run, 10**12 - 1, batches[1].columns)
+    (rejected,) = asm.add(far, "far", now=32.0)
+    assert rejected.reason == "far_future" and rejected.tokens == ("far",)
+    done = [c for i in (1, 2, 3) for c in asm.add(batches[i], i, now=33.0)]
+    assert [(c.batch.step, c.reason) for c in done] == [(1, "all_ranks"), (2, "all_ranks"), (3, "all_ranks")]
+    ahead = type(batches[1])("victim", batches[1].run, 3 + 100_000, batches[1].columns)
+    (done,) = asm.add(ahead, "ok", now=34.0)  # within max_steps_ahead: a step like any other
+    assert done.reason == "all_ranks"
