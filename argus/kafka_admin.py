@@ -29,7 +29,9 @@ def _admin(conf: dict[str, Any], errors: list[Any] | None = None) -> Any:
     from confluent_kafka.admin import AdminClient
 
     quiet = dict(conf)
-    quiet.setdefault("log_level", 3)  # librdkafka: errors only; we report reachability ourselves
+    # librdkafka: critical only. Its per-attempt "Connect ... failed: Connection refused"
+    # lines are errors (level 3), dozens per probe; error_cb and our message say it once.
+    quiet.setdefault("log_level", 2)
     if errors is not None:
         quiet["error_cb"] = errors.append
     return AdminClient(quiet, logger=logging.getLogger("argus.kafka.admin"))
@@ -49,7 +51,13 @@ def _reason(conf: dict[str, Any], err: Any, errors: list[Any]) -> str:
             )
         if e.code() == KafkaError._SSL:
             return f"TLS handshake with Kafka at {where} failed: {e.str()}"
-    return f"cannot reach Kafka at {where}: {err}"
+    return f"cannot reach Kafka at {where}: {_error_text(err)}"
+
+
+def _error_text(err: Any) -> str:
+    """A KafkaError's own words ("Local: Broker transport failure"), not its repr."""
+    text = err.str() if hasattr(err, "str") else str(err)
+    return str(text).splitlines()[0] if text else type(err).__name__
 
 
 def probe_kafka(conf: dict[str, Any], timeout: float = 5.0) -> str:
@@ -85,7 +93,7 @@ def ensure_topics(
         existing = set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
         raise KafkaUnavailable(
-            f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc.args[0]}"
+            f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {_error_text(exc.args[0])}"
         ) from None
     wanted = [t for t in topics if t not in existing]
     if not wanted:
@@ -136,7 +144,7 @@ def topic_partitions(conf: dict[str, Any], topic: str, timeout: float = 10.0) ->
         md = _admin(conf).list_topics(topic=topic, timeout=timeout)
     except KafkaException as exc:
         raise KafkaUnavailable(
-            f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {exc.args[0]}"
+            f"cannot reach Kafka at {conf.get('bootstrap.servers')}: {_error_text(exc.args[0])}"
         ) from None
     meta = md.topics.get(topic)
     return 0 if meta is None or meta.error is not None else len(meta.partitions)
@@ -149,7 +157,7 @@ def end_offsets(
     up to ``wait_s`` for the leaders of just-created topics."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({**conf, "group.id": "argus-offsets", "enable.auto.commit": False, "log_level": 3})
+    consumer = Consumer({**conf, "group.id": "argus-offsets", "enable.auto.commit": False, "log_level": 2})
     deadline = time.monotonic() + wait_s
     try:
         md = consumer.list_topics(timeout=10)
@@ -182,7 +190,7 @@ def commit_offsets(conf: dict[str, Any], group: str, offsets: dict[tuple[str, in
 
     if not offsets:
         return
-    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 3})
+    consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 2})
     try:
         consumer.commit(
             offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
@@ -207,7 +215,7 @@ class GroupLag:
     def __init__(self, conf: dict[str, Any], group: str, topics: Iterable[str]) -> None:
         from confluent_kafka import Consumer
 
-        self._consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 3})
+        self._consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 2})
         self._topics = list(topics)
 
     def __call__(self, timeout: float = 5.0) -> dict[str, int]:

@@ -11,8 +11,12 @@ Snapshot = Callable[[], Mapping[str, tuple[str, str, Mapping[tuple[tuple[str, st
 """name -> (kind "counter"|"gauge", help, {label pairs: value})."""
 
 
-def serve_metrics(port: int, snapshot: Snapshot, *, addr: str = "0.0.0.0") -> Any:
-    """Serve ``snapshot()`` as Prometheus metrics on ``addr:port``; returns the server."""
+def serve_metrics(port: int, snapshot: Snapshot, *, addr: str | None = None) -> Any:
+    """Serve ``snapshot()`` as Prometheus metrics on ``addr:port``; returns the server.
+
+    ``addr`` defaults to the ``metrics_addr`` setting (``ARGUS_METRICS_ADDR``, 127.0.0.1:
+    this machine only; the Helm chart sets the pod's IP).
+    """
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -27,6 +31,10 @@ def serve_metrics(port: int, snapshot: Snapshot, *, addr: str = "0.0.0.0") -> An
                     family.add_metric([values.get(k, "") for k in labels], value)
                 yield family
 
+    if addr is None:
+        from .config import load_settings
+
+        addr = load_settings().metrics_addr
     registry = CollectorRegistry()
     registry.register(_Collector())
     server, _thread = start_http_server(port, addr=addr, registry=registry)

@@ -40,6 +40,8 @@ def faust_credentials(settings: Settings) -> Any:
                 settings.kafka_ssl_key or None,
                 settings.kafka_ssl_key_password or None,
             )
+    if proto.startswith("SASL") and settings.kafka_sasl_mechanism == "OAUTHBEARER":
+        return faust.OAuthCredentials(oauth_cb=_aiokafka_token_provider(settings), ssl_context=context)
     if proto.startswith("SASL"):
         return faust.SASLCredentials(
             username=settings.kafka_sasl_username,
@@ -50,6 +52,22 @@ def faust_credentials(settings: Settings) -> Any:
     if context is not None:
         return faust.SSLCredentials(context)
     return None
+
+
+def _aiokafka_token_provider(settings: Settings) -> Any:
+    """The OAUTHBEARER token for aiokafka (Faust): the same source as librdkafka's ``oauth_cb``."""
+    from aiokafka.abc import AbstractTokenProvider
+
+    source = settings.oauth_token()
+
+    class _Provider(AbstractTokenProvider):  # type: ignore[misc]
+        async def token(self) -> str:
+            return source.current()
+
+        def __repr__(self) -> str:
+            return f"<OAUTHBEARER {source!r}>"
+
+    return _Provider()
 
 
 def stream_config(settings: Settings, **overrides: Any) -> Any:

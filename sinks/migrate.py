@@ -8,7 +8,11 @@ from importlib import resources
 
 from .store import Store, split_statements
 
-__all__ = ["Migration", "applied_versions", "migrate", "migrations"]
+__all__ = ["MAX_TTL_DAYS", "Migration", "applied_versions", "migrate", "migrations"]
+
+MAX_TTL_DAYS = 10_000
+"""The longest retention (about 27 years): arrival time + TTL must stay below DateTime's end
+(2106-02-07), or the TTL date wraps into the past and every row is deleted at once."""
 
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
@@ -44,9 +48,13 @@ def applied_versions(store: Store) -> set[int]:
 
 
 def migrate(store: Store, *, ttl_days: int = 30) -> list[Migration]:
-    """Apply the migrations the store lacks; return those applied. Safe to run again."""
-    if ttl_days <= 0:
-        raise ValueError("ttl_days must be positive")
+    """Apply the migrations the store lacks; return those applied. Safe to run again.
+
+    ``ttl_days`` (1..MAX_TTL_DAYS) is the retention the migrations write into the tables'
+    TTL, counted from each row's arrival (migration 006).
+    """
+    if not 1 <= ttl_days <= MAX_TTL_DAYS:
+        raise ValueError(f"ttl_days must be between 1 and {MAX_TTL_DAYS:,} (got {ttl_days})")
     done = applied_versions(store)
     applied = []
     for m in migrations():

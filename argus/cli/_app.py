@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..config import ConfigError, Settings, load_settings
+from ..config import ConfigError, Settings, load_settings, redact_url
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_UNAVAILABLE", "app", "console", "err_console", "fail", "settings"]
 
@@ -47,14 +47,14 @@ def _root(
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print a one-line error (no stack trace) and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(redact_url(message))}", highlight=False)
     raise typer.Exit(code)
 
 
 def settings(**overrides: Any) -> Settings:
-    """Settings for a command; a bad value is a clean error."""
+    """Settings for a command; a bad value (in arguments, environment or file) is a clean error."""
     try:
-        return load_settings(**overrides)
+        return load_settings(strict_env=True, **overrides)
     except ConfigError as exc:
         fail(str(exc))
 
@@ -65,3 +65,14 @@ def setup_logging(verbose: bool) -> None:
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_redact_record)
+
+
+def _redact_record(record: logging.LogRecord) -> bool:
+    """Log lines never show a URL's password (ARGUS_CLICKHOUSE_URL, Grafana, ...)."""
+    message = record.getMessage()
+    clean = redact_url(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    return True

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import logging
+import re
 from dataclasses import dataclass
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..config import redact_url
 from ..wiring import open_configured_store
 from ._app import EXIT_UNAVAILABLE, app, console, settings
 
@@ -27,12 +30,28 @@ _OPTIONAL = (
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the doctor's report."""
+    """One line of the doctor's report (its detail one line, credentials redacted)."""
 
     name: str
     status: str  # ok | warn | fail | absent
     detail: str
     required: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "detail", _one_line(self.detail))
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    """A cause in one short line: a socket error's own words when there is one, no URL password."""
+    text = redact_url(text)
+    m = _ERRNO.search(text)
+    if m and "HTTPConnectionPool" in text:  # urllib3's retry wrapper around a socket error
+        text = text[: text.index("Error HTTPConnectionPool")].rstrip(": ") + f": {m.group(1).strip()}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _kafka(conf: dict[str, object]) -> Check:
@@ -52,7 +71,7 @@ def _clickhouse() -> Check:
         from argus.sinks import SinkError, StoreLockedError
     except ImportError as exc:
         return Check("ClickHouse", "fail", f"sinks extra not installed ({exc.name})", True)
-    where = s.clickhouse_url or str(s.data_dir)
+    where = redact_url(s.clickhouse_url) or str(s.data_dir)
     kind = "server" if s.clickhouse_url else "embedded chDB"
     try:
         store = open_configured_store(s)
@@ -102,6 +121,14 @@ def run_checks() -> list[Check]:
     return [_kafka(s.kafka_client_config()), _clickhouse(), *_optional(), *_gpu()]
 
 
+_CLIENT_LOGGERS = ("urllib3", "clickhouse_connect", "argus.kafka")
+
+
+def _quiet_clients(record: logging.LogRecord) -> bool:
+    """Drop the clients' own retry and connection logs: each check reports its cause once."""
+    return not record.name.startswith(_CLIENT_LOGGERS)
+
+
 _STYLE = {
     "ok": "[green]ok[/]",
     "warn": "[yellow]in use[/]",
@@ -113,6 +140,9 @@ _STYLE = {
 @app.command()
 def doctor() -> None:
     """Check Kafka, ClickHouse, optional parts and GPU libraries; exit 3 if a required part fails."""
+    if logging.getLogger().level > logging.DEBUG:  # one line per part; --verbose shows the clients' logs
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_quiet_clients)
     checks = run_checks()
     table = Table(title="argus doctor", show_lines=False)
     table.add_column("part")

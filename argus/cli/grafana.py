@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..config import redact_url
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
 grafana_app = typer.Typer(
@@ -39,20 +40,24 @@ def export_cmd(
 @grafana_app.command("push")
 def push_cmd(
     url: str = typer.Option("", help="Grafana URL (default ARGUS_GRAFANA_URL)"),
-    token: str = typer.Option("", help="service-account token (default ARGUS_GRAFANA_TOKEN; prefer the env)"),
 ) -> None:
-    """Create or update the Argus folder, dashboards and alert rules in a running Grafana."""
+    """Create or update the Argus folder, dashboards and alert rules in a running Grafana.
+
+    The service-account token comes from ARGUS_GRAFANA_TOKEN or the file named by
+    ARGUS_GRAFANA_TOKEN_FILE, never from the command line (visible to every user in ps).
+    """
     from argus.sinks.grafana import GrafanaPushError, push
 
     s = settings()
     url = url or s.grafana_url
-    token = token or s.grafana_token
     if not url:
         fail("no Grafana URL: pass --url or set ARGUS_GRAFANA_URL")
-    if not token:
-        fail("no Grafana token: set ARGUS_GRAFANA_TOKEN (or ARGUS_GRAFANA_TOKEN_FILE)")
+    if not s.grafana_token:
+        fail("no Grafana token: set ARGUS_GRAFANA_TOKEN or ARGUS_GRAFANA_TOKEN_FILE")
     try:
-        result = push(url, token)
+        result = push(url, s.grafana_token)
     except GrafanaPushError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
-    console.print(f"pushed {len(result.dashboards)} dashboards and {len(result.rules)} alert rules to {url}")
+    console.print(
+        f"pushed {len(result.dashboards)} dashboards and {len(result.rules)} alert rules to {redact_url(url)}"
+    )

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from ..config import redact_url
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
 log = logging.getLogger("argus.sink")
@@ -79,8 +80,8 @@ def sink(
                 ),
             }
 
-        serve_metrics(metrics_port, snapshot)
-    where = s.clickhouse_url or str(s.data_dir)
+        serve_metrics(metrics_port, snapshot, addr=s.metrics_addr)
+    where = redact_url(s.clickhouse_url) or str(s.data_dir)
     console.print(f"sink: {s.kafka_bootstrap} → ClickHouse {where} (group {group}); Ctrl-C to stop")
     started = time.monotonic()
     stats = worker.run(stop, idle_exit_s=idle_exit or None)
