@@ -8,6 +8,7 @@ command wire the packages ``schemas``, ``producers``, ``detectors``, ``streams``
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from .api import attach, detach, pause, step
 from .config import ConfigError, Settings, load_settings
@@ -17,4 +18,24 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+local"
 
-__all__ = ["ConfigError", "Settings", "__version__", "attach", "detach", "load_settings", "pause", "step"]
+# also ``ArgusLightningCallback`` and ``ArgusHFCallback``, built on first access (below)
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "__version__",
+    "attach",
+    "detach",
+    "load_settings",
+    "pause",
+    "step",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """``argus.ArgusLightningCallback`` / ``argus.ArgusHFCallback``: built on first access
+    (they subclass the framework's callback class, imported only then)."""
+    if name in ("ArgusLightningCallback", "ArgusHFCallback"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

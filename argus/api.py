@@ -17,6 +17,10 @@ successful ``attach`` (bad arguments to ``attach`` itself raise ``ValueError``).
 
 Framework callbacks (import-guarded, built on first access): ``ArgusLightningCallback``
 for PyTorch Lightning and ``ArgusHFCallback`` for the Hugging Face ``Trainer``.
+
+After ``fork()`` (DataLoader workers on Linux) the child inherits the agent but none of its
+threads: it undoes the hooks, drops what it inherited (spans, finished steps, the
+publisher) and records nothing unless it calls ``attach`` itself.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
-from argus.producers.agent import AgentConfig, RankAgent, detect_rank_info
+from argus.producers.agent import AgentConfig, RankAgent, detect_rank_info, framework_layout
 
 from .config import Settings, load_settings
 
@@ -49,6 +53,7 @@ log = logging.getLogger("argus.api")
 _SETTINGS = frozenset(f.name for f in dataclasses.fields(Settings))
 _AGENT = frozenset(f.name for f in dataclasses.fields(AgentConfig))
 _LAYOUT = frozenset({"rank", "world", "run", "host", "gpu_uuid", "tp_size", "pp_size", "coords"})
+_FRAMEWORK = frozenset({"mesh"})
 _lock = threading.Lock()
 _agent: RankAgent | None = None
 _publisher: Any = None
@@ -70,7 +75,9 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
         **settings: ``Settings`` fields (``job``, ``kafka_bootstrap``, ``home``, ...),
             ``AgentConfig`` fields (``stack_hz``, ``heartbeat_s``, ``cupti``, ...) and the
             layout (``rank``, ``world``, ``run``, ``host``, ``gpu_uuid``, ``tp_size``,
-            ``pp_size``, ``coords={"dp": ..}``).
+            ``pp_size``, ``coords={"dp": ..}``, ``mesh=`` a ``DeviceMesh``). Without
+            ``tp_size``/``pp_size``/``coords`` the layout comes from the framework: the
+            ``mesh`` or the model's DTensor mesh, Megatron-Core, DeepSpeed.
 
     Returns:
         The :class:`~producers.agent.RankAgent` (``.info``, ``.absent``, ``.step``).
@@ -79,13 +86,16 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
     with _lock:
         if _agent is not None:
             return _agent
-        unknown = set(settings) - _SETTINGS - _AGENT - _LAYOUT
+        unknown = set(settings) - _SETTINGS - _AGENT - _LAYOUT - _FRAMEWORK
         if unknown:
             raise ValueError(f"unknown argus.attach settings: {sorted(unknown)}")
         conf = load_settings(**{k: v for k, v in settings.items() if k in _SETTINGS})
         agent_conf = AgentConfig(**{k: v for k, v in settings.items() if k in _AGENT})
         job = conf.job or os.environ.get("TORCHELASTIC_RUN_ID") or "local"
-        info = detect_rank_info(job, **{k: v for k, v in settings.items() if k in _LAYOUT})
+        layout = {k: v for k, v in settings.items() if k in _LAYOUT}
+        rank_guess = detect_rank_info(job, **layout).rank
+        found = framework_layout(model, settings.get("mesh"), rank=rank_guess)
+        info = detect_rank_info(job, framework=found, **layout)
         if sink is None:
             from argus.producers.publisher import Publisher
 
@@ -98,6 +108,7 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
         agent.install(model, optimizer)
         _agent = agent
         atexit.register(detach)
+        _register_fork_handler()
         for layer, reason in agent.absent.items():
             log.info("argus: %s absent: %s", layer, reason)
         return agent
@@ -118,6 +129,27 @@ def detach(timeout: float = 10.0) -> dict[str, Any]:
         publisher.shutdown(timeout)
         return dict(publisher.stats())
     return {}
+
+
+_fork_registered = False
+
+
+def _register_fork_handler() -> None:
+    global _fork_registered
+    if not _fork_registered and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_registered = True
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: forget the parent's agent and publisher without touching their
+    threads (they do not exist here) or their Kafka client (unusable after fork)."""
+    global _agent, _publisher, _lock
+    _lock = threading.Lock()  # the parent may have held it while forking
+    agent, _agent, _publisher = _agent, None, None
+    if agent is not None:
+        with contextlib.suppress(Exception):
+            agent.reset_after_fork()
 
 
 @contextlib.contextmanager

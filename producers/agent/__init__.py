@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from ._agent import AgentConfig, RankAgent, Sink
 from ._hooks import COLLECTIVE_KINDS, GroupState, Instrumentation, tensor_bytes
-from ._layout import RankInfo, coordinates, detect_rank_info
+from ._layout import (
+    RankInfo,
+    coordinates,
+    deepspeed_layout,
+    detect_rank_info,
+    framework_layout,
+    megatron_layout,
+    mesh_layout,
+)
 from ._spans import COLUMNS, CpuClock, CudaClock, RawStep, SpanRecorder, exclusive_ms, reduce_step
 from ._stacks import StackFolder, StackWindow
 
@@ -28,8 +36,12 @@ __all__ = [
     "StackFolder",
     "StackWindow",
     "coordinates",
+    "deepspeed_layout",
     "detect_rank_info",
     "exclusive_ms",
+    "framework_layout",
+    "megatron_layout",
+    "mesh_layout",
     "reduce_step",
     "tensor_bytes",
 ]

@@ -114,6 +114,7 @@ class RankAgent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_heartbeat = 0.0
+        self.forked = False  # True in the child of a fork (see reset_after_fork)
 
     # -- set-up ------------------------------------------------------------------------
     def install(self, model: Any = None, optimizer: Any = None) -> None:
@@ -163,6 +164,8 @@ class RankAgent:
     # -- the step, on the training thread ----------------------------------------------
     def begin_step(self) -> None:
         """Open a step now (closing nothing); called by ``argus.step()``."""
+        if self.forked:
+            return
         self.explicit = True
         self._open = (time.time_ns(), time.perf_counter_ns())
         self.recorder.take()  # spans between steps are not part of any step
@@ -320,6 +323,22 @@ class RankAgent:
             pause_until_ns=until,
         )
 
+    # -- fork ---------------------------------------------------------------------------
+    def reset_after_fork(self) -> None:
+        """In the child of a fork: undo the hooks, drop every inherited span, step and stack,
+        forget the publisher and CUPTI; the child records nothing with this agent."""
+        self.hooks.uninstall()
+        self._stop.set()
+        self._thread = None
+        self.recorder.spans = []
+        self.recorder.take()
+        self._finished.clear()
+        self._open = None
+        self.cupti = None
+        self._window = StackWindow(self.step, time.time_ns())
+        self.sink = _Discard()
+        self.forked = True
+
     # -- shutdown ----------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
         """Undo the hooks, stop the thread, publish what is finished (not the open step)."""
@@ -340,6 +359,13 @@ class RankAgent:
                 log.warning("argus: stopping CUPTI failed", exc_info=True)
         self._emit_window(time.time_ns())
         self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+
+
+class _Discard:
+    """The sink of an agent inherited through fork: drops everything."""
+
+    def publish(self, topic: str, key: bytes, record: Record) -> None:
+        """Drop the record."""
 
 
 def rec_topic(_rec: Record) -> str:

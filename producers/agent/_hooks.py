@@ -388,7 +388,7 @@ class Instrumentation:
             from torch.nn.parallel import DistributedDataParallel
         except Exception:
             return False
-        original = DistributedDataParallel.forward
+        original: Callable[..., Any] = DistributedDataParallel.forward
         notes = self.notes
 
         def hook_ddp(ddp: Any) -> None:

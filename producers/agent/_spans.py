@@ -120,7 +120,8 @@ def _covered(a: np.ndarray, b: np.ndarray, us: np.ndarray, ue: np.ndarray) -> np
         part = np.clip(x - us[j], 0.0, ue[j] - us[j])
         return np.where(i >= 0, cum[j] + part, 0.0)
 
-    return np.maximum(upto(b) - upto(a), 0.0)
+    covered: np.ndarray = np.maximum(upto(b) - upto(a), 0.0)
+    return covered
 
 
 def exclusive_ms(

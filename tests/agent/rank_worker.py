@@ -1,0 +1,196 @@
+"""One gloo rank of the agent's distributed tests (started by :func:`launch`, one process per rank).
+
+Trains a small MLP wrapped in ``DistributedDataParallel`` (``ddp``), sharded with FSDP2
+``fully_shard`` (``fsdp``) or averaged by hand with ``torch.distributed`` calls, half of them
+``async_op=True`` (``direct``), with ``argus.attach`` collecting step records into a list.
+``--profile-from`` runs ``torch.profiler`` over the steps from there on: the union of its
+``c10d::*`` and ``gloo:*`` events is the collective time the profiler saw. Each rank writes its step
+records and that figure to ``<out>/rank<r>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class ListSink:
+    """Keeps what the agent publishes."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def publish(self, topic: str, key: bytes, record: Any) -> None:
+        self.records.append(record)
+
+
+def union_ms(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def profiled_collective_ms(prof: Any) -> dict[str, float]:
+    """Milliseconds during which a collective ran, by the profiler's events: the caller's
+    ``c10d::*`` operators (enqueue, and on gloo the reduce-scatter's copy) and the backend's
+    ``gloo:*`` execution, in all (``"all"``) and per event name."""
+    spans: dict[str, list[tuple[float, float]]] = {"all": []}
+    for e in prof.events():
+        if e.name.startswith(("gloo:", "c10d::")):
+            span = (e.time_range.start / 1000, e.time_range.end / 1000)
+            spans["all"].append(span)
+            spans.setdefault(e.name, []).append(span)
+    return {name: union_ms(s) for name, s in spans.items()}
+
+
+def run(a: argparse.Namespace) -> None:
+    """Train one rank and write its records."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    import argus
+    from argus.schemas import StepBatch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.Sequential(*[nn.Linear(a.dim, a.dim) for _ in range(4)])
+            self.delay_s = 0.0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            out: torch.Tensor = self.layers(x)
+            return out
+
+    net = Net()
+    model: Any = net
+    if a.mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(net)
+    elif a.mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in net.layers:
+            fully_shard(layer)
+        fully_shard(net)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    sink = ListSink()
+    agent = argus.attach(model, opt, sink=sink, job=a.job, heartbeat_s=1.0)
+    x = torch.randn(a.batch, a.dim)
+    prof: Any = None
+    for step in range(a.steps):
+        if step == a.profile_from:
+            from torch.profiler import ProfilerActivity, profile
+
+            prof = profile(activities=[ProfilerActivity.CPU])
+            prof.__enter__()
+        net.delay_s = (a.base_ms + (a.slow_ms if rank == a.slow_rank else 0.0)) / 1000
+        with argus.step(samples=a.batch):
+            loss = model(x).square().mean()
+            loss.backward()
+            if a.mode == "direct":
+                works = []
+                for i, p in enumerate(model.parameters()):
+                    if i % 2:
+                        works.append(dist.all_reduce(p.grad, async_op=True))
+                    else:
+                        dist.all_reduce(p.grad)
+                for w in works:
+                    w.wait()
+                for p in model.parameters():
+                    p.grad /= world
+            opt.step()
+            opt.zero_grad()
+    prof_ms: dict[str, float] = {"all": 0.0}
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        prof_ms = profiled_collective_ms(prof)
+    dist.barrier()
+    notes = dict(agent.absent, **agent.hooks.notes)
+    info = dataclasses.asdict(agent.info)
+    argus.detach()
+    rows = [dataclasses.asdict(r) for b in sink.records if isinstance(b, StepBatch) for r in b.records()]
+    out = {"rank": rank, "records": rows, "profiler_ms": prof_ms, "notes": notes, "info": info}
+    Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    """A TCP port free right now on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(world: int, args: Sequence[str], out: Path, *, timeout: float = 240.0) -> list[dict[str, Any]]:
+    """Run ``world`` ranks of this worker; return each rank's output (raises if one failed)."""
+    port = free_port()
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+        env.update(
+            RANK=str(r),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(r),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        cmd = [sys.executable, "-m", "tests.agent.rank_worker", *args, "--out", str(out)]
+        procs.append(subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    errors = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        if p.returncode:
+            errors.append(err[-3000:])
+    if errors:
+        raise AssertionError("a rank failed:\n" + "\n".join(errors))
+    return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line of one rank."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["ddp", "fsdp", "direct"], default="ddp")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--base-ms", type=float, default=0.0)
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--slow-ms", type=float, default=60.0)
+    ap.add_argument("--profile-from", type=int, default=-1)
+    ap.add_argument("--job", default="agent-test")
+    ap.add_argument("--out", required=True)
+    run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
