@@ -19,6 +19,15 @@ The relay never sits on the training path:
 
 Records that do not decode as a ``StepBatch`` are forwarded unchanged, so the worker
 dead-letters them exactly as it would have.
+
+Only the node's own ranks write through the relay. Every datagram carries its sender's
+credentials (``SO_PASSCRED``: the kernel attaches the sending process's pid, uid and gid
+to each datagram, which cannot be forged without CAP_SETUID); a datagram from a uid or
+primary gid not allowed (by default: the relay's own uid) is refused, counted in
+``refused["peer"]`` and never forwarded. A datagram over ``max_datagram`` bytes (a
+one-row step record is under 2 KB) is refused the same way (``refused["size"]``): rank
+clients send such a record to Kafka directly instead. The socket's directory is made 0750
+and the socket 0660: ranks reach it through the directory's group.
 """
 
 from __future__ import annotations
@@ -30,20 +39,27 @@ import os
 import select
 import socket
 import stat
+import struct
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from argus.schemas import STEPS, Record, SchemaError, StepBatch, decode_many, step_key
 
-__all__ = ["NodeRelay", "RelayClient", "RelayError", "StepMerger"]
+__all__ = ["MAX_DATAGRAM", "NodeRelay", "RelayClient", "RelayError", "StepMerger"]
 
 log = logging.getLogger("argus.relay")
 
-_MAX_DATAGRAM = 1 << 20
+MAX_DATAGRAM = 64 << 10
+"""The largest datagram the relay takes (a one-row step record is well under 2 KB)."""
 _MAX_BATCH = 512
+_UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
+_CRED_SPACE = socket.CMSG_SPACE(_UCRED.size)
+_LOG_EVERY_S = 60.0
 _THIS_RECORD_ONLY = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS, errno.EMSGSIZE})
 
 
@@ -131,9 +147,17 @@ class NodeRelay:
     """Serve the relay socket: receive rank records, merge per step, publish.
 
     Args:
-        path: the Unix socket path (``ARGUS_RELAY_SOCKET``); its directory is created.
+        path: the Unix socket path (``ARGUS_RELAY_SOCKET``); its directory is created 0750.
         sink: where merged batches go (the node agent's publisher, with its spool).
         linger_s: how long a step waits for the node's other ranks.
+        allowed_uids: senders whose uid is one of these are served; None: the relay's own
+            uid (``ARGUS_RELAY_ALLOWED_UIDS``).
+        allowed_gids: senders whose primary gid is one of these are served too
+            (``ARGUS_RELAY_ALLOWED_GIDS``).
+        max_datagram: larger datagrams are refused and counted.
+
+    Counters: ``received`` (datagrams served), ``published``, ``forwarded_undecodable``,
+    ``refused`` (Counter by reason: ``peer``, ``size``, ``no credentials``).
     """
 
     def __init__(
@@ -142,22 +166,29 @@ class NodeRelay:
         sink: Sink,
         *,
         linger_s: float = 0.2,
+        allowed_uids: Iterable[int] | None = None,
+        allowed_gids: Iterable[int] = (),
+        max_datagram: int = MAX_DATAGRAM,
     ) -> None:
+        if max_datagram < 1:
+            raise ValueError("max_datagram must be positive")
         self.path = Path(path)
         self.sink = sink
         self.merger = StepMerger(linger_s)
+        self.allowed_uids = frozenset({os.geteuid()} if allowed_uids is None else allowed_uids)
+        self.allowed_gids = frozenset(allowed_gids)
+        self.max_datagram = max_datagram
         self.received = 0
         self.published = 0
         self.forwarded_undecodable = 0
+        self.refused: Counter[str] = Counter()
+        self._logged_at: dict[str, float] = {}
         self._inode = 0
-        self._buf = bytearray(_MAX_DATAGRAM)
+        self._buf = bytearray(max_datagram)
         self._sock = self._bind()
 
     def _bind(self) -> socket.socket:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise RelayError(f"cannot create {self.path.parent}: {exc.strerror}") from None
+        self._private_dir()
         try:
             mode = self.path.lstat().st_mode
         except FileNotFoundError:
@@ -170,15 +201,33 @@ class NodeRelay:
             self._remove_stale()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
+            # every datagram then carries its sender's pid/uid/gid, filled in by the kernel
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             sock.bind(str(self.path))
-            # Training pods may run as any user; access is governed by who mounts the directory.
-            os.chmod(self.path, 0o666)
+            # The directory's group reaches it (0750); who may write is checked per datagram.
+            os.chmod(self.path, 0o660)
             self._inode = self.path.stat().st_ino
         except OSError as exc:
             sock.close()
             raise RelayError(f"cannot serve {self.path}: {exc.strerror}") from None
         sock.setblocking(False)
         return sock
+
+    def _private_dir(self) -> None:
+        """Create the socket's directory 0750, or tighten it to 0750 if it is ours and looser."""
+        parent = self.path.parent
+        try:
+            parent.mkdir(mode=0o750, parents=True, exist_ok=True)
+            st = parent.stat()
+        except OSError as exc:
+            raise RelayError(f"cannot create {parent}: {exc.strerror}") from None
+        if st.st_mode & 0o027 and st.st_uid == os.geteuid():
+            try:
+                os.chmod(parent, 0o750)
+            except OSError as exc:
+                log.warning("cannot restrict %s to 0750: %s", parent, exc.strerror)
+        elif st.st_mode & 0o002:
+            log.warning("%s is world-writable and not ours: anyone may replace the relay socket", parent)
 
     def _remove_stale(self) -> None:
         """Remove a dead relay's socket; refuse one that a live relay serves."""
@@ -242,17 +291,48 @@ class NodeRelay:
         return len(raws)
 
     def _receive(self, timeout: float) -> list[bytes]:
-        """Wait up to ``timeout`` for datagrams; take all that are queued (at most _MAX_BATCH)."""
+        """Wait up to ``timeout`` for datagrams; take all that are queued (at most _MAX_BATCH),
+        keeping those of allowed senders within the size bound."""
         raws: list[bytes] = []
         if not select.select([self._sock], [], [], timeout)[0]:
             return raws
-        while len(raws) < _MAX_BATCH:
+        view = memoryview(self._buf)
+        for _ in range(_MAX_BATCH):
             try:
-                n = self._sock.recv_into(self._buf)
+                n, anc, flags, _addr = self._sock.recvmsg_into([view], _CRED_SPACE)
             except BlockingIOError:
                 break
-            raws.append(bytes(self._buf[:n]))
+            reason = self._refusal(anc, flags)
+            if reason is None:
+                raws.append(bytes(view[:n]))
         return raws
+
+    def _refusal(self, anc: list[tuple[int, int, bytes]], flags: int) -> str | None:
+        """Why a datagram is refused (counted and logged), or None to serve it."""
+        cred = None
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _UCRED.size:
+                cred = _UCRED.unpack_from(data)
+        if cred is None:
+            reason, detail = "no credentials", "a datagram without sender credentials"
+        elif cred[1] not in self.allowed_uids and cred[2] not in self.allowed_gids:
+            reason = "peer"
+            detail = f"a datagram from pid {cred[0]} uid {cred[1]} gid {cred[2]} (not an allowed uid or gid)"
+        elif flags & socket.MSG_TRUNC:
+            reason, detail = "size", f"a datagram over {self.max_datagram} bytes from pid {cred[0]}"
+        else:
+            return None
+        self.refused[reason] += 1
+        now = time.monotonic()
+        if now - self._logged_at.get(reason, -_LOG_EVERY_S) >= _LOG_EVERY_S:
+            self._logged_at[reason] = now
+            log.warning(
+                "node relay at %s refused %s (%d refused so far for this reason)",
+                self.path,
+                detail,
+                self.refused[reason],
+            )
+        return reason
 
     def _take(self, raws: list[bytes], now: float) -> None:
         # One decode for all: the parts' columns are range-checked in one vectorized pass.
@@ -281,6 +361,8 @@ class NodeRelay:
             "published": self.published,
             "open_steps": self.merger.open_steps,
             "forwarded_undecodable": self.forwarded_undecodable,
+            "refused": sum(self.refused.values()),
+            **{f"refused_{k.replace(' ', '_')}": v for k, v in sorted(self.refused.items())},
         }
 
 
@@ -301,6 +383,8 @@ class RelayClient:
 
     def send(self, value: bytes) -> bool:
         """Hand one encoded record to the relay; False if it did not take it."""
+        if len(value) > MAX_DATAGRAM:  # the relay would refuse it: straight to Kafka
+            return False
         sock = self._sock
         if sock is None:
             if time.monotonic() < self._retry_at:

@@ -46,13 +46,18 @@ def node_agent(
     node_relay = None
     if relay_path:
         try:
-            node_relay = NodeRelay(relay_path, publisher)
+            node_relay = NodeRelay(
+                relay_path, publisher, allowed_uids=conf.relay_uids, allowed_gids=conf.relay_gids
+            )
         except RelayError as exc:
             publisher.shutdown(1)
             fail(str(exc))
         relay_thread = threading.Thread(target=node_relay.serve, args=(stop,), name="argus-relay")
         relay_thread.start()
-        console.print(f"node relay: serving {relay_path}")
+        console.print(
+            f"node relay: serving {relay_path} for uids {sorted(node_relay.allowed_uids)}"
+            + (f", gids {sorted(node_relay.allowed_gids)}" if node_relay.allowed_gids else "")
+        )
 
     def on_absent(reason: str) -> None:
         absent.append(reason)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -319,3 +322,125 @@ def test_ranks_without_a_relay_publish_to_kafka_directly(kafka_conf, unique, tmp
     pub.shutdown(5)
     batches, _ = _steps_of(kafka_conf, job, want_rows=8, want_bad=0)
     assert sorted(int(r) for b in batches for r in b["rank"]) == list(range(8))
+
+
+class Keep:
+    """A sink that keeps what the relay publishes."""
+
+    def __init__(self) -> None:
+        self.parts: list[StepBatch] = []
+        self.raw: list[bytes] = []
+
+    def publish(self, topic: str, key: bytes, record: StepBatch) -> None:
+        self.parts.append(record)
+
+    def publish_raw(self, topic: str, key: bytes, value: bytes) -> None:
+        self.raw.append(value)
+
+
+def _serve_until(relay: NodeRelay, done, rounds: int = 400) -> None:
+    """Serve rounds until ``done()`` (bounded: a missing datagram fails the test, never hangs)."""
+    for _ in range(rounds):
+        relay._round(0.05)
+        if done():
+            return
+
+
+_FORGER = r"""
+import os, socket, sys
+from argus.schemas import StepBatch, StepRecord, encode
+path = sys.argv[1]
+t = 1_800_000_000_000_000_000
+forged = encode(StepBatch.from_records([StepRecord("victim-job", 0, 5, 1_048_575, start_ns=t, end_ns=t + 1)]))
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.connect(path)          # as root: the socket is reachable...
+os.setgid(65534)
+os.setuid(65534)         # ...but what is sent, is sent as nobody
+for value in (forged, b"garbage" * 10, os.urandom(60_000)):
+    s.send(value)
+# and through the path itself, as nobody: the directory (0750) keeps it out
+t2 = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+try:
+    t2.connect(path)
+    print("connected")
+except PermissionError:
+    print("EACCES")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sending as another uid needs root (setuid)")
+def test_a_sender_of_another_uid_is_refused_and_counted(tmp_path):
+    """As `nobody`: a forged StepBatch for another job, garbage and a 60 KB blob are all
+    refused and counted, none forwarded (before: all accepted and sent to Kafka)."""
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(dir="/tmp"))
+    top.chmod(0o755)  # nobody may walk to the relay's directory; the directory decides
+    try:
+        sink = Keep()
+        relay = NodeRelay(top / "run" / "relay.sock", sink)
+        assert stat.S_IMODE((top / "run").stat().st_mode) == 0o750
+        assert stat.S_IMODE(relay.path.stat().st_mode) == 0o660
+        out = subprocess.run(
+            [sys.executable, "-c", _FORGER, str(relay.path)], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["EACCES"]
+        _serve_until(relay, lambda: sum(relay.refused.values()) >= 3)
+        assert relay.refused == {"peer": 3}
+        assert sink.parts == [] and sink.raw == [] and relay.received == 0
+        # the relay's own uid still goes through
+        from argus.producers.relay import RelayClient
+        from argus.schemas import encode
+
+        assert RelayClient(relay.path).send(encode(part("j", 0, 0)))
+        _serve_until(relay, lambda: relay.received >= 1)
+        relay.merger.linger_s = 1e-9
+        _serve_until(relay, lambda: bool(sink.parts))
+        assert [p.job for p in sink.parts] == ["j"]
+        relay._sock.close()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_allowed_uids_and_gids_are_configurable(tmp_path):
+    me = os.geteuid()
+    relay = NodeRelay(tmp_path / "a.sock", Null(), allowed_uids=[me + 1], allowed_gids=[os.getegid()])
+    from argus.producers.relay import RelayClient
+    from argus.schemas import encode
+
+    assert RelayClient(relay.path).send(encode(part("j", 0, 0)))
+    _serve_until(relay, lambda: relay.received >= 1)
+    assert relay.received == 1 and not relay.refused  # the gid is allowed
+    relay._sock.close()
+    strict = NodeRelay(tmp_path / "b.sock", Null(), allowed_uids=[me + 1])
+    assert RelayClient(strict.path).send(encode(part("j", 0, 0)))
+    _serve_until(strict, lambda: bool(strict.refused))
+    assert strict.refused == {"peer": 1} and strict.received == 0
+    strict._sock.close()
+
+
+def test_an_oversized_datagram_is_refused_and_the_client_sends_it_direct(tmp_path):
+    """100-400 KB blobs were accepted and 700 KB spooled: now the bound is 64 KB."""
+    from argus.producers.relay import MAX_DATAGRAM, RelayClient
+
+    sink = Keep()
+    relay = NodeRelay(tmp_path / "relay.sock", sink)
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    raw.connect(str(relay.path))
+    raw.send(b"x" * (MAX_DATAGRAM + 1))
+    _serve_until(relay, lambda: bool(relay.refused))
+    assert relay.refused == {"size": 1} and sink.raw == [] and relay.received == 0
+    assert relay.stats()["refused_size"] == 1
+    assert not RelayClient(relay.path).send(b"x" * (MAX_DATAGRAM + 1))  # to Kafka, not the relay
+    raw.close()
+    relay._sock.close()
+
+
+def test_an_existing_socket_directory_of_ours_is_tightened_to_0750(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir(mode=0o755)
+    d.chmod(0o777)
+    relay = NodeRelay(d / "relay.sock", Null())
+    assert stat.S_IMODE(d.stat().st_mode) == 0o750
+    relay._sock.close()
