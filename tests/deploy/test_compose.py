@@ -88,7 +88,7 @@ def test_host_ports_are_unique_and_container_ports_match_what_listens() -> None:
             host_ports.append(host)
     assert len(host_ports) == len(set(host_ports)), host_ports
     listeners = SERVICES["kafka"]["environment"]["KAFKA_LISTENERS"]
-    assert ":9094" in listeners and "9094:9094" in SERVICES["kafka"]["ports"]
+    assert ":9094" in listeners and "127.0.0.1:9094:9094" in SERVICES["kafka"]["ports"]
     for name, port in (("worker", "9464"), ("sink", "9465")):
         cmd = SERVICES[name]["command"]
         assert cmd[cmd.index("--metrics-port") + 1] == port
@@ -121,7 +121,7 @@ def test_grafana_gets_the_provisioned_dashboards_and_everything_the_datasource_r
     datasource = (REPO / "deploy/grafana/provisioning/datasources/argus.yaml").read_text()
     for var in set(re.findall(r"\$\{?(ARGUS_[A-Z_]+)", datasource)):
         assert var in graf["environment"], var
-    assert SERVICES["clickhouse"]["ports"].count("9000:9000") == 1  # the datasource's native port
+    assert SERVICES["clickhouse"]["ports"].count("127.0.0.1:9000:9000") == 1  # the datasource's native port
 
 
 def test_every_variable_is_in_env_example_and_no_secret_is_inlined() -> None:
@@ -163,3 +163,11 @@ def test_dockerignore_keeps_the_image_small_and_secrets_out() -> None:
     for copied in re.findall(r"^COPY (\S+)", dockerfile, re.M):
         assert copied.rstrip("/") not in ignored, copied
         assert (REPO / copied).exists(), copied
+
+
+def test_kafka_and_clickhouse_publish_on_this_machine_only() -> None:
+    """PLAINTEXT Kafka (no auth) and ClickHouse's ports are bound to 127.0.0.1, not every
+    interface (issue 17 item 15)."""
+    for name in ("kafka", "clickhouse"):
+        for p in SERVICES[name]["ports"]:
+            assert str(p).startswith("127.0.0.1:"), (name, p)

@@ -112,6 +112,8 @@ def test_the_node_relay_shares_a_host_directory_the_agent_owns(tmp_path: Path) -
     (container,) = agent["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["ARGUS_RELAY_SOCKET"] == "/run/argus/relay.sock"
+    assert env["ARGUS_RELAY_ALLOWED_GIDS"] == "10001"  # the directory's group
+    assert "ARGUS_RELAY_ALLOWED_UIDS" not in env
     assert {"name": "relay", "mountPath": "/run/argus"} in container["volumeMounts"]
     (init,) = agent["initContainers"]
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
@@ -138,7 +140,7 @@ def test_the_node_relay_shares_a_host_directory_the_agent_owns(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr
     st = host.stat()
-    assert st.st_uid == 10001 and stat.S_IMODE(st.st_mode) == 0o755
+    assert st.st_uid == 10001 and st.st_gid == 10001 and stat.S_IMODE(st.st_mode) == 0o750
 
 
 @pytest.mark.parametrize(
@@ -281,3 +283,22 @@ def test_grafana_configmaps_carry_the_generated_dashboards_and_alert_rules() -> 
     assert rules["metadata"]["labels"]["grafana_alert"] == "1"
     assert yaml.safe_load(rules["data"]["argus.yaml"])["groups"][0]["rules"]
     assert maps["argus-datasource"]["metadata"]["labels"]["grafana_datasource"] == "1"
+
+
+def test_relay_senders_are_configurable() -> None:
+    docs = render(
+        "nodeAgent.relay.enabled=true", "nodeAgent.relay.group=3000", "nodeAgent.relay.allowedUids={0,1000}"
+    )
+    agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in agent["containers"][0]["env"]}
+    assert (env["ARGUS_RELAY_ALLOWED_GIDS"], env["ARGUS_RELAY_ALLOWED_UIDS"]) == ("3000", "0,1000")
+    assert "0o750" in agent["initContainers"][0]["command"][2]
+    assert ", 3000)" in agent["initContainers"][0]["command"][2]
+
+
+def test_metrics_bind_the_pod_ip_not_every_interface() -> None:
+    docs = render()
+    for name in ("argus-worker", "argus-sink"):
+        (container,) = by_kind(docs, "Deployment")[name]["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["ARGUS_METRICS_ADDR"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}

@@ -42,6 +42,10 @@ spec:
           env:
             - name: ARGUS_HOME
               value: /var/lib/argus
+            - name: ARGUS_METRICS_ADDR  # /metrics on the pod's IP (Prometheus, probes), not 0.0.0.0
+              valueFrom:
+                fieldRef:
+                  fieldPath: status.podIP
             {{- include "argus.kafkaEnv" $ctx | nindent 12 }}
             {{- with .env }}
             {{- . | nindent 12 }}
