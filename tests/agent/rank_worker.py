@@ -91,15 +91,25 @@ def run(a: argparse.Namespace) -> None:
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(net)
-    elif a.mode == "fsdp":
+    elif a.mode == "fsdp":  # on a 1-D mesh whose dim name says data parallel (sharded)
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        shard_mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp_shard",))
         for layer in net.layers:
-            fully_shard(layer)
-        fully_shard(net)
+            fully_shard(layer, mesh=shard_mesh)
+        fully_shard(net, mesh=shard_mesh)
+    mesh = None
+    if a.mesh:  # handed to attach: its dim names give the layout
+        from torch.distributed.device_mesh import init_device_mesh
+
+        names = tuple(a.mesh.split(","))
+        shape = (world // 2, 2) if len(names) == 2 else (world,)
+        mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     sink = ListSink()
-    agent = argus.attach(model, opt, sink=sink, job=a.job, heartbeat_s=1.0)
+    extra: dict[str, Any] = {"mesh": mesh} if mesh is not None else {}
+    agent = argus.attach(model, opt, sink=sink, job=a.job, heartbeat_s=1.0, **extra)
     x = torch.randn(a.batch, a.dim)
     prof: Any = None
     for step in range(a.steps):
@@ -187,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=60.0)
     ap.add_argument("--profile-from", type=int, default=-1)
+    ap.add_argument("--mesh", default="", help="dim names of a mesh handed to attach: dp,tp")
     ap.add_argument("--job", default="agent-test")
     ap.add_argument("--out", required=True)
     run(ap.parse_args(argv))
