@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from .config import Settings
 
-__all__ = ["faust_credentials", "open_configured_store", "stream_config"]
+__all__ = ["faust_credentials", "open_configured_store", "private_dir", "stream_config"]
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents 0700; tighten ``path`` to 0700 if it is ours.
+
+    ARGUS_HOME, the spool and the chDB data hold job names, hosts, stacks and kernel names:
+    nobody else on the machine reads them.
+    """
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
+    st = path.stat()
+    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+        os.chmod(path, 0o700)
+    return path
 
 
 def open_configured_store(settings: Settings) -> Any:
@@ -21,6 +42,10 @@ def open_configured_store(settings: Settings) -> Any:
             database=settings.clickhouse_database or None,
             ca_cert=settings.clickhouse_ca or None,
         )
+    private_dir(settings.home)
+    private_dir(settings.data_dir)
+    # chDB writes its parts from its own threads with the process umask: files 0600, dirs 0700
+    os.umask(os.umask(0o077) | 0o077)
     return open_store(data_dir=settings.data_dir)
 
 

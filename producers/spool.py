@@ -92,8 +92,15 @@ def _unpack(data: bytes, pos: int, limit: int) -> tuple[list[SpoolRecord], int, 
 
 
 def _private_dir(path: Path) -> None:
-    """Create ``path`` (and missing parents) 0700; tighten it to 0700 if it exists."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create ``path`` and its missing parents 0700 (mkdir's ``parents`` would make them with
+    the umask's mode); tighten ``path`` to 0700 if it exists."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
     if path.stat().st_mode & 0o077:
         try:
             os.chmod(path, 0o700)
