@@ -48,7 +48,7 @@ class _RichProgress:
 
 def _diagnosis_table(result: DemoResult) -> Table:
     table = Table(title="diagnosis (read back from ClickHouse)", show_lines=False)
-    for col in ("job", "window", "suspect", "root cause", "evidence", "cost"):
+    for col in ("job", "window", "suspect", "root cause", "severity", "evidence", "cost"):
         table.add_column(col, overflow="fold")
     for f in result.findings:
         top = sorted(f.evidence.items(), key=lambda kv: -abs(kv[1]))[:3]
@@ -57,24 +57,77 @@ def _diagnosis_table(result: DemoResult) -> Table:
             f"steps {f.start_step}–{f.end_step}",
             f.suspect,
             f.cause,
+            f.severity,
             ", ".join(f"{k} {v:.3g}" for k, v in top),
             f"+{f.step_ms_added:.1f} ms/step, {f.gpu_hours_lost:.3g} GPU·h",
         )
     return table
 
 
+_OK, _BAD = "[green]✓[/]", "[red]✘[/]"
+
+
 def _check_table(result: DemoResult) -> Table:
-    table = Table("", "job", "injected", "suspect", "steps", "found", title="injected on purpose vs found")
-    for e, f in result.matched.items():
-        table.add_row(
-            "[green]✓[/]" if f else "[red]✗[/]",
-            e.job,
-            e.cause,
-            e.suspect,
-            f"{e.first_step}–{e.last_step}",
-            f"{f.cause} {f.suspect} (steps {f.start_step}–{f.end_step})" if f else "not found",
-        )
+    """One row per injected fault (found with its class and window IoU, or not), then one
+    ✘ row per anomaly that matches no injected fault (extra) or only with another class."""
+    table = Table(
+        "", "job", "injected", "suspect", "steps", "found", "IoU", title="injected on purpose vs found"
+    )
+    for check in result.checks:
+        for j, lab in enumerate(check.labels):
+            best = check.scoring.of_label(j)
+            hit = best[0] if best and best[0].right else None
+            if hit is None:
+                table.add_row(
+                    _BAD,
+                    check.job,
+                    lab.kind,
+                    lab.suspect,
+                    f"{lab.first_step}–{lab.last_step}",
+                    "not found",
+                    "",
+                )
+                continue
+            f = check.findings[hit.anomaly]
+            mark = _OK if hit.iou >= result.min_iou else _BAD
+            found = f"{f.cause} {f.suspect} (steps {f.start_step}–{f.end_step})"
+            table.add_row(
+                mark,
+                check.job,
+                lab.kind,
+                lab.suspect,
+                f"{lab.first_step}–{lab.last_step}",
+                found,
+                f"{hit.iou:.2f}",
+            )
+        for i, why in [
+            *((i, "extra") for i in check.scoring.extras),
+            *((i, "wrong class") for i in check.scoring.wrong),
+        ]:
+            f = check.findings[i]
+            table.add_row(
+                f"{_BAD} {why}",
+                check.job,
+                "—",
+                "—",
+                "—",
+                f"{f.cause} {f.suspect} (steps {f.start_step}–{f.end_step})",
+                "",
+            )
     return table
+
+
+def _verdict(result: DemoResult) -> str:
+    """Why the check failed, in one line."""
+    extras = sum(len(c.scoring.extras) + len(c.scoring.wrong) for c in result.checks)
+    misses = sum(len(c.scoring.misses) for c in result.checks)
+    narrow = sum(1 for c in result.checks for m in c.scoring.matches if m.right and m.iou < result.min_iou)
+    parts = [
+        f"{misses} injected fault(s) not found" if misses else "",
+        f"{extras} anomal{'y' if extras == 1 else 'ies'} matching no injected fault" if extras else "",
+        f"{narrow} window(s) with IoU < {result.min_iou}" if narrow else "",
+    ]
+    return "; ".join(p for p in parts if p) + " (see the table above)"
 
 
 @app.command()
@@ -138,4 +191,4 @@ def demo(
         f"\"SELECT cause, suspect, start_step, end_step FROM anomalies FINAL WHERE job = '{result.sim_job}'\""
     )
     if not result.ok:
-        fail("the diagnosis missed something that was injected (see the table above)", EXIT_MISSED)
+        fail(_verdict(result), EXIT_MISSED)

@@ -10,30 +10,70 @@ from pathlib import Path
 
 import pytest
 
-from argus.demo import DemoError, Expected, Finding, _Children, match_findings
+from argus.demo import TRAIN_ACCEPT, DemoError, DemoResult, Finding, JobCheck, _Children, check_findings
+from argus.producers.simulator import Label
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def finding(job: str, cause: str, suspect: str, start: int, end: int, ranks: tuple[int, ...] = ()) -> Finding:
-    return Finding(job, start, end, suspect, cause, ranks, 5.0, {"z": 5.0}, 10.0, 0.1, "")
+def finding(
+    job: str, cause: str, suspect: str, start: int, end: int, ranks: tuple[int, ...] = (), kind: str = "rank"
+) -> Finding:
+    return Finding(job, start, end, suspect, cause, ranks, 5.0, {"z": 5.0}, 10.0, 0.1, "", kind)
 
 
-def test_a_finding_matches_only_with_its_cause_suspect_and_window() -> None:
-    link = Expected("j", ("link_degradation",), "node-1<->node-2", 10, 20, (8, 16))
-    straggler = Expected("j", ("compute_straggler", "masked_compute_straggler"), "rank:2", 0, 39, (2,))
+LINK = Label("link_degradation", 10, 20, "link", "node-1<->node-2", (8, 16))
+SLOW = Label("compute_straggler", 10, 39, "rank", "rank:2", (2,))
+
+
+def test_every_finding_is_matched_to_an_injected_fault_or_is_an_extra() -> None:
     found = [
-        finding("j", "link_degradation", "node-1<->node-2", 25, 30),  # after the window
-        finding("j", "compute_straggler", "node-1<->node-2", 12, 14),  # wrong class
-        finding("other", "link_degradation", "node-1<->node-2", 12, 14),  # other job
-        finding("j", "masked_compute_straggler", "rank:2", 5, 6, (2,)),
-        finding("j", "compute_straggler", "rank:3", 5, 6, (3,)),
+        finding("j", "link_degradation", "node-1<->node-2", 25, 30, kind="link"),  # after the window
+        finding("j", "compute_straggler", "node-1<->node-2", 12, 14, kind="link"),  # wrong class
+        finding("other", "link_degradation", "node-1<->node-2", 12, 14, kind="link"),  # other job
+        finding("t", "masked_compute_straggler", "rank:2", 10, 39, (2,)),
+        finding("t", "dataloader_stall", "rank:0", 5, 6, (0,)),  # nothing injected there
     ]
-    matched = match_findings([link, straggler], found)
-    assert matched[link] is None
-    assert matched[straggler] == found[3]
-    found.append(finding("j", "link_degradation", "rank:16", 19, 22, (16,)))  # named by a rank of the link
-    assert match_findings([link], found)[link] == found[-1]
+    link, train = check_findings(found, {"j": [LINK], "t": [SLOW]}, {"t": TRAIN_ACCEPT})
+    assert link.job == "j" and [f.job for f in link.findings] == ["j", "j"]
+    assert link.scoring.misses == (0,) and link.scoring.extras == (0,) and link.scoring.wrong == (1,)
+    assert train.scoring.misses == () and train.scoring.extras == (1,)  # the dataloader stall: ✘ extra
+    assert not link.ok() and not train.ok()
+    (train,) = check_findings(found[3:4], {"t": [SLOW]}, {"t": TRAIN_ACCEPT})
+    assert train.ok()
+    # the real demo's old defect: "rank 2, steps 10-11" for a fault over steps 10-39
+    (short,) = check_findings([finding("t", "compute_straggler", "rank:2", 10, 11, (2,))], {"t": [SLOW]})
+    assert short.scoring.misses == () and not short.ok()
+
+
+def _result(checks: tuple[JobCheck, ...], findings: tuple[Finding, ...]) -> DemoResult:
+    return DemoResult("t", "j", Path("/nowhere"), findings, checks, {}, "", {})
+
+
+def test_the_check_table_marks_extras_and_narrow_windows() -> None:
+    from rich.console import Console
+
+    from argus.cli.demo import _check_table, _verdict
+
+    found = (
+        finding("t", "compute_straggler", "rank:2", 10, 11, (2,)),
+        finding("t", "dataloader_stall", "rank:0", 5, 6, (0,)),
+    )
+    result = _result(check_findings(found, {"t": [SLOW]}), found)
+    assert not result.ok
+    console = Console(width=250, record=True)
+    console.print(_check_table(result))
+    text = console.export_text()
+    assert "✘ extra" in text and "dataloader_stall rank:0" in text and "0.07" in text
+    assert "✓" not in text
+    assert _verdict(result) == (
+        "1 anomaly matching no injected fault; 1 window(s) with IoU < 0.8 (see the table above)"
+    )
+    good = (finding("t", "compute_straggler", "rank:2", 10, 39, (2,)),)
+    result = _result(check_findings(good, {"t": [SLOW]}), good)
+    console = Console(width=250, record=True)
+    console.print(_check_table(result))
+    assert result.ok and "✓" in console.export_text() and "✘" not in console.export_text()
 
 
 def _running(pid: int) -> bool:
@@ -115,7 +155,7 @@ def test_the_demo_names_the_slowed_rank_and_every_injected_fault(unique: str, tm
     seconds = time.monotonic() - began
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout
-    assert text.count("✓") == 4 and "✗" not in text, text
+    assert text.count("✓") == 4 and "✘" not in text, text
     for cause in ("link_degradation", "sequence_length_imbalance", "host_cpu_contention"):
         assert cause in text
     assert "rank:2" in text
