@@ -1,16 +1,50 @@
-"""Read per-rank values from a log CSV (for ``argus diagnose --steps-csv``)."""
+"""Logs into the one engine (``argus diagnose --steps-csv``).
+
+A log CSV has one row per rank per sample: a rank, a step or a time, and a value. It
+becomes step batches, one per window, and goes through the same :class:`JobDiagnoser` as
+a live job: windows are the log's steps, or bins of the ranks' median sampling interval
+when it has times (ranks that log irregularly, start late or stop early simply miss some
+windows). The value is the step time, or the phase its column names (``forward_ms``,
+``dataloader_wait``, ``allreduce_time`` ...). Its unit is unknown, so values are scaled
+to a median of 1,000 (a typical step of one second) on the way in and costs scaled back
+on the way out: thresholds that are in milliseconds mean the same for every log.
+"""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CsvError", "read_series"]
+from argus.detectors import JobDiagnoser
+from argus.schemas import Anomaly, StepBatch
+
+__all__ = ["CsvError", "LogDiagnosis", "diagnose_log", "log_batches", "phase_of", "read_series"]
 
 MAX_ROWS = 50_000_000
+MAX_WINDOWS = 1_000_000
+_T0_NS = 1_767_225_600 * 10**9  # windows are placed one second apart from 2026-01-01
+_TYPICAL_MS = 1000.0
+
+_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("compile", "jit"), "compile_ms"),
+    (("checkpoint", "ckpt"), "checkpoint_ms"),
+    (("dataloader", "data_loader", "loader", "input_wait", "data_wait"), "dataloader_ms"),
+    (("h2d", "memcpy", "copy"), "h2d_ms"),
+    (("gc",), "gc_ms"),
+    (("p2p", "bubble", "pipeline", "send", "recv"), "p2p_ms"),
+    (("all_gather", "allgather"), "all_gather_ms"),
+    (("reduce_scatter", "reducescatter"), "reduce_scatter_ms"),
+    (("all_to_all", "alltoall"), "all_to_all_ms"),
+    (("all_reduce", "allreduce", "nccl", "comm", "collective"), "all_reduce_ms"),
+    (("backward", "bwd"), "backward_ms"),
+    (("optimizer", "optim"), "optimizer_ms"),
+    (("forward", "fwd", "compute", "gemm", "kernel"), "forward_ms"),
+)
 
 
 class CsvError(ValueError):
@@ -49,8 +83,10 @@ def read_series(
                     ) from None
                 if not all(math.isfinite(x) for x in (r, t, v)):
                     raise CsvError(f"{path}:{line}: NaN or infinity in {rank_col}/{t_col}/{value_col}")
-                if r < 0 or r != int(r) or r >= 1 << 31:
+                if r < 0 or r != int(r) or r >= 1 << 20:
                     raise CsvError(f"{path}:{line}: {rank_col} must be a rank (0, 1, 2, ...), got {raw[0]!r}")
+                if v < 0:
+                    raise CsvError(f"{path}:{line}: {value_col} must not be negative, got {raw[2]!r}")
                 ranks.append(int(r))
                 ts.append(t)
                 vs.append(v)
@@ -63,3 +99,137 @@ def read_series(
     if not vs:
         raise CsvError(f"{path}: no data rows")
     return np.array(ranks, np.int64), np.array(ts), np.array(vs)
+
+
+def phase_of(name: str) -> str | None:
+    """The step-record column a value of this name is (None: the step's wall time)."""
+    low = name.lower()
+    for hints, column in _HINTS:
+        if any(h in low for h in hints):
+            return column
+    return None
+
+
+def _windows(rank: np.ndarray, t: np.ndarray, by_time: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Window index of every row, and the start label (in ``t``'s unit) of every window."""
+    if not by_time:
+        labels, inv = np.unique(t, return_inverse=True)
+        return inv.astype(np.int64), labels.astype(float)
+    order = np.lexsort((t, rank))
+    dt = np.diff(t[order])
+    same = rank[order][1:] == rank[order][:-1]
+    gaps = dt[same & (dt > 0)]
+    t0, span = float(t.min()), float(t.max() - t.min())
+    width = float(np.median(gaps)) if len(gaps) else max(span, 1.0)
+    width = max(width, span / MAX_WINDOWS, 1e-12)
+    idx = np.floor((t - t0) / width + 1e-9).astype(np.int64)
+    used, inv = np.unique(idx, return_inverse=True)
+    return inv.astype(np.int64), t0 + width * used.astype(float)
+
+
+def log_batches(
+    rank: np.ndarray,
+    t: np.ndarray,
+    value: np.ndarray,
+    *,
+    by_time: bool,
+    metric: str = "step_ms",
+    higher_is_better: bool = False,
+    job: str = "log",
+) -> tuple[list[StepBatch], np.ndarray, float]:
+    """One StepBatch per window (a rank's samples in a window averaged).
+
+    Returns the batches, the start label of every window (in ``t``'s unit) and the scale
+    the values were multiplied by (their median becomes 1,000).
+
+    Raises:
+        ValueError: arrays of different lengths, or no usable value.
+    """
+    rank, t, value = np.asarray(rank, np.int64), np.asarray(t, float), np.asarray(value, float)
+    if not len(rank) == len(t) == len(value) or not len(value):
+        raise ValueError("rank, time and value need one entry per row")
+    keep = np.isfinite(t) & np.isfinite(value) & (value >= 0)
+    if higher_is_better:  # a throughput: a slow rank has a low value; time per unit instead
+        keep &= value > 0
+    rank, t, value = rank[keep], t[keep], value[keep]
+    if not len(value):
+        raise ValueError("no finite values to diagnose")
+    if higher_is_better:
+        value = 1.0 / value
+    med = float(np.median(value))
+    scale = _TYPICAL_MS / med if med > 0 else 1.0
+    ms = np.minimum(value * scale, 1000.0 * _TYPICAL_MS)
+    win, labels = _windows(rank, t, by_time)
+    # one value per (window, rank): the mean of its samples there
+    key = win * (int(rank.max()) + 1) + rank
+    cells, inv = np.unique(key, return_inverse=True)
+    mean = np.bincount(inv, weights=ms) / np.bincount(inv)
+    cw, cr = cells // (int(rank.max()) + 1), cells % (int(rank.max()) + 1)
+    column = phase_of(metric)
+    bounds = np.flatnonzero(np.diff(cw)) + 1
+    batches = []
+    for w_rows in np.split(np.arange(len(cells)), bounds):
+        w = int(cw[w_rows[0]])
+        n = len(w_rows)
+        cols = StepBatch.empty_columns(n)
+        r = cr[w_rows]
+        v = mean[w_rows]
+        start = _T0_NS + w * 10**9 * 60
+        cols.update(
+            rank=r,
+            dp=r,
+            host=np.array([f"rank-{x}" for x in r.tolist()], dtype=object),
+            gpu_uuid=np.array([f"rank-{x}" for x in r.tolist()], dtype=object),
+            start_ns=np.full(n, start, np.int64),
+            end_ns=start + np.round(v * 1e6).astype(np.int64),
+        )
+        if column is not None:
+            cols[column] = v
+        batches.append(StepBatch(job, 0, w, cols))
+    return batches, labels, scale
+
+
+@dataclass(frozen=True)
+class LogDiagnosis:
+    """What the engine found in a log: the anomalies (windows as window indexes, costs in
+    the log's own unit), the start label of every window, and the transients per suspect."""
+
+    anomalies: list[Anomaly]
+    labels: np.ndarray
+    transients: dict[str, int]
+
+    def start(self, a: Anomaly) -> float:
+        """The anomaly's first window, in the log's time or step unit."""
+        return float(self.labels[min(a.start_step, len(self.labels) - 1)])
+
+    def end(self, a: Anomaly) -> float:
+        """The anomaly's last window, in the log's time or step unit."""
+        return float(self.labels[min(a.end_step, len(self.labels) - 1)])
+
+
+def diagnose_log(
+    rank: np.ndarray,
+    t: np.ndarray,
+    value: np.ndarray,
+    *,
+    by_time: bool,
+    metric: str = "step_ms",
+    higher_is_better: bool = False,
+    job: str = "log",
+) -> LogDiagnosis:
+    """Diagnose a log with the one engine (:class:`JobDiagnoser`), as a live job would be."""
+    batches, labels, scale = log_batches(
+        rank, t, value, by_time=by_time, metric=metric, higher_is_better=higher_is_better, job=job
+    )
+    diag = JobDiagnoser(job, 0)
+    final: dict[str, Anomaly] = {}
+    for b in batches:
+        for a in diag.step(b).anomalies:
+            final[a.id] = a
+    for a in diag.flush():
+        final[a.id] = a
+    out = [
+        dataclasses.replace(a, step_ms_added=a.step_ms_added / scale, gpu_hours_lost=a.gpu_hours_lost / scale)
+        for a in sorted(final.values(), key=lambda a: (a.start_step, a.suspect))
+    ]
+    return LogDiagnosis(out, labels, dict(diag.state.transients))

@@ -6,7 +6,7 @@ Progressive, as in DESIGN.md: :mod:`~detectors.iteration` (job step time),
 :mod:`~detectors.kernel` and :mod:`~detectors.stacks` (only for suspects),
 :mod:`~detectors.rootcause` (one class per suspect, with evidence) and
 :mod:`~detectors.cost`; :class:`JobDiagnoser` / :func:`diagnose_step` drive them once per
-step with small serializable state; :func:`diagnose_series` serves logs (rank, time, value).
+step with small serializable state; logs become step batches (``argus.csvlogs``) for the same engine.
 No I/O, no clock, no Kafka.
 """
 
@@ -55,7 +55,6 @@ from .hang import HangConfig, HangFinding, HangState, HangVerdict, detect_hang, 
 from .iteration import IterationState, IterationVerdict, attribute, iteration_level, update_baseline
 from .kernel import KernelFinding, kernel_level
 from .rootcause import classify_ranks, stage_imbalance
-from .series import SeriesAnomaly, diagnose_series
 from .stacks import StackDelta, stack_diff
 
 __all__ = [
@@ -93,7 +92,6 @@ __all__ = [
     "JobState",
     "KernelFinding",
     "KernelSource",
-    "SeriesAnomaly",
     "StackDelta",
     "StackSource",
     "StepFindings",
@@ -105,7 +103,6 @@ __all__ = [
     "cross_rank",
     "detect_hang",
     "diagnose",
-    "diagnose_series",
     "diagnose_step",
     "gpu_hours",
     "hang_anomalies",

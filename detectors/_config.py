@@ -22,7 +22,7 @@ class DiagnoserConfig:
     steps below ``warmup_steps``. An episode becomes an anomaly when seen in ``min_steps``
     steps, or for a one-off stall once it cost ``min_cost_frac`` of a step; it closes after
     ``close_after`` steps without a sighting (``persistent_close_after`` for a straggler
-    seen before the job's baseline is known or within ``persistent_within`` steps of it). Steps where the job's step time is
+    seen within ``persistent_within`` steps of the first step past the warm-up). Steps where the job's step time is
     ``global_ratio`` times its baseline or more (evaluation, checkpoint) are no sightings
     for ranks. Once an episode is an anomaly, a rank at ``weak_frac`` of a threshold still
     counts as a sighting (hysteresis: a fault near the threshold is one anomaly, not many).

@@ -79,8 +79,7 @@ def group_median_scale(
         med[:] = np.median(cube, axis=2)
         sig = MAD_TO_SIGMA * np.median(np.abs(cube - med[:, :, None]), axis=2)
         if one_sided is not None and one_sided.any():
-            p10, p30 = np.percentile(cube[one_sided], (10.0, 30.0), axis=2)
-            med[one_sided], sig[one_sided] = _fast_side(p10, p30)
+            med[one_sided], sig[one_sided] = _fast_side(cube[one_sided], axis=2)
     else:
         sig = np.empty((m, g))
         for j, (s, k) in enumerate(zip(gi.starts.tolist(), gi.sizes.tolist(), strict=True)):
@@ -88,8 +87,7 @@ def group_median_scale(
             med[:, j] = np.median(block, axis=1)
             sig[:, j] = MAD_TO_SIGMA * np.median(np.abs(block - med[:, j, None]), axis=1)
             if one_sided is not None and one_sided.any():
-                p10, p30 = np.percentile(block[one_sided], (10.0, 30.0), axis=1)
-                med[one_sided, j], sig[one_sided, j] = _fast_side(p10, p30)
+                med[one_sided, j], sig[one_sided, j] = _fast_side(block[one_sided], axis=1)
     floor = np.maximum(np.broadcast_to(np.asarray(floor_abs, float).reshape(-1, 1), (m, 1)), 0.0)
     scale = np.maximum(np.maximum(sig, floor), floor_rel * np.abs(med))
     return med, scale
@@ -98,8 +96,17 @@ def group_median_scale(
 _Z10, _Z30 = -1.2815516, -0.5244005  # standard normal quantiles
 
 
-def _fast_side(p10: np.ndarray, p30: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centre and sigma of a normal whose 10th and 30th percentiles these are."""
+SMALL_GROUP = 3
+"""Groups of at most this many ranks have no spread to speak of: their centre is the
+fastest rank and their scale only the floors (a relative threshold)."""
+
+
+def _fast_side(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Centre and sigma from the fast side of ``x`` along ``axis``: of a normal whose 10th
+    and 30th percentiles these are, or the fastest value (sigma 0) in a small group."""
+    if x.shape[axis] <= SMALL_GROUP:
+        return x.min(axis=axis), np.zeros(np.delete(x.shape, axis))
+    p10, p30 = np.percentile(x, (10.0, 30.0), axis=axis)
     sigma = (p30 - p10) / (_Z30 - _Z10)
     return p30 - _Z30 * sigma, sigma
 

@@ -45,10 +45,10 @@ METRICS: tuple[str, ...] = (
 """Per-rank metrics: compute = forward + backward + optimizer; collective = all collective
 kinds; gather_scatter = all-gather + reduce-scatter + broadcast; unaccounted = step wall
 time minus every timed phase (a CPU blocked outside the timers)."""
-CAUSE_METRICS: tuple[str, ...] = tuple(
-    m for m in METRICS if m not in ("collective_ms", "tokens", "unaccounted_ms")
-)
-"""Metrics whose excess on a rank can be a cause (a positive outlier)."""
+CAUSE_METRICS: tuple[str, ...] = tuple(m for m in METRICS if m not in ("collective_ms", "tokens"))
+"""Metrics whose excess on a rank can be a cause (a positive outlier). Time outside every
+timer is one: a masked straggler's GPU time when its peers wait for it, or the whole step
+when a log has nothing else."""
 LINK_METRICS = frozenset({"all_reduce_ms", "gather_scatter_ms", "all_to_all_ms", "p2p_ms"})
 _IDX = {name: i for i, name in enumerate(METRICS)}
 _CAUSE_ROWS = np.array([_IDX[n] for n in CAUSE_METRICS])

@@ -114,7 +114,7 @@ class JobState:
 
     ``iteration``: the step-time baseline; ``episodes``: open suspects by
     ``cause|suspect``; ``last_step``: the last step diagnosed; ``first_step``: the first
-    step with a known baseline (``iter_min_steps`` clean steps); ``transients``: per suspect, the sightings that never became
+    step past the warm-up; ``transients``: per suspect, the sightings that never became
     an anomaly (one-step blips), at most ``max_open`` suspects.
     """
 
@@ -373,13 +373,14 @@ def apply_findings(
     cfg = config or DiagnoserConfig()
     step = sf.step
     verdict = iteration_level(state.iteration, step, sf.step_ms, sf.job_median, cfg)
-    if state.first_step < 0 and state.iteration.n >= cfg.iter_min_steps:
-        state.first_step = step  # the job's baseline is known from here on
+    if state.first_step < 0 and step >= cfg.warmup_steps:
+        state.first_step = step
     findings = list(sf.findings)
     glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
     if glob:
         findings = [f for f in findings if f.level != "cross_rank"]
-    if step >= cfg.warmup_steps and not findings:
+    ranks_open = any(e.emitted and e.level != "iteration" for e in state.episodes.values())
+    if step >= cfg.warmup_steps and not findings and not ranks_open:  # open stragglers explain a rise
         job = attribute(verdict, cfg)
         if job is not None:
             findings.append(job)
@@ -536,7 +537,8 @@ def _open(state: JobState, f: Finding, step: int, cfg: DiagnoserConfig) -> Episo
     persistent = (
         f.level == "cross_rank"
         and f.cause not in ONE_OFF_CAUSES
-        and (state.first_step < 0 or step - state.first_step <= cfg.persistent_within)
+        and state.first_step >= 0
+        and step - state.first_step <= cfg.persistent_within
     )
     return Episode(
         f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,

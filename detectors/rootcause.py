@@ -30,6 +30,7 @@ from ._classes import (
     MASKED_COMPUTE_STRAGGLER,
     PIPELINE_STAGE_IMBALANCE,
     SEQUENCE_LENGTH_IMBALANCE,
+    UNKNOWN,
 )
 from ._config import DiagnoserConfig
 from ._finding import Finding
@@ -44,9 +45,10 @@ _BY_METRIC = {
     "gc_ms": GC_PAUSE,
     "compile_ms": JIT_COMPILE_STALL,
     "checkpoint_ms": CHECKPOINT_STALL,
+    "unaccounted_ms": UNKNOWN,
     **dict.fromkeys(LINK_METRICS, LINK_DEGRADATION),
 }
-_CPU_SIDE = frozenset({COMPUTE_STRAGGLER, DATALOADER_STALL, MASKED_COMPUTE_STRAGGLER})
+_CPU_SIDE = frozenset({COMPUTE_STRAGGLER, DATALOADER_STALL, MASKED_COMPUTE_STRAGGLER, UNKNOWN})
 _IDX = {n: i for i, n in enumerate(METRICS)}
 _CAUSE_ROWS = np.array([_IDX[n] for n in CAUSE_METRICS])
 
@@ -67,6 +69,8 @@ def _deciding(cr: CrossRankResult) -> tuple[list[str], list[str]]:
             cause = _BY_METRIC[m]
             if cause == COMPUTE_STRAGGLER and cr.pos[tok, j]:
                 cause, m = SEQUENCE_LENGTH_IMBALANCE, "tokens"
+            elif m == "unaccounted_ms" and cr.waits_least[j]:  # hidden work, peers wait for it
+                cause, m = MASKED_COMPUTE_STRAGGLER, "collective_ms"
         else:
             cause, m = MASKED_COMPUTE_STRAGGLER, "collective_ms"
         causes.append(cause)
@@ -83,6 +87,8 @@ def _rank_evidence(cr: CrossRankResult, j: int, metric: str) -> dict[str, float]
     if metric == "collective_ms":
         u = _IDX["unaccounted_ms"]
         ev["unaccounted_ms_excess"] = _f(cr.excess[u, j])
+    # a straggler's peers wait for it in collectives: how much longer they wait than it does
+    ev["peers_wait_ms"] = _f(-cr.excess[_IDX["collective_ms"], j])
     ev["step_ms"] = _f(cr.step_ms)
     return ev
 

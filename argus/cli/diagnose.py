@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -10,9 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from argus.detectors import diagnose_series
-
-from ..csvlogs import CsvError, read_series
+from ..csvlogs import CsvError, diagnose_log, read_series
 from ._app import app, console, fail
 
 
@@ -26,10 +25,10 @@ def diagnose(
     ),
     value_col: str = typer.Option(..., "--value-col", help="column holding the value (e.g. step_ms)"),
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="the value is a throughput"),
-    z: float = typer.Option(6.0, "--z", help="robust z-score a rank must reach in a window"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of anomalies"),
 ) -> None:
-    """Anomalous windows and suspect ranks from a CSV of per-rank values (logs only)."""
+    """Anomalous windows and suspect ranks from a CSV of per-rank values, by the same engine as
+    the live workers (the CSV becomes one step batch per window)."""
     if (time_col is None) == (step_col is None):
         fail("give exactly one of --time-col or --step-col")
     t_col = time_col or step_col or ""
@@ -38,45 +37,58 @@ def diagnose(
     except CsvError as exc:
         fail(str(exc))
     try:
-        found = diagnose_series(
-            rank,
-            t,
-            value,
-            by_time=time_col is not None,
-            metric=value_col,
-            higher_is_better=higher_is_better,
-            z=z,
-        )
+        result = diagnose_log(
+            rank, t, value, by_time=time_col is not None, metric=value_col,
+            higher_is_better=higher_is_better, job=steps_csv.stem or "log",
+        )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))
+    found = result.anomalies
     if as_json:
         rows = [
             {
-                "rank": a.rank,
-                "start": a.start,
-                "end": a.end,
+                "rank": a.ranks[0] if a.suspect_kind == "rank" and a.ranks else None,
+                "suspect": a.suspect,
+                "suspect_kind": a.suspect_kind,
+                "ranks": list(a.ranks),
+                "start": result.start(a),
+                "end": result.end(a),
                 "class": a.cause,
-                "score": a.score,
-                "windows": a.windows,
+                "severity": a.severity,
+                "score": _finite(a.score),
+                "windows": int(a.evidence.get("steps_seen", 0)),
+                "added": _finite(a.step_ms_added),
+                "summary": a.summary,
             }
             for a in found
         ]
-        sys.stdout.write(json.dumps(rows) + "\n")
+        sys.stdout.write(json.dumps(rows, allow_nan=False) + "\n")
         return
     unit = "time" if time_col else "step"
+    n_tr = sum(result.transients.values())
     table = Table(
-        "rank", f"start ({unit})", f"end ({unit})", "class", "score", "windows", value_col, "median",
-        caption=f"{len(found)} anomal{'y' if len(found) == 1 else 'ies'} in {len(np.unique(rank))} ranks",
+        "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "windows",
+        f"{value_col} added",
+        caption=(
+            f"{len(found)} anomal{'y' if len(found) == 1 else 'ies'} in {len(np.unique(rank))} ranks; "
+            f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
+        ),
     )  # fmt: skip
     for a in found:
         table.add_row(
-            "job" if a.rank is None else str(a.rank),
-            f"{a.start:g}",
-            f"{a.end:g}",
+            a.suspect,
+            ",".join(str(r) for r in a.ranks[:8]) + ("…" if len(a.ranks) > 8 else ""),
+            f"{result.start(a):g}",
+            f"{result.end(a):g}",
             a.cause,
-            f"{a.score:.1f}",
-            str(a.windows),
-            f"{a.value:.4g}",
-            f"{a.reference:.4g}",
+            a.severity,
+            f"{_finite(a.score) or 0:.1f}",
+            f"{int(a.evidence.get('steps_seen', 0))}",
+            f"{a.step_ms_added:.4g}",
         )
     console.print(table)
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: a figure out of range is null."""
+    return float(x) if math.isfinite(x) else None

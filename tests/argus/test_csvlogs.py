@@ -1,0 +1,168 @@
+"""Logs through the one engine: ``argus.csvlogs`` and the real ``argus diagnose`` command."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from argus.cli import app
+from argus.csvlogs import diagnose_log, log_batches, phase_of
+from argus.detectors import COMPUTE_STRAGGLER, UNKNOWN, JobDiagnoser
+from argus.producers.simulator import ClusterSimulator, Fault, Layout
+
+
+def write_log(path: Path, *, seed: int = 0, value_col: str = "step_ms") -> Path:
+    """16 ranks sampled every 8..12 s for 250 s; rank 15 starts late, rank 3 stops early;
+    rank 7 is 50 % slower between t=120 and t=160."""
+    rng = np.random.default_rng(seed)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["ts", "rank", "host", value_col, "step"])
+        for r in range(16):
+            t = float(rng.uniform(0, 5)) + (30 if r == 15 else 0)
+            end = 250 - (40 if r == 3 else 0)
+            k = 0
+            while t < end:
+                v = 100 * (1 + 0.02 * rng.standard_normal())
+                if r == 7 and 120 <= t < 160:
+                    v *= 1.5
+                w.writerow([f"{t:.3f}", r, f"node-{r // 8}", f"{v:.3f}", k])
+                t += float(rng.uniform(8, 12))
+                k += 1
+    return path
+
+
+def irregular(
+    n_ranks: int, samples: int, seed: int, slow: dict[int, tuple[int, float]], static: dict[int, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-worker logs sampled irregularly (every 20..40 s, each worker on its own clock),
+    heavy-tailed noise; ``slow``: worker -> (first sample, factor) against its own past;
+    ``static``: worker -> factor from its first sample (a slower machine)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for r in range(n_ranks):
+        t = float(rng.uniform(0, 30))
+        for k in range(samples):
+            v = 250.0 * static.get(r, 1.0) * (1 + 0.01 * rng.standard_t(3))
+            if r in slow and k >= slow[r][0]:
+                v *= slow[r][1]
+            rows.append((r, t, v))
+            t += float(rng.uniform(20, 40))
+    a = np.array(rows)
+    return a[:, 0].astype(int), a[:, 1], a[:, 2]
+
+
+def test_several_workers_slower_than_their_own_past_are_found_and_static_ones_once() -> None:
+    """4 of 10 workers slow 1.23-1.30x for their last 30 samples; 2 are always 10 % slower."""
+    slow = {2: (170, 1.23), 5: (170, 1.27), 6: (170, 1.30), 9: (170, 1.25)}
+    rank, t, v = irregular(10, 200, seed=4, slow=slow, static={0: 1.1, 3: 1.1})
+    res = diagnose_log(rank, t, v, by_time=True, metric="step_time")
+    events = [a for a in res.anomalies if a.evidence.get("persistent") != 1.0]
+    named = sorted(r for a in events for r in a.ranks)
+    assert named == sorted(slow), [(a.suspect, a.start_step, a.end_step) for a in res.anomalies]
+    for a in events:  # each window covers the slowdown to (nearly) the end of the log
+        onset = t[(rank == a.ranks[0])][170]
+        assert abs(res.start(a) - onset) <= 90 and a.end_step >= len(res.labels) - 12
+    static = [a for a in res.anomalies if a.evidence.get("persistent") == 1.0]
+    assert sorted(r for a in static for r in a.ranks) == [0, 3]
+    assert all(a.severity == "warn" and a.start_step <= 5 for a in static)  # reported once, from the start
+
+
+def test_two_workers_slowed_3x_are_two_anomalies_and_nobody_else() -> None:
+    rank, t, v = irregular(10, 120, seed=8, slow={1: (60, 3.0), 7: (80, 4.0)}, static={})
+    res = diagnose_log(rank, t, v, by_time=True, metric="step_time")
+    assert sorted((a.suspect, a.cause) for a in res.anomalies) == [("rank:1", UNKNOWN), ("rank:7", UNKNOWN)]
+
+
+def test_the_log_path_answers_as_the_live_engine_on_the_same_job() -> None:
+    """A simulated job (realistic noise) diagnosed live, and its compute time per rank per
+    step written as a log and diagnosed by ``argus diagnose``: same suspect, class, window."""
+    fault = Fault(COMPUTE_STRAGGLER, 40, 60, (21,), magnitude=1.3)
+    sim = ClusterSimulator(Layout(dp=8, tp=4, pp=1), seed=2, job="same", faults=[fault])
+    live = JobDiagnoser("same")
+    found = {}
+    rows = []
+    for s in sim.run(150):
+        for a in live.step(s.batch).anomalies:
+            found[a.id] = a
+        b = s.batch
+        compute = b["forward_ms"] + b["backward_ms"] + b["optimizer_ms"]
+        rows += [(int(r), s.step, float(c)) for r, c in zip(b["rank"], compute, strict=True)]
+    found.update({a.id: a for a in live.flush()})
+    a = np.array(rows)
+    log = diagnose_log(a[:, 0].astype(int), a[:, 1], a[:, 2], by_time=False, metric="compute_ms")
+    key = [(x.cause, x.suspect, x.start_step, x.end_step) for x in found.values()]
+    assert key == [(COMPUTE_STRAGGLER, "rank:21", 40, 99)]
+    assert [(x.cause, x.suspect, int(log.start(x)), int(log.end(x))) for x in log.anomalies] == [
+        (COMPUTE_STRAGGLER, "rank:21", 40, 99)
+    ]
+
+
+def test_throughput_direction_and_phase_names() -> None:
+    rank = np.repeat(np.arange(8), 40)
+    step = np.tile(np.arange(40), 8)
+    v = 1000.0 + np.random.default_rng(1).normal(0, 5, 320)
+    v[(rank == 2) & (step >= 20)] = 600.0
+    res = diagnose_log(rank, step, v, by_time=False, metric="samples_per_s", higher_is_better=True)
+    assert [(a.suspect, res.start(a), res.end(a)) for a in res.anomalies] == [("rank:2", 20.0, 39.0)]
+    assert diagnose_log(rank, step, v, by_time=False).anomalies == []  # a fast rank is nobody's problem
+    assert phase_of("dataloader_wait_ms") == "dataloader_ms" and phase_of("step_time") is None
+    assert phase_of("allreduce_time") == "all_reduce_ms" and phase_of("fwd") == "forward_ms"
+    batches, labels, scale = log_batches(rank, step, v, by_time=False, metric="fwd")
+    assert len(batches) == 40 and labels[-1] == 39 and 0.9 < scale < 1.1
+    assert np.allclose(np.median(batches[0]["forward_ms"]), 1000, rtol=0.02)
+
+
+def test_cli_json_and_table(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "steps.csv")
+    runner = CliRunner()
+    args = ["diagnose", "--steps-csv", str(log), "--time-col", "ts", "--value-col", "step_ms", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [(o["rank"], o["class"], o["severity"]) for o in out] == [(7, UNKNOWN, "page")]
+    assert 110 <= out[0]["start"] <= 130 and 140 <= out[0]["end"] <= 165
+    res = runner.invoke(
+        app, ["diagnose", "--steps-csv", str(log), "--step-col", "step", "--value-col", "step_ms"]
+    )
+    assert res.exit_code == 0 and "rank:7" in res.stdout and "transient" in res.stdout
+
+
+def test_cli_json_never_prints_infinity(tmp_path: Path) -> None:
+    path = tmp_path / "huge.csv"
+    rows = ["rank,step,step_ms"]
+    rows += [f"{r},{s},{1e308 if (r == 3 and s >= 10) else 100.0 + r}" for s in range(30) for r in range(8)]
+    path.write_text("\n".join(rows) + "\n")
+    res = CliRunner().invoke(
+        app, ["diagnose", "--steps-csv", str(path), "--step-col", "step", "--value-col", "step_ms", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "Infinity" not in res.stdout and "NaN" not in res.stdout
+    assert [o["suspect"] for o in json.loads(res.stdout)] == ["rank:3"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--time-col", "nope", "--value-col", "step_ms"], "missing column"),
+        (["--value-col", "step_ms"], "exactly one of"),
+        (["--time-col", "ts", "--value-col", "host"], "not a number"),
+    ],
+)
+def test_cli_bad_input_is_one_clean_line(tmp_path: Path, args: list[str], message: str) -> None:
+    log = write_log(tmp_path / "steps.csv")
+    res = CliRunner().invoke(app, ["diagnose", "--steps-csv", str(log), *args])
+    text = " ".join(res.output.split())  # rich wraps long lines
+    assert res.exit_code == 2 and message in text and "Traceback" not in text
+
+
+def test_cli_missing_file(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        app, ["diagnose", "--steps-csv", str(tmp_path / "no.csv"), "--step-col", "s", "--value-col", "v"]
+    )
+    assert res.exit_code == 2 and "cannot read" in res.output
