@@ -275,32 +275,28 @@ ORDER BY gpu_hours_lost DESC LIMIT 1 BY id LIMIT 50""",
 
 DASHBOARDS = (JOB_OVERVIEW, RANK_DRILLDOWN, ANOMALY_LIST)
 
-WARMUP_STEPS = 20
-"""Steps after a job's first step during which no rule pages."""
-
 ALERTS = (
     AlertRule(
         uid="argus-slow-rank",
         title="Argus: slow rank",
-        sql=f"""WITH starts AS (SELECT job, run, min(first_step) AS first_step FROM jobs GROUP BY job, run),
-     per_rank AS (
-        SELECT m.job AS job, m.rank AS rank, any(m.host) AS host, sum(m.steps) AS n,
-               sum(m.busy_sum - m.compile_sum - m.checkpoint_sum) / n AS busy_ms
-        FROM steps_rank_minutely AS m INNER JOIN starts AS j ON m.job = j.job AND m.run = j.run
-        WHERE $__timeFilter(m.minute) AND m.max_step >= j.first_step + {WARMUP_STEPS}
-        GROUP BY m.job, m.rank HAVING n >= 3)
-SELECT job, toString(rank) AS rank, host, (busy_ms - med) / greatest(1.4826 * mad, 0.02 * med, 0.001) AS z
-FROM (SELECT *, median(abs(busy_ms - med)) OVER (PARTITION BY job) AS mad
-      FROM (SELECT *, median(busy_ms) OVER (PARTITION BY job) AS med FROM per_rank))
-WHERE z > 3 ORDER BY z DESC LIMIT 100""",
-        value="z",
-        fire_above=6.0,
-        recover_below=4.0,
-        pending="2m",
+        sql="""SELECT job, cause, suspect, toString(onset) AS onset, ranks, toFloat64(versions) AS paging
+FROM (SELECT id, any(job) AS job, any(cause) AS cause, any(suspect) AS suspect, min(start_step) AS onset,
+             arrayStringConcat(arraySlice(argMax(anomalies.ranks, (time, end_step)), 1, 8), ',') AS ranks,
+             argMax(severity, (time, end_step)) AS latest_severity,
+             argMax(level, (time, end_step)) AS latest_level, count() AS versions
+      FROM anomalies WHERE $__timeFilter(time) GROUP BY id)
+WHERE latest_severity = 'page' AND latest_level != 'hang'
+ORDER BY job, onset, suspect LIMIT 100""",
+        value="paging",
+        fire_above=0.0,
+        recover_below=0.5,
+        pending="0s",
         keep_firing="5m",
-        summary="Rank {{ $labels.rank }} of job {{ $labels.job }} ({{ $labels.host }}) is slow: busy-time z = {{ $values.B }}",
-        description="Its peers wait for it in collectives. Mean busy time per rank over the per-minute rollup, "
-        "checkpoint and compile time taken out; minutes still in the warm-up are excluded.",
+        summary="Job {{ $labels.job }}: {{ $labels.cause }} at {{ $labels.suspect }} since step {{ $labels.onset }}",
+        description="An anomaly the stream worker stored with severity page (sustained, worth a person: "
+        "transients and persistent stragglers are not pages), its latest version within the rule's window. "
+        "Ranks: {{ $labels.ranks }}. The evidence and cost are in the anomaly (Argus / Anomalies, argus report); "
+        "this rule does not re-derive them.",
     ),
     AlertRule(
         uid="argus-missing-ranks",

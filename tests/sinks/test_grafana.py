@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from argus.producers.simulator import (
     HangSimulator,
     Layout,
 )
-from argus.schemas import GpuSample, KernelSketch
+from argus.schemas import Anomaly, GpuSample, KernelSketch
 from argus.sinks import to_arrow
 from argus.sinks.grafana import ALERTS, DASHBOARDS, all_panels, expand, percent_encode, rendered_files
 from argus.sinks.grafana.macros import MacroError
@@ -144,13 +145,69 @@ def test_slow_rank_alert_fires_for_the_straggler_only(store, jobs) -> None:
     rule = next(r for r in ALERTS if r.uid == "argus-slow-rank")
     names, rows = run_panel(store, rule.sql, jobs)
     firing = [
-        (r[names.index("job")], r[names.index("rank")])
+        (r[names.index("job")], r[names.index("suspect")], r[names.index("cause")])
         for r in rows
         if r[names.index(rule.value)] > rule.fire_above
     ]
-    assert (jobs["names"]["slow"], str(STRAGGLER)) in firing
-    assert all(job != jobs["names"]["clean"] for job, _ in firing)
+    assert (jobs["names"]["slow"], f"rank:{STRAGGLER}", "compute_straggler") in firing
+    assert all(job != jobs["names"]["clean"] for job, _, _ in firing)
     assert len([f for f in firing if f[0] == jobs["names"]["slow"]]) == 1
+    assert {"job", "cause", "suspect", "onset", "ranks"} <= set(names)
+    assert "{{ $labels.suspect }}" in rule.summary and "{{ $labels.cause }}" in rule.summary
+
+
+def _stored(
+    job: str, cause: str, suspect: str, *, severity: str, level: str, at: datetime, end: int
+) -> Anomaly:
+    return Anomaly(
+        id=f"{job}-{suspect}-{severity}",
+        job=job,
+        run=0,
+        start_step=100,
+        end_step=end,
+        level=level,
+        suspect_kind="rank",
+        suspect=suspect,
+        ranks=(int(suspect.split(":")[1]),),
+        cause=cause,
+        score=9.0,
+        detected_ns=int(at.timestamp() * 1e9),
+        severity=severity,
+    )
+
+
+def test_slow_rank_alert_pages_only_on_recent_page_severity_anomalies(
+    store, jobs, unique_module: str
+) -> None:
+    """It reads the stored anomalies as they are: warn and info never page, nor a hang (its
+    own rule), nor an anomaly whose latest version left the window; the latest version's
+    severity decides (a straggler later found persistent is downgraded)."""
+    job = f"gf-sev-{unique_module}"
+    now = datetime.now(UTC)
+    records = [
+        _stored(job, "compute_straggler", "rank:1", severity="page", level="cross_rank", at=now, end=130),
+        _stored(job, "compute_straggler", "rank:2", severity="warn", level="cross_rank", at=now, end=130),
+        _stored(job, "gc_pause", "rank:3", severity="info", level="cross_rank", at=now, end=100),
+        _stored(job, "hang", "rank:4", severity="page", level="hang", at=now, end=100),
+        _stored(
+            job,
+            "link_degradation",
+            "rank:5",
+            severity="page",
+            level="cross_rank",
+            at=now - timedelta(hours=2),
+            end=120,
+        ),
+    ]
+    first = _stored(job, "compute_straggler", "rank:6", severity="page", level="cross_rank", at=now, end=110)
+    later = dataclasses.replace(first, end_step=400, severity="warn")  # the final version: persistent
+    table, data = to_arrow([*records, first, later])
+    store.insert_arrow(table, data)
+    rule = next(r for r in ALERTS if r.uid == "argus-slow-rank")
+    names, rows = run_panel(store, rule.sql, jobs)
+    firing = [dict(zip(names, r, strict=True)) for r in rows if r[names.index(rule.value)] > rule.fire_above]
+    mine = [(f["suspect"], f["cause"], f["onset"], f["ranks"]) for f in firing if f["job"] == job]
+    assert mine == [("rank:1", "compute_straggler", "100", "1")]
 
 
 def test_the_anomaly_panel_names_the_straggler_with_its_cost(store, jobs) -> None:
