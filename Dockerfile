@@ -19,7 +19,7 @@ COPY detectors ./detectors
 COPY streams ./streams
 COPY sinks ./sinks
 COPY argus ./argus
-RUN pip install ".[agent,nvml,detect,streams,sinks]" \
+RUN pip install ".[agent,cli,nvml,detect,streams,sinks]" \
     && useradd --system --uid 10001 --home-dir /var/lib/argus --create-home argus
 
 USER 10001

@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS ?= agent,nvml,torch,detect,streams,sinks,dev
+EXTRAS ?= agent,cli,nvml,torch,detect,streams,sinks,dev
 export ARGUS_HOME ?= $(CURDIR)/.argus
 
 .PHONY: setup kafka-up kafka-down test lint demo bench-quick clean helm helm-lint helm-files

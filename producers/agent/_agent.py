@@ -146,12 +146,17 @@ class RankAgent:
         self._thread.start()
 
     def _start_cupti(self) -> None:
-        from ..collectors.cupti import CuptiCollector, cupti_available
+        from ..collectors.cupti import CuptiCollector, cupti_available, cupti_version_mismatch
 
         ok, reason = cupti_available()
         if not ok:
             self.absent["cupti"] = reason
             log.info("argus: GPU kernel tracing absent: %s", reason)
+            return
+        mismatch = cupti_version_mismatch()
+        if mismatch:
+            self.absent["cupti"] = mismatch
+            log.warning("argus: %s", mismatch)
             return
         try:
             self.cupti = CuptiCollector(self.info.job, self.info.run, self.info.rank)

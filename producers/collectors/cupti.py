@@ -41,6 +41,7 @@ __all__ = [
     "CuptiCollector",
     "activity_arrays",
     "cupti_available",
+    "cupti_version_mismatch",
     "step_events",
     "sync_ns_per_step",
 ]
@@ -168,6 +169,38 @@ def cupti_available() -> tuple[bool, str]:
     except ImportError:
         pass
     return True, reason
+
+
+def cupti_version_mismatch(torch_cuda: str | None = None, cupti_version: str | None = None) -> str:
+    """A one-line reason when cupti-python's CUDA major differs from torch's, else "".
+
+    cupti-python 12.x drives CUDA 12's CUPTI, 13.x CUDA 13's; beside a torch built for the
+    other major it loads a second, mismatched CUPTI. Both versions are read from the
+    installation unless given.
+    """
+    if torch_cuda is None:
+        try:
+            import torch
+
+            torch_cuda = torch.version.cuda
+        except ImportError:
+            return ""
+    if cupti_version is None:
+        try:
+            from importlib.metadata import version
+
+            cupti_version = version("cupti-python")
+        except Exception:
+            return ""
+    if not torch_cuda or not cupti_version:
+        return ""
+    want, have = torch_cuda.split(".")[0], cupti_version.split(".")[0]
+    if want == have:
+        return ""
+    return (
+        f"cupti-python {cupti_version} is for CUDA {have} but torch was built with CUDA {torch_cuda}: "
+        f'GPU kernel tracing off (pip install "argus-gpu[gpu-cu{want}]")'
+    )
 
 
 class CuptiCollector:
