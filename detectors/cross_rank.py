@@ -157,8 +157,14 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     job_step = float(np.median(step_ms[:: max(1, len(step_ms) // 4096)]))
     # thresholds scale with the typical rank's own work, not with a step a stall inflated
     busy = float(np.median(med[_IDX["compute_ms"]] + med[_IDX["dataloader_ms"]] + med[_IDX["h2d_ms"]]))
+    un = _IDX["unaccounted_ms"]
+    untimed = not np.any(med[:un] > 0)  # a log with a step time only: nothing else to go by
+    if untimed:
+        busy = float(np.median(med[un]))
     min_excess = max(cfg.min_excess_ms, cfg.min_excess_frac * busy)
     thr = np.maximum(cfg.z_pos * scale, min_excess)
+    if not untimed:  # time outside the timers of a timed job is host overhead, not a cause
+        thr[un] = np.inf
     tok, coll = _IDX["tokens"], _IDX["collective_ms"]
     thr[tok] = np.maximum(cfg.z_pos * scale[tok], (cfg.tokens_ratio - 1.0) * med[tok])
     neg = np.maximum(cfg.z_neg * scale[coll], cfg.neg_min_frac * busy)

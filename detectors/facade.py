@@ -125,6 +125,7 @@ class JobState:
     last_step: int = -1
     first_step: int = -1
     transients: dict[str, int] = field(default_factory=dict)
+    steps: int = 0
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -148,6 +149,7 @@ class JobState:
             },
             "episodes": {k: asdict(e) for k, e in self.episodes.items()},
             "first_step": self.first_step,
+            "steps": self.steps,
             "transients": dict(self.transients),
         }
 
@@ -168,6 +170,7 @@ class JobState:
             episodes={k: Episode(**v) for k, v in data["episodes"].items()},
             last_step=int(data["last_step"]),
             first_step=int(data.get("first_step", -1)),
+            steps=int(data.get("steps", 0)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
         )
 
@@ -375,6 +378,8 @@ def apply_findings(
     verdict = iteration_level(state.iteration, step, sf.step_ms, sf.job_median, cfg)
     if state.first_step < 0 and step >= cfg.warmup_steps:
         state.first_step = step
+    if step >= cfg.warmup_steps:
+        state.steps += 1
     findings = list(sf.findings)
     glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
     if glob:
@@ -653,9 +658,17 @@ class JobDiagnoser:
         return diagnose_step(self.state, batch, self.config, kernels=kernels, stacks=stacks, names=names)
 
     def flush(self) -> list[Anomaly]:
-        """Close every open episode; the final version of each confirmed one."""
-        out = [_anomaly(self.state, e) for e in self.state.episodes.values() if e.emitted]
-        self.state.episodes.clear()
+        """Close every open episode (the end of the job): the final version of each confirmed
+        one. A record shorter than ``min_steps`` (a profiler trace of two steps) confirms an
+        episode seen in every one of its steps."""
+        st, cfg = self.state, self.config
+        out = []
+        for e in st.episodes.values():
+            if not e.emitted and 0 < st.steps < cfg.min_steps and e.hits >= st.steps:
+                e.emitted, e.severity = True, _severity(e, cfg)
+            if e.emitted:
+                out.append(_anomaly(st, e))
+        st.episodes.clear()
         return out
 
 
