@@ -214,6 +214,12 @@ class OAuthToken:
         claims = _jwt_claims(token)
         exp = claims.get("exp")
         expiry = float(exp) if isinstance(exp, int | float) and exp > 0 else time.time() + 300.0
+        if expiry <= time.time():
+            log.warning(
+                "the Kafka OAuth token%s expired at %s",
+                f" in {self._path}" if self._path else "",
+                time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expiry)),
+            )
         sub = claims.get("sub")
         return token, expiry, sub if isinstance(sub, str) and sub else "argus"
 

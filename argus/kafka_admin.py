@@ -26,6 +26,7 @@ class KafkaUnavailable(Exception):
 
 
 def _admin(conf: dict[str, Any], errors: list[Any] | None = None) -> Any:
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     quiet = dict(conf)
@@ -34,7 +35,10 @@ def _admin(conf: dict[str, Any], errors: list[Any] | None = None) -> Any:
     quiet.setdefault("log_level", 2)
     if errors is not None:
         quiet["error_cb"] = errors.append
-    return AdminClient(quiet, logger=logging.getLogger("argus.kafka.admin"))
+    try:
+        return AdminClient(quiet, logger=logging.getLogger("argus.kafka.admin"))
+    except KafkaException as exc:  # e.g. OAUTHBEARER: no valid token within librdkafka's wait
+        raise KafkaUnavailable(_reason(conf, exc.args[0] if exc.args else exc, [])) from None
 
 
 def _reason(conf: dict[str, Any], err: Any, errors: list[Any]) -> str:
@@ -42,6 +46,13 @@ def _reason(conf: dict[str, Any], err: Any, errors: list[Any]) -> str:
     from confluent_kafka import KafkaError
 
     where = conf.get("bootstrap.servers")
+    if conf.get("sasl.mechanism") == "OAUTHBEARER" and any(
+        getattr(e, "code", lambda: None)()
+        in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+        for e in [*errors, err]
+    ):
+        first = next(e for e in [*errors, err] if hasattr(e, "code"))
+        return f"Kafka at {where} refused the OAuth token (OAUTHBEARER): {_error_text(first)}"
     for e in errors:
         if e.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
             user = conf.get("sasl.username", "")

@@ -10,7 +10,10 @@
 # ARGUS_KAFKA_DATA (.argus/kafka in the repo), ARGUS_CACHE (~/.cache/argus, the jars),
 # ARGUS_KAFKA_HEAP (512m). With ARGUS_KAFKA_SCRAM_USER and ARGUS_KAFKA_SCRAM_PASSWORD (or
 # ARGUS_KAFKA_SCRAM_PASSWORD_FILE) set when the storage is first formatted, the broker also
-# listens with SASL_PLAINTEXT (SCRAM-SHA-512) on PORT+2 for that user.
+# listens with SASL_PLAINTEXT (SCRAM-SHA-512) on PORT+2 for that user. With
+# ARGUS_KAFKA_OAUTHBEARER=unsecured that listener also takes OAUTHBEARER, validated by Kafka's
+# unsecured JWS handler (alg "none", any subject: for tests only, never in production).
+# Either way the PLAINTEXT listener on PORT stays as it is.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -55,18 +58,34 @@ up() {
   mkdir -p "$data"
   sed -e "s#@PORT@#$port#g" -e "s#@CONTROLLER_PORT@#$cport#g" -e "s#@DATA@#$data#g" \
     "$here/kafka/server.properties.in" >"$data/server.properties"
-  local scram_pw="${ARGUS_KAFKA_SCRAM_PASSWORD:-}" scram_args=()
+  local scram_pw="${ARGUS_KAFKA_SCRAM_PASSWORD:-}" scram_args=() mechs=()
   if [[ -z "$scram_pw" && -n "${ARGUS_KAFKA_SCRAM_PASSWORD_FILE:-}" ]]; then scram_pw="$(<"$ARGUS_KAFKA_SCRAM_PASSWORD_FILE")"; fi
   if [[ -n "${ARGUS_KAFKA_SCRAM_USER:-}" && -n "$scram_pw" ]]; then
+    mechs+=(SCRAM-SHA-512)
+    scram_args=(--add-scram "SCRAM-SHA-512=[name=$ARGUS_KAFKA_SCRAM_USER,password=$scram_pw]")
+  fi
+  case "${ARGUS_KAFKA_OAUTHBEARER:-}" in
+    "") ;;
+    unsecured) mechs+=(OAUTHBEARER) ;;
+    *) log "ARGUS_KAFKA_OAUTHBEARER must be 'unsecured' or unset"; exit 2 ;;
+  esac
+  if (( ${#mechs[@]} )); then
     local sport="$((port + 2))"
     cat >>"$data/server.properties" <<PROPS
-# SASL_PLAINTEXT (SCRAM-SHA-512) listener for clients that authenticate
+# SASL_PLAINTEXT listener for clients that authenticate ($(IFS=,; echo "${mechs[*]}"))
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,SASL_PLAINTEXT://127.0.0.1:$sport
 advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sport
-sasl.enabled.mechanisms=SCRAM-SHA-512
-listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+sasl.enabled.mechanisms=$(IFS=,; echo "${mechs[*]}")
 PROPS
-    scram_args=(--add-scram "SCRAM-SHA-512=[name=$ARGUS_KAFKA_SCRAM_USER,password=$scram_pw]")
+    if [[ " ${mechs[*]} " == *" SCRAM-SHA-512 "* ]]; then
+      echo 'listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;' >>"$data/server.properties"
+    fi
+    if [[ " ${mechs[*]} " == *" OAUTHBEARER "* ]]; then
+      cat >>"$data/server.properties" <<'PROPS'
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";
+listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler
+PROPS
+    fi
   fi
   if [[ ! -f "$data/log/meta.properties" ]]; then
     local cluster
