@@ -196,9 +196,14 @@ class StepCallbacks:
         self.settings = settings
 
     def train_begin(self, model: Any, optimizers: Any) -> None:
-        """Attach with the framework's model and (first) optimizer."""
+        """Attach with the framework's model and its optimizer (if it has exactly one;
+        an accelerate/Lightning wrapper is unwrapped to the torch optimizer it drives)."""
         opts = list(optimizers or [])
-        attach(model, opts[0] if len(opts) == 1 else None, **self.settings)
+        opt = opts[0] if len(opts) == 1 else None
+        inner = getattr(opt, "optimizer", None)
+        if inner is not None and hasattr(inner, "register_step_pre_hook"):
+            opt = inner
+        attach(model, opt, **self.settings)
 
     def batch_begin(self) -> None:
         """A training step starts."""
@@ -213,18 +218,28 @@ class StepCallbacks:
             a.end_step(samples, tokens)
 
 
+def _batch_size(batch: Any) -> int:
+    """Samples in a batch: the length of its first tensor (0 if there is none)."""
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()), None)
+    elif isinstance(batch, list | tuple):
+        batch = batch[0] if batch else None
+    shape = getattr(batch, "shape", None)
+    return int(shape[0]) if shape else 0
+
+
 def _lightning_callback() -> type:
     try:
         import lightning.pytorch as pl
     except ImportError:
         try:
-            import pytorch_lightning as pl
+            import pytorch_lightning as pl  # type: ignore[no-redef,unused-ignore]
         except ImportError:
             raise ImportError(
                 "ArgusLightningCallback needs PyTorch Lightning: pip install lightning"
             ) from None
 
-    class ArgusLightningCallback(pl.Callback, StepCallbacks):  # type: ignore[misc]
+    class ArgusLightningCallback(pl.Callback, StepCallbacks):  # type: ignore[misc,unused-ignore]
         """Lightning callback: ``Trainer(callbacks=[argus.ArgusLightningCallback()])``."""
 
         def __init__(self, **settings: Any) -> None:
@@ -232,7 +247,9 @@ def _lightning_callback() -> type:
             StepCallbacks.__init__(self, **settings)
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            self.train_begin(pl_module, trainer.optimizers)
+            # the strategy's model (DDP, FSDP) runs the training step in its forward
+            model = getattr(getattr(trainer, "strategy", None), "model", None) or pl_module
+            self.train_begin(model, trainer.optimizers)
 
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
             self.batch_begin()
@@ -240,7 +257,7 @@ def _lightning_callback() -> type:
         def on_train_batch_end(
             self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
         ) -> None:
-            self.batch_end()
+            self.batch_end(samples=_batch_size(batch))
 
     return ArgusLightningCallback
 
@@ -253,21 +270,29 @@ def _hf_callback() -> type:
             "ArgusHFCallback needs Hugging Face transformers: pip install transformers"
         ) from None
 
-    class ArgusHFCallback(TrainerCallback, StepCallbacks):  # type: ignore[misc]
+    class ArgusHFCallback(TrainerCallback, StepCallbacks):  # type: ignore[misc,unused-ignore]
         """Trainer callback: ``Trainer(..., callbacks=[argus.ArgusHFCallback()])``."""
 
         def __init__(self, **settings: Any) -> None:
             StepCallbacks.__init__(self, **settings)
+            self._tokens_seen = 0
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             opt = kwargs.get("optimizer")
             self.train_begin(kwargs.get("model"), [opt] if opt is not None else [])
+            self._tokens_seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.batch_begin()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.batch_end()
+            # one step = one optimizer step: the per-device batch times accumulation; tokens
+            # when the Trainer counts them (include_num_input_tokens_seen), which it sums
+            # over all ranks: this rank's share
+            samples = int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
+            seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+            tokens, self._tokens_seen = max(seen - self._tokens_seen, 0), seen
+            self.batch_end(samples=samples, tokens=tokens // max(int(args.world_size), 1))
 
     return ArgusHFCallback
 
