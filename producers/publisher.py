@@ -387,6 +387,8 @@ class Publisher:
             self._producer.poll(0.02)
             if self._stalled():
                 break
+        if self.spool is not None and not self._from_spool:
+            self.spool.commit()  # the last replayed segments were delivered: not again next time
         rest = self._encode(list(self._queue))
         self._queue.clear()
         online = [rec for seq, rec in self._inflight.items() if seq not in self._from_spool]

@@ -127,6 +127,7 @@ class Spool:
         self._bytes = 0
         self._records = 0
         self._sealed: set[int] = set()  # torn: never appended to again
+        self._ends: dict[int, int] = {}  # torn segment -> end of its intact records
         self.torn_bytes = 0
         """Bytes of torn or corrupt frames found (not replayable; deleted with their segment)."""
         for n in self._segments:
@@ -135,6 +136,7 @@ class Spool:
             recs, end, _torn = _unpack(data, 0, len(data))
             if end < len(data):
                 self._sealed.add(n)
+                self._ends[n] = end
                 self.torn_bytes += len(data) - end
                 log.warning(
                     "spool segment %s ends in a torn record (%d bytes); the %d records before it "
@@ -202,6 +204,7 @@ class Spool:
                     self._sealed.add(number)
                 if now > before:
                     self._sealed.add(number)
+                    self._ends.setdefault(number, before)
                     self.torn_bytes += now - before
                 self._bytes += now - before
                 raise
@@ -265,8 +268,10 @@ class Spool:
             want = limit - len(out)
             recs, used, torn = _unpack(data, 0, want)
             out.extend(recs)
-            if used == len(data) or torn:  # read to the end, or to a torn tail
-                if torn:
+            intact_end = self._ends.get(seg)
+            at_tail = intact_end is not None and pos + used >= intact_end
+            if used == len(data) or torn or at_tail:  # read to the end, or to a torn tail
+                if torn and not at_tail:
                     log.warning(
                         "spool segment %s: %d bytes after its last intact record are torn (skipped)",
                         seg,
@@ -291,4 +296,5 @@ class Spool:
                 pass
             self._segments.remove(seg)
             self._sealed.discard(seg)
+            self._ends.pop(seg, None)
         self._done.clear()

@@ -444,3 +444,113 @@ def test_an_existing_socket_directory_of_ours_is_tightened_to_0750(tmp_path):
     relay = NodeRelay(d / "relay.sock", Null())
     assert stat.S_IMODE(d.stat().st_mode) == 0o750
     relay._sock.close()
+
+
+_HOSTILE = r"""
+import os, socket, sys
+from argus.schemas import StepBatch, StepRecord, encode
+path, victim = sys.argv[1], sys.argv[2]
+t = 1_800_000_000_000_000_000
+def step(job, rank, step=5):
+    return encode(StepBatch.from_records([StepRecord(job, 0, step, rank, start_ns=t, end_ns=t + 1)]))
+hostile = [
+    step(victim, 3),                     # a forged step of another job
+    step(victim, 1_048_575),             # the poison rank of issue 17 item 1
+    step(victim, 0, step=10**12 - 1),    # a far-future step
+    b"garbage " + victim.encode(),       # not a record at all
+    victim.encode() + os.urandom(60_000),  # a big blob
+]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.connect(path)
+os.setgid(65534)
+os.setuid(65534)  # from here on, a process of user nobody
+sent = 0
+for value in hostile:
+    s.send(value)
+    sent += 1
+print(sent)
+"""
+
+
+@pytest.mark.kafka
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sender of another uid needs root (setuid)")
+def test_a_forged_sender_is_refused_while_healthy_ranks_lose_nothing(kafka_conf, unique, tmp_path):
+    """`argus node-agent --relay` serves 8 healthy ranks; a process of user `nobody` sends a
+    forged step of another job, the poison rank record, a far-future step, garbage and a
+    60 KB blob, and an allowed process sends a datagram over the size bound. Every hostile
+    datagram is refused and counted, none reaches Kafka; every healthy rank-step arrives once."""
+    from confluent_kafka import Consumer
+
+    from argus.kafka_admin import ensure_topics
+    from argus.producers.publisher import Publisher
+    from argus.producers.relay import MAX_DATAGRAM
+    from argus.schemas import ALL_TOPICS, SchemaError, decode
+    from tests.figures import report
+
+    ensure_topics(kafka_conf, ALL_TOPICS, partitions=4)
+    path = tmp_path / "run" / "relay.sock"
+    agent = _node_agent(path, _env(kafka_conf, tmp_path))
+    job, victim = f"healthy-{unique}", f"victim-{unique}"
+    steps = int(os.environ.get("ARGUS_TEST_FORGED_STEPS", "10"))
+    ranks = [Publisher(kafka_conf, relay=path, linger_ms=1, wake_ms=10) for _ in range(8)]
+    try:
+        forger = subprocess.run(
+            [sys.executable, "-c", _HOSTILE, str(path), victim], capture_output=True, text=True, timeout=120
+        )
+        assert forger.returncode == 0, forger.stderr
+        hostile = int(forger.stdout.split()[-1])
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as big:  # allowed uid, too big
+            big.sendto(victim.encode() + b"x" * MAX_DATAGRAM, str(path))
+        hostile += 1
+        for step in range(steps):
+            for r, pub in enumerate(ranks):
+                pub.publish(STEPS, b"k", part(job, step, r))
+            time.sleep(0.05)
+        for pub in ranks:
+            pub.drain(30)
+        agent.send_signal(signal.SIGTERM)
+        out, _ = agent.communicate(timeout=60)
+        assert agent.returncode == 0, out
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    for pub in ranks:
+        assert not pub.dropped
+        pub.shutdown(5)
+    stats = " ".join(out.split())  # rich may wrap the counters line
+    refused = int(stats.split("'refused': ")[1].split(",")[0].rstrip("}"))
+
+    c = Consumer({**kafka_conf, "group.id": f"forged-{unique}", "auto.offset.reset": "earliest"})
+    c.subscribe([STEPS])
+    rows: list[tuple[int, int]] = []
+    victim_messages = 0
+    deadline = time.monotonic() + 60
+    try:
+        while len(set(rows)) < 8 * steps and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                value = m.value() or b""
+                if m.error():
+                    continue
+                if victim.encode() in value:
+                    victim_messages += 1
+                elif job.encode() in value:
+                    try:
+                        b = decode(value, expect=StepBatch)
+                    except SchemaError:
+                        continue
+                    rows += [(b.step, int(r)) for r in b["rank"]]
+    finally:
+        c.close()
+    sent = 8 * steps
+    received = len(set(rows))
+    report(
+        "forged relay sender",
+        sent=sent,
+        received=received,
+        lost=sent - received,
+        duplicated=len(rows) - received,
+        hostile_records=hostile,
+        dead_lettered=refused,
+    )
+    assert refused == hostile and victim_messages == 0, stats
+    assert sorted(rows) == [(s, r) for s in range(steps) for r in range(8)]

@@ -143,3 +143,16 @@ def test_spool_files_are_private(tmp_path: Path) -> None:
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
     for p in d.glob("*.seg"):
         assert stat.S_IMODE(p.stat().st_mode) == 0o600
+
+
+def test_a_replay_that_stops_just_before_a_torn_tail_still_finishes_the_segment(tmp_path: Path) -> None:
+    """Reading exactly the intact records of a torn segment ends it, so that commit deletes
+    it (before: it stayed on disk and replayed again in the next process)."""
+    s = Spool(tmp_path)
+    s.append(recs(0, 3))
+    seg = next(tmp_path.glob("*.seg"))
+    seg.write_bytes(seg.read_bytes() + b"\x00\x00\x00\x30\x00")
+    again = Spool(tmp_path)
+    assert again.read(3) == recs(0, 3) and len(again) == 0
+    again.commit()
+    assert not list(tmp_path.glob("*.seg")) and again.bytes == 0
