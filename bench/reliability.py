@@ -14,10 +14,13 @@ their environment knobs and tabulates the figures each prints (``ARGUS-FIGURES {
 | node relay stopped and restarted twice under 8 live ranks | 60 s at 20 steps/s | 15 s |
 | 2x the throughput goal | 10 min | 2 min |
 | property-based fuzzing | 10,000 cases per property | 2,000 |
+| torn spool + disk-full spool (replayed through the broker) | 20,000 records each | 2,000 |
+| forged relay sender (user nobody) beside 8 healthy ranks | 200 steps | 20 |
 
     python bench/reliability.py [--quick]
 
-Last line: JSON with lost_total, duplicated_total, crashes, max_step_delay_ms.
+Last line: JSON with lost_total, duplicated_total, crashes, max_step_delay_ms, hostile_records
+(hostile input sent) and dead_lettered (of it, dead-lettered or refused with a counter).
 """
 
 from __future__ import annotations
@@ -47,6 +50,25 @@ def run(tests: list[str], env: dict[str, str], timeout: float) -> tuple[bool, li
     figures = [json.loads(ln[len(PREFIX) :]) for ln in proc.stdout.splitlines() if ln.startswith(PREFIX)]
     tail = "\n".join(proc.stdout.splitlines()[-15:])
     return proc.returncode == 0, figures, time.monotonic() - began, tail
+
+
+def spool_and_relay_scenarios(quick: bool) -> list[tuple[str, list[str], dict[str, str]]]:
+    """Issue 17: a torn spool and a disk-full spool replayed through the real broker, and a
+    forged sender (user nobody) on the node relay while 8 healthy ranks publish."""
+    return [
+        (
+            "torn + disk-full spool",
+            ["tests/producers/test_publisher_spool_faults.py"],
+            {"ARGUS_TEST_SPOOL_RECORDS": "2000" if quick else "20000"},
+        ),
+        (
+            "forged relay sender",
+            [
+                "tests/producers/test_relay.py::test_a_forged_sender_is_refused_while_healthy_ranks_lose_nothing"
+            ],
+            {"ARGUS_TEST_FORGED_STEPS": "20" if quick else "200"},
+        ),
+    ]
 
 
 def main() -> None:
@@ -90,6 +112,7 @@ def main() -> None:
         ),
         ("load 2x", ["tests/streams/test_load.py"], {"ARGUS_TEST_LOAD_S": "120" if q else "600"}),
         ("fuzzing", ["tests/security/test_fuzz.py"], {"ARGUS_FUZZ_EXAMPLES": "2000" if q else "10000"}),
+        *spool_and_relay_scenarios(q),
     ]
     rows = []
     crashes = 0
@@ -127,6 +150,8 @@ def main() -> None:
                 "duplicated_total": sum(r.get("duplicated", 0) for r in rows),
                 "crashes": crashes + sum(r.get("crashes", 0) for r in rows if r["passed"]),
                 "max_step_delay_ms": max(delays) if delays else None,
+                "hostile_records": sum(r.get("hostile_records", 0) for r in rows),
+                "dead_lettered": sum(r.get("dead_lettered", 0) for r in rows),
                 "scenarios": len(scenarios),
                 "failed": [r["scenario"] for r in rows if not r["passed"]],
             }
