@@ -9,6 +9,7 @@ the sink writes them; to Kafka, the stream worker diagnoses what arrives on ``ar
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -128,7 +129,9 @@ def diagnose_records(records: Sequence[Any], *, job: str, run: int = 0) -> list[
 
     The per-rank StepBatches are joined into whole steps (every rank of a step in one
     batch, as the stream worker's assembler does) and fed in step order to
-    :func:`argus.detectors.diagnose`; kernel sketches and names are not read.
+    :func:`argus.detectors.diagnose`; kernel sketches and names are not read. An anomaly
+    the engine confirms only when the record ends (``flush``) carries no detection time;
+    it gets the end of its last step, so it is stored at the time the trace describes.
     """
     from argus.detectors import diagnose
     from argus.schemas import StepBatch
@@ -138,7 +141,13 @@ def diagnose_records(records: Sequence[Any], *, job: str, run: int = 0) -> list[
         if isinstance(r, StepBatch):
             parts[r.step].append(r)
     steps = [StepBatch.concat(parts[s]) for s in sorted(parts)]
-    return list(diagnose(steps, job=job, run=run))
+    ends = {b.step: int(b["end_ns"].max()) for b in steps}
+    out = []
+    for a in diagnose(steps, job=job, run=run):
+        if not a.detected_ns:  # confirmed only at the end of the record: stamp it with its last step
+            a = dataclasses.replace(a, detected_ns=ends.get(a.end_step, max(ends.values())))
+        out.append(a)
+    return out
 
 
 def _describe(anomaly: Any) -> str:

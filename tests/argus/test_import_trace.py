@@ -124,3 +124,8 @@ def test_two_rank_trace_names_rank_1_as_masked_straggler_like_hta(tmp_path: Path
     evidence = dict(a["evidence"]) if not isinstance(a["evidence"], dict) else a["evidence"]
     assert evidence["compute_ms_excess"] > 25, evidence  # rank 1's GPU computes 29-32 ms more per step
     assert "peers_wait_ms" in evidence, evidence  # what its peer waited meanwhile
+    when = _cli(["sql", "-f", "json", "SELECT toYear(time) AS y FROM anomalies WHERE job = 'two-rank'"], home)
+    assert json.loads(when.stdout) == [{"y": 2023}]  # stamped with the trace's time, not 1970
+    report = _cli(["report", "--job", "two-rank", "-o", str(tmp_path / "r.html")], home)
+    assert report.returncode == 0, report.stderr
+    assert "1 anomalies" in report.stdout and "rank 1 (compute_straggler)" in report.stdout, report.stdout
