@@ -95,3 +95,12 @@ def test_a_rank_slowed_60ms_under_ddp_is_a_compute_straggler_with_its_peers_wait
     stragglers = [a for a in anomalies if a.cause == "compute_straggler"]
     assert {r for a in stragglers for r in a.ranks} == {slow}, found
     assert stragglers[0].evidence["peers_wait_ms"] > 20, found
+
+
+def test_a_rank_slowed_60ms_under_fsdp2_is_a_compute_straggler_with_its_peers_waiting(tmp_path):
+    from tests.frameworks.common import check_straggler
+
+    args = ["--mode", "fsdp", "--steps", "24", "--base-ms", "5", "--slow-rank", "1", "--slow-ms", "60"]
+    steps = batches(launch(2, args, tmp_path))
+    assert len(steps) == 24
+    check_straggler(steps, slow=1, waits=("all_gather_ms", "reduce_scatter_ms"))

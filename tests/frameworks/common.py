@@ -25,13 +25,15 @@ def batches(results: list[dict[str, Any]]) -> list[StepBatch]:
     return [StepBatch.from_records(sorted(by_step[s], key=lambda x: x.rank)) for s in sorted(by_step)]
 
 
-def check_straggler(steps: list[StepBatch], slow: int) -> None:
-    """The slowed rank is the one compute straggler, its peers' collective wait the evidence."""
+def check_straggler(steps: list[StepBatch], slow: int, waits: tuple[str, ...] = ("all_reduce_ms",)) -> None:
+    """The slowed rank is the one compute straggler, its peers' collective wait (in the
+    ``waits`` columns) the evidence."""
     from argus.detectors import diagnose
 
     mid = steps[len(steps) // 2]
     peers = mid["rank"] != slow
-    assert (mid["all_reduce_ms"][peers] > 40).all(), mid["all_reduce_ms"]
+    wait = sum(mid[c] for c in waits)
+    assert (wait[peers] > 40).all(), wait
     anomalies = diagnose(steps)
     found = [(a.cause, a.ranks, a.evidence) for a in anomalies]
     stragglers = [a for a in anomalies if a.cause == "compute_straggler"]
