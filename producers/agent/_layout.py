@@ -218,7 +218,7 @@ def deepspeed_layout(obj: Any, rank: int) -> dict[str, int]:
     topo = getattr(obj, "_topo", None) or (obj if hasattr(obj, "get_coord") else None)
     if topo is not None:
         coord = topo.get_coord(rank)
-        fields = getattr(coord, "_fields", None) or getattr(topo, "axes", ())
+        fields: Any = getattr(coord, "_fields", None) or getattr(topo, "axes", None) or ()
         out: dict[str, int] = {}
         for name, index in zip(fields, tuple(coord), strict=False):
             axis = _axis(str(name))
