@@ -26,7 +26,9 @@ class DiagnoserConfig:
     ``global_ratio`` times its baseline or more (evaluation, checkpoint) are no sightings
     for ranks. Once an episode is an anomaly, a rank at ``weak_frac`` of a threshold still
     counts as a sighting (hysteresis: a fault near the threshold is one anomaly, not many).
-    An anomaly lists at most ``max_listed`` ranks. Group medians and MADs of groups larger than ``max_sample`` ranks come from
+    Ranks of one host slow for one cause are one finding from ``host_min_ranks`` on; ranks
+    of one group across hosts from ``group_min_frac`` of the group on (fewer are the noise's
+    transients). An anomaly lists at most ``max_listed`` ranks. Group medians and MADs of groups larger than ``max_sample`` ranks come from
     a strided sample.
     """
 
@@ -40,13 +42,14 @@ class DiagnoserConfig:
     stage_ratio: float = 1.15
     gpus_per_host: int = 8
     host_min_ranks: int = 4
+    group_min_frac: float = 0.05
     warmup_steps: int = 5
     iter_window: int = 32
     iter_min_steps: int = 8
     iter_z: float = 8.0
     iter_rel: float = 0.05
     checkpoint_ratio: float = 1.5
-    min_steps: int = 3
+    min_steps: int = 4
     min_cost_frac: float = 0.25
     close_after: int = 3
     persistent_within: int = 5

@@ -69,6 +69,7 @@ WORK_METRICS = frozenset(
 Collective time holds the wait for the slowest, so most ranks of a slowed job are high
 there: its centre stays the median."""
 _ONE_SIDED = np.array([n in WORK_METRICS for n in METRICS])
+_LINK_ROWS = np.array([i for i, n in enumerate(METRICS) if n in LINK_METRICS])
 
 
 def rank_metrics(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -168,6 +169,14 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     tok, coll = _IDX["tokens"], _IDX["collective_ms"]
     thr[tok] = np.maximum(cfg.z_pos * scale[tok], (cfg.tokens_ratio - 1.0) * med[tok])
     neg = np.maximum(cfg.z_neg * scale[coll], cfg.neg_min_frac * busy)
+    ck = _IDX["checkpoint_ms"]  # a checkpoint stall is a checkpoint far slower than its peers'
+    thr[ck] = np.maximum(thr[ck], (cfg.checkpoint_ratio - 1.0) * med[ck])
+    # a rank that computed faster than its group waits longer for the others: that wait is
+    # not its link's transfer time
+    comp = _IDX["compute_ms"]
+    x = x.copy()
+    x[_LINK_ROWS] += np.minimum(x[comp] - med[comp, gi.inverse], 0.0)
+    xs = x if ident else x[:, gi.order]
     if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):  # broadcast, no gathers
         m, g, size = len(METRICS), gi.n_groups, int(gi.sizes[0])
         cube = xs.reshape(m, g, size)

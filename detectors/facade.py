@@ -126,6 +126,7 @@ class JobState:
     first_step: int = -1
     transients: dict[str, int] = field(default_factory=dict)
     steps: int = 0
+    last_end_ns: int = 0
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -150,6 +151,7 @@ class JobState:
             "episodes": {k: asdict(e) for k, e in self.episodes.items()},
             "first_step": self.first_step,
             "steps": self.steps,
+            "last_end_ns": self.last_end_ns,
             "transients": dict(self.transients),
         }
 
@@ -171,6 +173,7 @@ class JobState:
             last_step=int(data["last_step"]),
             first_step=int(data.get("first_step", -1)),
             steps=int(data.get("steps", 0)),
+            last_end_ns=int(data.get("last_end_ns", 0)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
         )
 
@@ -384,12 +387,13 @@ def apply_findings(
     glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
     if glob:
         findings = [f for f in findings if f.level != "cross_rank"]
-    ranks_open = any(e.emitted and e.level != "iteration" for e in state.episodes.values())
-    if step >= cfg.warmup_steps and not findings and not ranks_open:  # open stragglers explain a rise
+    if step >= cfg.warmup_steps and not _explained(state, findings, verdict):
         job = attribute(verdict, cfg)
         if job is not None:
             findings.append(job)
-    if not verdict.anomalous and not glob:  # one rank's finding barely moves the job's medians
+    # the baseline stands still while a fault is confirmed or a job-level one may be starting
+    hold = any(e.emitted or e.level == "iteration" for e in state.episodes.values())
+    if not (verdict.anomalous or glob or hold):
         update_baseline(state.iteration, verdict, step, sf.job_median, cfg)
     base_ms = verdict.base_ms if verdict.base_ms > 0 else sf.step_ms
     out: list[Anomaly] = []
@@ -433,7 +437,7 @@ def apply_findings(
     for key, e in list(state.episodes.items()):
         if key in seen or glob:  # a global step is no evidence either way
             continue
-        if e.emitted and weak and 2 * sum(r in weak for r in e.ranks) >= len(e.ranks) > 0:
+        if e.emitted and _near(e, weak, verdict, cfg):
             e.last_seen, e.idle = step, 0  # hysteresis: a confirmed fault near its threshold
             continue
         e.idle += 1
@@ -449,6 +453,7 @@ def apply_findings(
         for _, k in stale[: len(state.episodes) - cfg.max_open]:
             state.episodes.pop(k)
     state.last_step = step
+    state.last_end_ns = max(state.last_end_ns, sf.end_ns)
     return StepResult(tuple(out), tuple(findings), sf.summary, verdict, tuple(transients))
 
 
@@ -494,6 +499,28 @@ def _split(
 
 def _as_rank(f: Finding, r: int) -> Finding:
     return dataclasses.replace(f, suspect_kind="rank", suspect=f"rank:{r}", ranks=(r,))
+
+
+def _near(e: Episode, weak: set[int], verdict: IterationVerdict, cfg: DiagnoserConfig) -> bool:
+    """Whether a confirmed episode not sighted this step is still near its threshold: half
+    of its ranks weakly flagged, or for a job-level one the step time half as far out."""
+    if e.cause in ONE_OFF_CAUSES:
+        return False
+    if e.level == "iteration":
+        rise = verdict.step_ms - verdict.base_ms
+        return (
+            verdict.z >= cfg.weak_frac * cfg.iter_z and rise >= cfg.weak_frac * cfg.iter_rel * verdict.base_ms
+        )
+    return bool(weak) and 2 * sum(r in weak for r in e.ranks) >= len(e.ranks) > 0
+
+
+def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationVerdict) -> bool:
+    """Whether the job's rise is the ranks' doing: a confirmed straggler is open, or one of
+    this step's rank findings adds most of the rise (the step waits for its slowest rank)."""
+    if any(e.emitted and e.level != "iteration" for e in state.episodes.values()):
+        return True
+    rise = verdict.step_ms - verdict.base_ms
+    return any(f.step_ms_added >= 0.8 * rise for f in findings)
 
 
 def _family(cause: str) -> str:
@@ -665,7 +692,7 @@ class JobDiagnoser:
         out = []
         for e in st.episodes.values():
             if not e.emitted and 0 < st.steps < cfg.min_steps and e.hits >= st.steps:
-                e.emitted, e.severity = True, _severity(e, cfg)
+                e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg), st.last_end_ns
             if e.emitted:
                 out.append(_anomaly(st, e))
         st.episodes.clear()

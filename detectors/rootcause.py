@@ -204,14 +204,40 @@ def classify_ranks(
     # everything else: several ranks of one group slow for one cause at once are one
     # finding (of their host when they share one), else one finding per rank
     rest = np.flatnonzero(~used).tolist()
+    size = dict(zip(cr.group_keys.tolist(), cr.group_sizes.tolist(), strict=True))
     for g, cause in sorted({(int(cr.groups[j]), causes[j]) for j in rest}):
-        js = [j for j in rest if int(cr.groups[j]) == g and causes[j] == cause]
-        if len(js) < cfg.host_min_ranks:
-            out.extend(_rank_finding(cr, j, cause, metrics[j]) for j in js)
-            continue
-        on = {str(hosts[j]) for j in js}
-        where = on.pop() if len(on) == 1 else f"{cfg.group_column}:{g}"
-        out.append(_group_finding(cr, where, cause, js, [metrics[j] for j in js], len(on) == 0))
+        members = [j for j in rest if int(cr.groups[j]) == g and causes[j] == cause]
+        on = {str(hosts[j]) for j in members}
+        many = max(cfg.host_min_ranks, cfg.group_min_frac * size.get(g, 0))  # more than noise flags
+        if len(on) == 1 and len(members) >= cfg.host_min_ranks:
+            out.append(_group_finding(cr, on.pop(), cause, members, [metrics[j] for j in members], True))
+        elif len(members) >= many:
+            out.append(
+                _group_finding(
+                    cr, f"{cfg.group_column}:{g}", cause, members, [metrics[j] for j in members], False
+                )
+            )
+        else:
+            out.extend(_split_by_host(cr, hosts, cause, members, metrics, cfg))
+    return out
+
+
+def _split_by_host(
+    cr: CrossRankResult,
+    hosts: np.ndarray,
+    cause: str,
+    js: list[int],
+    metrics: list[str],
+    cfg: DiagnoserConfig,
+) -> list[Finding]:
+    """Per host: one finding when several of its ranks share the cause, else per rank."""
+    out = []
+    for h in sorted({str(hosts[j]) for j in js}):
+        hs = [j for j in js if str(hosts[j]) == h]
+        if len(hs) >= cfg.host_min_ranks:
+            out.append(_group_finding(cr, h, cause, hs, [metrics[j] for j in hs], True))
+        else:
+            out.extend(_rank_finding(cr, j, cause, metrics[j]) for j in hs)
     return out
 
 

@@ -57,9 +57,9 @@ def test_confirmed_once_then_closed_with_the_same_id() -> None:
     for b in batches():
         emitted += [(b.step, a) for a in diag.step(b).anomalies]
     straggler = [(s, a) for s, a in emitted if a.cause == COMPUTE_STRAGGLER]
-    assert [s for s, _ in straggler] == [22, 33]  # confirmed on its 3rd step, closed 4 steps after it ended
+    assert [s for s, _ in straggler] == [23, 33]  # confirmed on its 4th step, closed 4 steps after it ended
     assert straggler[0][1].id == straggler[1][1].id
-    assert (straggler[0][1].end_step, straggler[1][1].end_step) == (22, 29)
+    assert (straggler[0][1].end_step, straggler[1][1].end_step) == (23, 29)
     assert straggler[1][1].start_step == 20 and straggler[1][1].severity == "page"
 
 
