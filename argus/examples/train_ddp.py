@@ -1,12 +1,13 @@
-"""A small data-parallel transformer trained with torch.distributed (gloo) and the agent.
+"""A small data-parallel transformer trained with DistributedDataParallel (gloo) and the agent.
 
 One process per rank (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set by a
-launcher, or :func:`launch` to start them all here). Gradients are averaged with
-``torch.distributed.all_reduce``; ``--slow-rank`` makes one rank's forward pass slower by
-``--slow-ms`` from step ``--slow-from`` on (a compute straggler: its peers wait for it in
-the all-reduce);
+launcher, or :func:`launch` to start them all here). DDP averages the gradients in
+backward (its bucketed all-reduce, timed by the agent as ``all_reduce_ms``);
+``--slow-rank`` makes one rank's forward pass slower by ``--slow-ms`` from step
+``--slow-from`` on (a compute straggler: its peers wait for it in DDP's all-reduce);
 ``--hang-rank R --hang-step S`` makes rank R block forever on a lock before step S's
-all-reduce (a hang: its peers wait in the all-reduce until they are killed)::
+backward, hence before its all-reduce (a hang: its peers wait in the all-reduce until they
+are killed)::
 
     python -m argus.examples.train_ddp --world 4 --steps 40 --slow-rank 2 --job demo-1
 """
@@ -74,7 +75,8 @@ def train(
     torch.manual_seed(0)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    model = _model(dim, layers)
+    net = _model(dim, layers)
+    model = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     overrides: dict[str, object] = {"job": job, "stack_hz": stack_hz, "heartbeat_s": 1.0}
     if bootstrap:
@@ -84,24 +86,14 @@ def train(
     argus.attach(model, opt, **overrides)
     data = TensorDataset(torch.randn(batch * steps, seq, dim), torch.randn(batch * steps))
     loader = DataLoader(data, batch_size=batch)
-    params = [p for p in model.parameters()]
     for step, (x, y) in enumerate(loader):
         slowed = rank == slow_rank and step >= slow_from
-        model.delay_s = (base_ms + (slow_ms if slowed else 0.0)) / 1000
+        net.delay_s = (base_ms + (slow_ms if slowed else 0.0)) / 1000
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=False)
-        loss.backward()  # type: ignore[no-untyped-call]
-        flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
         if rank == hang_rank and step == hang_step:
-            _block_forever()  # the hang: its peers wait in the all-reduce below
-        dist.all_reduce(flat)
-        flat /= dist.get_world_size()
-        offset = 0
-        for p in params:
-            if p.grad is not None:
-                n = p.grad.numel()
-                p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
-                offset += n
+            _block_forever()  # the hang: its peers wait in DDP's all-reduce in their backward
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()  # ends the step (automatic mode)
     dist.barrier()
     stats = argus.detach(timeout=30)
