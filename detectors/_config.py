@@ -46,7 +46,7 @@ class DiagnoserConfig:
     warmup_steps: int = 5
     iter_window: int = 32
     iter_min_steps: int = 8
-    iter_z: float = 8.0
+    iter_z: float = 6.0
     iter_rel: float = 0.05
     checkpoint_ratio: float = 1.5
     min_steps: int = 4

@@ -393,7 +393,8 @@ def apply_findings(
             findings.append(job)
     # the baseline stands still while a fault is confirmed or a job-level one may be starting
     hold = any(e.emitted or e.level == "iteration" for e in state.episodes.values())
-    if not (verdict.anomalous or glob or hold):
+    suspicious = verdict.z >= cfg.weak_frac * cfg.iter_z  # kept out of the baseline it is tested on
+    if not (verdict.anomalous or suspicious or glob or hold):
         update_baseline(state.iteration, verdict, step, sf.job_median, cfg)
     base_ms = verdict.base_ms if verdict.base_ms > 0 else sf.step_ms
     out: list[Anomaly] = []
@@ -517,7 +518,10 @@ def _near(e: Episode, weak: set[int], verdict: IterationVerdict, cfg: DiagnoserC
 def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationVerdict) -> bool:
     """Whether the job's rise is the ranks' doing: a confirmed straggler is open, or one of
     this step's rank findings adds most of the rise (the step waits for its slowest rank)."""
-    if any(e.emitted and e.level != "iteration" for e in state.episodes.values()):
+    if any(
+        e.emitted and e.level != "iteration" and e.cause not in ONE_OFF_CAUSES
+        for e in state.episodes.values()
+    ):
         return True
     rise = verdict.step_ms - verdict.base_ms
     return any(f.step_ms_added >= 0.8 * rise for f in findings)
