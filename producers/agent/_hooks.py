@@ -6,7 +6,8 @@
 * data-loader wait: ``_BaseDataLoaderIter.__next__`` wrapped;
 * collectives: the public ``torch.distributed`` functions wrapped (kind, bytes, group;
   a span from the call to the work's completion: sync calls when they return, ``async_op``
-  work when its future completes, on whatever thread that happens), with a per-group
+  work when its future completes, on whatever thread that happens, or, on the CPU clock,
+  when ``Work.wait()`` returns if that is earlier), with a per-group
   sequence number entered and finished for the heartbeat. FSDP2 (``fully_shard``) and
   FSDP1 issue their all-gathers and reduce-scatters through these functions;
 * DDP: the C++ reducer never calls them, so the first forward of every
