@@ -54,6 +54,7 @@ class DiagnoserConfig:
     close_after: int = 3
     persistent_within: int = 5
     persistent_close_after: int = 20
+    update_every: int = 5
     global_ratio: float = 1.5
     weak_frac: float = 0.5
     max_weak: int = 4096

@@ -13,9 +13,10 @@ A stream worker keeps one :class:`JobState` per (job, run) (e.g. in a Faust tabl
 Progressive: iteration level (job step time) and cross-rank level (every rank within its
 pp stage) run every step; kernel statistics and stacks are asked for (through the
 optional ``kernels``/``stacks`` callables) only for confirmed rank suspects and a few
-healthy peers of their stage. Anomalies are emitted when an episode is confirmed (two
-steps; one for one-off stalls) and again, with the same id and its final window and cost,
-when it closes (``close_after`` steps without a sighting). Ids hash job, run, cause,
+healthy peers of their stage. Anomalies are emitted when an episode is confirmed (four
+sightings, or one costly one-off stall), again every ``update_every`` steps while it lasts
+(so a job that simply ends leaves its anomaly's window right), and, with the same id and its
+final window and cost, when it closes. Ids hash job, run, cause,
 suspect and onset step, so a replay emits the same ids.
 """
 
@@ -106,6 +107,7 @@ class Episode:
     persistent: bool = False
     severity: str = "page"
     idle: int = 0
+    reported: int = -1
 
 
 @dataclass
@@ -432,6 +434,10 @@ def apply_findings(
             e.emitted = True
             e.severity = _severity(e, cfg)
             e.detected_ns = sf.end_ns
+            e.reported = step
+            out.append(_anomaly(state, e))
+        elif e.emitted and step - e.reported >= cfg.update_every:  # a live window and cost
+            e.reported = step
             out.append(_anomaly(state, e))
     transients: list[str] = []
     weak = set(sf.weak)
