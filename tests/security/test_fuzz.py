@@ -17,8 +17,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from argus.csvlogs import CsvError, read_series
-from argus.detectors import diagnose_series
+from argus.csvlogs import CsvError, diagnose_log, read_series
 from argus.producers.kineto import KinetoImport, TraceError
 from argus.producers.sketch import kernel_stats
 from argus.schemas import SCHEMAS, KernelStats, SchemaError, StepBatch, decode, encode, validate
@@ -171,7 +170,7 @@ def test_csv_reader_and_series_diagnosis(
         assert str(path) in str(exc)
         return
     assert np.isfinite(t).all() and np.isfinite(value).all() and (rank >= 0).all()
-    for found in diagnose_series(rank, t, value, by_time=False, metric="step_ms"):
+    for found in diagnose_log(rank, t, value, by_time=False, metric="step_ms").anomalies:
         assert math.isfinite(found.score)
 
 
