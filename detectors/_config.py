@@ -50,7 +50,7 @@ class DiagnoserConfig:
     iter_rel: float = 0.05
     checkpoint_ratio: float = 1.5
     min_steps: int = 4
-    min_cost_frac: float = 0.25
+    min_cost_frac: float = 0.2
     close_after: int = 3
     persistent_within: int = 5
     persistent_close_after: int = 20

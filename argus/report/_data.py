@@ -79,6 +79,8 @@ class ReportData:
     phases: Table
     anomalies: Table
     suspects: tuple[Suspect, ...]
+    transients: tuple[tuple[int, int], ...] = ()
+    """(rank, one-step sightings outside every anomaly of the rank), most first."""
 
 
 def _known_jobs(store: Store, limit: int = 10) -> list[str]:
@@ -187,4 +189,21 @@ def collect(
         phases=run("phases_by_rank"),
         anomalies=run("anomalies"),
         suspects=suspects,
+        transients=transients(run("flagged_steps"), run("anomaly_windows")),
     )
+
+
+def transients(flagged: Table, windows: Table) -> tuple[tuple[int, int], ...]:
+    """Per rank, the steps it was flagged in that no anomaly of it covers (blips)."""
+    covered: dict[int, list[tuple[int, int]]] = {}
+    for w in windows.dicts():
+        for r in w["ranks"]:
+            covered.setdefault(int(r), []).append((int(w["first"]), int(w["last"])))
+    out = []
+    for row in flagged.dicts():
+        rank = int(row["rank"])
+        spans = covered.get(rank, [])
+        n = sum(1 for st in row["steps"] if not any(a <= st <= b for a, b in spans))
+        if n:
+            out.append((rank, n))
+    return tuple(sorted(out, key=lambda x: (-x[1], x[0])))

@@ -137,7 +137,7 @@ ORDER BY z DESC LIMIT 10""",
        arrayStringConcat(arrayMap((k, v) -> concat(k, '=', toString(round(v, 3))), mapKeys(evidence),
                                   mapValues(evidence)), ', ') AS evidence
 FROM anomalies WHERE {JOB} AND $__timeFilter(time)
-ORDER BY time DESC LIMIT 1 BY id LIMIT 100""",
+ORDER BY time DESC, end_step DESC LIMIT 1 BY id LIMIT 100""",
             "Each anomaly once (LIMIT 1 BY id); the cost is what the suspect adds to every step of the job.",
             width=24,
         ),
@@ -161,7 +161,7 @@ GROUP BY t ORDER BY t""",
        toUInt64(evidence['seq']) AS collective_seq, round(evidence['nbytes'] / 1048576, 1) AS collective_mib,
        toUInt32(evidence['waiting_ranks']) AS waiting_ranks, round(gpu_hours_lost, 2) AS gpu_hours_lost, summary
 FROM anomalies WHERE {JOB} AND level = 'hang' AND $__timeFilter(time)
-ORDER BY time DESC LIMIT 1 BY id LIMIT 50""",
+ORDER BY time DESC, end_step DESC LIMIT 1 BY id LIMIT 50""",
             "A stalled job (no step for longer than its threshold): the ranks that never entered the "
             "collective their peers wait in, or whose heartbeats stopped; the summary names the collective, "
             "its group and what the suspect is doing instead.",
@@ -258,7 +258,7 @@ ANOMALY_LIST = Dashboard(
             "barchart",
             """SELECT cause, count() AS anomalies, round(sum(step_ms_added), 1) AS step_ms_added,
        round(sum(gpu_hours_lost), 2) AS gpu_hours_lost
-FROM (SELECT * FROM anomalies WHERE $__timeFilter(time) ORDER BY time DESC LIMIT 1 BY id)
+FROM (SELECT * FROM anomalies WHERE $__timeFilter(time) ORDER BY time DESC, end_step DESC LIMIT 1 BY id)
 GROUP BY cause ORDER BY anomalies DESC""",
         ),
         Panel(
@@ -339,6 +339,22 @@ def all_panels() -> list[tuple[Dashboard, Panel]]:
 # macros and variables as the panels, so the same expander runs them.
 
 REPORT = (
+    Panel(
+        "flagged_steps",
+        "Steps each rank was flagged in (sightings)",
+        "table",
+        f"""SELECT rank, count() AS flagged, groupArray(4096)(step) AS steps
+FROM (SELECT step, arrayJoin(suspects) AS rank FROM step_summaries WHERE {JOB} AND $__timeFilter(time))
+GROUP BY rank ORDER BY flagged DESC, rank LIMIT 200""",
+        "The report subtracts the steps inside the rank's anomalies: what is left are transients.",
+    ),
+    Panel(
+        "anomaly_windows",
+        "Anomaly windows and ranks",
+        "table",
+        f"""SELECT id, argMax(anomalies.ranks, end_step) AS ranks, min(start_step) AS first, max(end_step) AS last
+FROM anomalies WHERE {JOB} AND $__timeFilter(time) GROUP BY id LIMIT 10000""",
+    ),
     Panel(
         "busy_by_step",
         "Busy time per rank and step (ms)",

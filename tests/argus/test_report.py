@@ -116,7 +116,14 @@ def test_unknown_job_lists_known_jobs(store: Any, slow_job: tuple[str, str]) -> 
 
 
 def test_report_queries_expand_and_name_their_columns() -> None:
-    assert {p.key for p in REPORT} == {"busy_by_step", "phases_by_rank", "suspect_ranks", "kernel_shift"}
+    assert {p.key for p in REPORT} == {
+        "busy_by_step",
+        "phases_by_rank",
+        "suspect_ranks",
+        "kernel_shift",
+        "flagged_steps",
+        "anomaly_windows",
+    }
     for p in REPORT:
         assert "${job:percentencode}" in p.sql and "$__timeFilter(" in p.sql
 
@@ -145,3 +152,13 @@ def test_cli_writes_a_report_and_fails_cleanly(tmp_path: Path) -> None:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         locked = run(["report", "--job", "tiny", "-o", str(out)], tmp_path)
     assert locked.returncode == 3 and "in use" in locked.stderr
+
+
+def test_transients_are_sightings_outside_the_ranks_anomalies() -> None:
+    from argus.report._data import Table, transients
+
+    flagged = Table(
+        ("rank", "flagged", "steps"), ((3, 5, [10, 11, 12, 40, 41]), (7, 1, [20]), (9, 2, [30, 31]))
+    )
+    windows = Table(("id", "ranks", "first", "last"), (("a", [3], 10, 12), ("b", [9, 10], 25, 35)))
+    assert transients(flagged, windows) == ((3, 2), (7, 1))
