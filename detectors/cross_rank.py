@@ -19,11 +19,13 @@ from ._robust import GroupIndex, group_median_scale, is_identity
 
 __all__ = [
     "CAUSE_METRICS",
+    "COLLECTIVE_METRICS",
     "LINK_METRICS",
     "METRICS",
     "WORK_METRICS",
     "CrossRankResult",
     "cross_rank",
+    "job_reference",
     "rank_metrics",
 ]
 
@@ -70,6 +72,16 @@ Collective time holds the wait for the slowest, so most ranks of a slowed job ar
 there: its centre stays the median."""
 _ONE_SIDED = np.array([n in WORK_METRICS for n in METRICS])
 _LINK_ROWS = np.array([i for i, n in enumerate(METRICS) if n in LINK_METRICS])
+COLLECTIVE_METRICS = ("collective_ms", "all_reduce_ms", "gather_scatter_ms", "all_to_all_ms", "p2p_ms")
+_COLL_ROWS = np.array([METRICS.index(n) for n in COLLECTIVE_METRICS])
+
+
+def job_reference(cr: CrossRankResult) -> np.ndarray:
+    """The job's level of every metric for the iteration level: the median for a rank's own
+    work, the 5th percentile over ranks for collectives (without the wait for the slowest)."""
+    ref = cr.job_median.copy()
+    ref[_COLL_ROWS] = cr.collective_floor
+    return ref
 
 
 def rank_metrics(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -102,9 +114,10 @@ class CrossRankResult:
     ``value``: their (len(METRICS), k) z-scores, excess over the group median and values;
     ``pos``: (len(METRICS), k) positive flags (only cause metrics and tokens); ``waits_least``:
     (k,) the rank's collective time is far below its group's. ``group_keys`` and
-    ``group_median``/``group_sizes``: per group (e.g. per pp stage) medians of every metric;
-    ``job_median``: per metric, the median of the group medians; ``step_ms``: the job's
-    median step wall time; ``min_excess_ms``: the excess a flag needed; ``weak``: ranks
+    ``group_median``/``group_sizes``: per group (e.g. per pp stage) centres of every metric;
+    ``job_median``: per metric, the median over ranks; ``step_ms``: the job's
+    median step wall time; ``collective_floor``: per ``COLLECTIVE_METRICS``, the 5th
+    percentile over ranks; ``min_excess_ms``: the excess a flag needed; ``weak``: ranks
     (not flagged) that reached ``weak_frac`` of a threshold, enough to keep an open
     episode of theirs going (hysteresis), never to start one.
     """
@@ -125,6 +138,7 @@ class CrossRankResult:
     group_sizes: np.ndarray
     job_median: np.ndarray
     weak: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    collective_floor: np.ndarray = field(default_factory=lambda: np.zeros(len(COLLECTIVE_METRICS)))
 
     def metric(self, name: str) -> int:
         """Row of ``name`` in the metric arrays."""
@@ -155,7 +169,11 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     med, scale = group_median_scale(
         xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True, one_sided=_ONE_SIDED
     )
-    job_step = float(np.median(step_ms[:: max(1, len(step_ms) // 4096)]))
+    stride = max(1, len(step_ms) // 4096)
+    job_step = float(np.median(step_ms[::stride]))
+    # the fastest ranks' collective time: transfer and pipeline bubbles without the wait for
+    # the slowest rank, which is every step's heavy tail
+    floor = np.percentile(x[_COLL_ROWS, ::stride], 5.0, axis=1) if len(step_ms) else np.zeros(len(_COLL_ROWS))
     # thresholds scale with the typical rank's own work, not with a step a stall inflated
     busy = float(np.median(med[_IDX["compute_ms"]] + med[_IDX["dataloader_ms"]] + med[_IDX["h2d_ms"]]))
     un = _IDX["unaccounted_ms"]
@@ -174,7 +192,7 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     # a rank that computed faster than its group waits longer for the others: that wait is
     # not its link's transfer time
     comp = _IDX["compute_ms"]
-    x = x.copy()
+    x0, x = x, x.copy()
     x[_LINK_ROWS] += np.minimum(x[comp] - med[comp, gi.inverse], 0.0)
     xs = x if ident else x[:, gi.order]
     if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):  # broadcast, no gathers
@@ -214,5 +232,6 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
         group_keys=gi.keys,
         group_median=med,
         group_sizes=gi.sizes,
-        job_median=np.median(med, axis=1) if gi.n_groups else np.zeros(len(METRICS)),
+        job_median=np.median(x0[:, ::stride], axis=1) if len(step_ms) else np.zeros(len(METRICS)),
+        collective_floor=floor,
     )

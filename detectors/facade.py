@@ -43,7 +43,7 @@ from ._classes import (
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from .cost import gpu_hours, step_ms_added
-from .cross_rank import METRICS, CrossRankResult, cross_rank
+from .cross_rank import METRICS, CrossRankResult, cross_rank, job_reference
 from .iteration import (
     IterationState,
     IterationVerdict,
@@ -273,8 +273,11 @@ def _deepen(
 @dataclass(frozen=True)
 class StepFindings:
     """The stateless, cross-rank half of one step's diagnosis (what the stream worker's
-    cross-rank stage sends to its temporal stage, keyed by job): the job's step time and
-    phase medians for the iteration level, the rank/stage findings, and the step summary."""
+    cross-rank stage sends to its temporal stage, keyed by job): the job's step time, its
+    reference level of every metric (``job_median``: the typical rank's work, the fastest
+    ranks' collectives) and its step without the wait for the slowest rank (``job_ms``) for
+    the iteration level, the rank/stage findings, the weakly flagged ranks (hysteresis),
+    and the step summary."""
 
     job: str
     run: int
@@ -286,6 +289,7 @@ class StepFindings:
     findings: tuple[Finding, ...]
     summary: StepSummary
     weak: tuple[int, ...] = ()
+    job_ms: float = -1.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -302,6 +306,7 @@ class StepFindings:
             ],
             "summary": self.summary.to_avro(),
             "weak": list(self.weak),
+            "job_ms": self.job_ms,
         }
 
     @classmethod
@@ -321,7 +326,26 @@ class StepFindings:
             ),
             summary=StepSummary.from_avro(data["summary"]),  # type: ignore[arg-type]
             weak=tuple(int(r) for r in data.get("weak", ())),
+            job_ms=float(data.get("job_ms", -1.0)),
         )
+
+
+_STEP_PARTS = np.array(
+    [
+        METRICS.index(m)
+        for m in (
+            "compute_ms", "dataloader_ms", "h2d_ms", "gc_ms", "compile_ms", "checkpoint_ms", "unaccounted_ms",
+            "all_reduce_ms", "gather_scatter_ms", "all_to_all_ms", "p2p_ms",
+        )
+    ]
+)  # fmt: skip
+
+
+def _job_ms(reference: np.ndarray) -> float:
+    """The job's step without the wait for its slowest rank: the typical rank's own work
+    plus the fastest ranks' collectives (the iteration level's signal: the wall time's
+    heavy tail is the slowest rank's, which the cross-rank level already judges)."""
+    return float(reference[_STEP_PARTS].sum())
 
 
 def _cross_rank_stage(
@@ -340,10 +364,11 @@ def _cross_rank_stage(
         end_ns=int(batch["end_ns"].max()),
         n_ranks=cr.n_ranks,
         step_ms=cr.step_ms,
-        job_median=cr.job_median,
+        job_median=job_reference(cr),
         findings=tuple(findings),
         summary=_summary(batch, cr, findings, missing),
         weak=tuple(cr.weak.tolist()),
+        job_ms=_job_ms(job_reference(cr)),
     )
     return sf, cr
 
@@ -380,7 +405,8 @@ def apply_findings(
     """
     cfg = config or DiagnoserConfig()
     step = sf.step
-    verdict = iteration_level(state.iteration, step, sf.step_ms, sf.job_median, cfg)
+    job_ms = sf.job_ms if sf.job_ms >= 0 else sf.step_ms
+    verdict = iteration_level(state.iteration, step, job_ms, sf.job_median, cfg)
     if state.first_step < 0 and step >= cfg.warmup_steps:
         state.first_step = step
     if step >= cfg.warmup_steps:
@@ -426,7 +452,7 @@ def apply_findings(
             e.score = max(e.score, f.score)
             e.evidence.update(f.evidence)
             e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
-        if not e.emitted and _confirmed(e, base_ms, cfg):
+        if not e.emitted and _confirmed(e, added, base_ms, cfg):
             if deepen is not None:
                 level, extra = deepen(f)
                 e.level = level
@@ -445,8 +471,8 @@ def apply_findings(
         if key in seen or glob:  # a global step is no evidence either way
             continue
         if e.emitted and _near(e, weak, verdict, cfg):
-            e.last_seen, e.idle = step, 0  # hysteresis: a confirmed fault near its threshold
-            continue
+            e.idle = 0  # hysteresis: a confirmed fault near its threshold stays open (its window
+            continue  # ends at its last clear sighting)
         e.idle += 1
         if e.idle > _patience(e, cfg):
             state.episodes.pop(key)
@@ -588,12 +614,13 @@ def _open(state: JobState, f: Finding, step: int, cfg: DiagnoserConfig) -> Episo
     )  # fmt: skip
 
 
-def _confirmed(e: Episode, base_ms: float, cfg: DiagnoserConfig) -> bool:
-    """Sustained, or a one-off stall that cost enough (rank level, or a slow checkpoint)."""
+def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig) -> bool:
+    """Sustained, or a one-off stall that cost enough in one step (rank level, or a slow
+    checkpoint): a few small pauses do not add up to a stall."""
     if e.hits >= cfg.min_steps:
         return True
     one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
-    return one_off and e.added_ms_sum >= cfg.min_cost_frac * base_ms
+    return one_off and added >= cfg.min_cost_frac * base_ms
 
 
 def _severity(e: Episode, cfg: DiagnoserConfig) -> str:
