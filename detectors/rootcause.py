@@ -207,11 +207,12 @@ def classify_ranks(
     size = dict(zip(cr.group_keys.tolist(), cr.group_sizes.tolist(), strict=True))
     for g, cause in sorted({(int(cr.groups[j]), causes[j]) for j in rest}):
         members = [j for j in rest if int(cr.groups[j]) == g and causes[j] == cause]
-        on = {str(hosts[j]) for j in members}
+        per_host: dict[str, int] = {}
+        for j in members:
+            per_host[str(hosts[j])] = per_host.get(str(hosts[j]), 0) + 1
+        loose = sum(n for n in per_host.values() if n < cfg.host_min_ranks)  # not in a host's cluster
         many = max(cfg.host_min_ranks, cfg.group_min_frac * size.get(g, 0))  # more than noise flags
-        if len(on) == 1 and len(members) >= cfg.host_min_ranks:
-            out.append(_group_finding(cr, on.pop(), cause, members, [metrics[j] for j in members], True))
-        elif len(members) >= many:
+        if loose >= many:  # slow across the group, not one host's doing
             out.append(
                 _group_finding(
                     cr, f"{cfg.group_column}:{g}", cause, members, [metrics[j] for j in members], False
