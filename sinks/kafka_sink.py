@@ -10,10 +10,20 @@ without transactions across Kafka and ClickHouse works like this, per partition:
 
 A sink that dies between 1 and 3 leaves the intent behind; whichever sink gets the
 partition next reads it on assignment and cuts its first batch at exactly the same
-offsets, so the retried insert carries the same token and ClickHouse drops it if it had
-landed. Inserts are retried with capped backoff while the store is down; the partitions
-are paused meanwhile so the consumer stays in its group. Bad input never stops the sink:
-it lands in ``dead_letters`` with the reason.
+offsets — however librdkafka chunks the messages this time: the replayed batch is cut at
+the recorded last offset and nowhere else, never by size or age, and a partition revoked
+mid-replay is left to its next owner — so the retried insert carries the same token and
+ClickHouse drops it (and what its materialized views would add) if it had landed.
+
+Only an unavailable store (:class:`StoreUnavailableError`: unreachable, or a transient
+server condition) is retried: jittered, capped backoff, for at most ``retry_deadline_s``
+(then the sink fails and the batch is replayed by the next sink), cut short by a stop.
+The partitions are paused meanwhile so the consumer stays in its group. An insert the
+store *rejects* (:class:`QueryError`: the same data would fail again, e.g. one record
+spanning more days than ClickHouse takes partitions per insert) is split in halves,
+each with its own deterministic token, down to the one record that fails, which goes to
+``dead_letters`` with the store's reason. Bad input never stops the sink: it lands in
+``dead_letters`` with the reason (a bounded :meth:`DeadLetter.of`).
 
 The consumer thread commits the intents and the offsets; the inserts (step 2) run on one
 writer thread, so the next batches are decoded while ClickHouse inserts (its insert
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import deque
@@ -53,7 +64,7 @@ from argus.schemas import (
     decode_many,
 )
 
-from ._errors import SinkError
+from ._errors import QueryError, SinkError, StoreLockedError, StoreUnavailableError
 from .kernels import KernelDecoder
 from .rows import TABLE_OF, to_arrow
 from .store import Store, dedup_settings
@@ -75,6 +86,8 @@ class SinkStats:
     dead_letters: int = 0
     inserts: int = 0
     insert_retries: int = 0
+    rejected: int = 0
+    """Records the store rejected (dead-lettered with its reason)."""
     store_down_since: float | None = None
 
 
@@ -85,6 +98,11 @@ class _Pending:
     rows: int = 0
     since: float = field(default_factory=time.monotonic)
     records: list[Any] = field(default_factory=list)
+    sources: list[tuple[int, int, bytes]] = field(default_factory=list)  # offset, time ns, bytes per record
+
+
+class _Stopped(SinkError):
+    """The sink was stopped while a write waited for the store (the batch is replayed later)."""
 
 
 def _rows_of(record: Any) -> int:
@@ -105,6 +123,8 @@ class KafkaSink:
         batch_seconds: float = 1.0,
         max_backoff_s: float = 5.0,
         max_pending_rows: int = 250_000,
+        retry_deadline_s: float = 600.0,
+        max_poll_messages: int = 2000,
     ) -> None:
         if batch_rows <= 0 or batch_seconds <= 0:
             raise ValueError("batch_rows and batch_seconds must be positive")
@@ -114,6 +134,10 @@ class KafkaSink:
         self._batch_rows = batch_rows
         self._batch_seconds = batch_seconds
         self._max_backoff = max_backoff_s
+        self._retry_deadline = retry_deadline_s
+        self._max_poll = max(1, max_poll_messages)
+        self._stopping = threading.Event()
+        self._stop: threading.Event | None = None
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._replay_end: dict[tuple[str, int], int] = {}
         self._backlog: list[Message] = []
@@ -167,7 +191,11 @@ class KafkaSink:
         self._drain()
         for tp in partitions:
             key = (tp.topic, tp.partition)
-            if key in self._pending:
+            if key in self._replay_end:
+                # A replay not yet at its recorded end: cut here it would get a new token.
+                # Its intent stays committed; the partition's next owner replays it whole.
+                self._pending.pop(key, None)
+            elif key in self._pending:
                 self._flush(key)
             self._replay_end.pop(key, None)
         self._drain()
@@ -176,6 +204,7 @@ class KafkaSink:
     def run(self, stop: threading.Event, *, idle_exit_s: float | None = None) -> SinkStats:
         """Consume until ``stop`` is set (or nothing arrived for ``idle_exit_s``), then flush."""
         last_message = time.monotonic()
+        self._stop = stop
         try:
             while not stop.is_set():
                 got = self.poll(timeout=0.2)
@@ -190,6 +219,11 @@ class KafkaSink:
                 ):
                     break
             self.flush_all()
+        except _Stopped:
+            log.warning(
+                "stopped while ClickHouse was unavailable: the batches not stored are replayed "
+                "on the next start (their intents are committed)"
+            )
         finally:
             self.close()
         return self.stats
@@ -198,13 +232,15 @@ class KafkaSink:
         """Consume what is there, flush the batches that are due; return messages read."""
         self._reap()
         messages, self._backlog = self._backlog, []
-        messages.extend(self._consumer.consume(num_messages=2000, timeout=timeout))
+        messages.extend(self._consumer.consume(num_messages=self._max_poll, timeout=timeout))
         usable = [msg for msg in messages if self._usable(msg)]
         # One decode for the whole consumer batch: its StepBatches are checked in one pass.
         for msg, record in zip(usable, decode_many([m.value() or b"" for m in usable]), strict=True):
             self._accept(msg, record)
         now = time.monotonic()
         for key, p in list(self._pending.items()):
+            if key in self._replay_end:
+                continue  # a replay ends at its recorded offset, nowhere else (_accept cuts it)
             due = p.rows >= self._batch_rows or now - p.since >= self._batch_seconds
             if due and (not self._writing(key) or p.rows >= self._max_pending_rows):
                 self._flush(key)
@@ -232,6 +268,7 @@ class KafkaSink:
         if pending is None:
             pending = self._pending[key] = _Pending(first=offset)
         pending.records.append(record)
+        pending.sources.append((offset, self._time_ns(msg), msg.value() or b""))
         pending.last = offset
         pending.rows += _rows_of(record)
         replay_end = self._replay_end.get(key)
@@ -239,26 +276,34 @@ class KafkaSink:
             self._flush(key)  # the replayed batch ends exactly where the unfinished one did
             self._replay_end.pop(key, None)
 
+    @staticmethod
+    def _time_ns(msg: Message) -> int:
+        _, ts_ms = msg.timestamp()
+        return max(ts_ms, 0) * 1_000_000
+
     def _dead(self, msg: Message, reason: str, error: str) -> DeadLetter:
         self.stats.dead_letters += 1
         log.warning("dead letter from %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), error[:200])
-        _, ts_ms = msg.timestamp()
-        return DeadLetter(
+        return DeadLetter.of(
             str(msg.topic()),
             int(msg.partition() or 0),
             int(msg.offset() or 0),
             reason,
-            error[:4096],
-            max(ts_ms, 0) * 1_000_000,
-            (msg.value() or b"")[: 1 << 20],
+            error,
+            self._time_ns(msg),
+            msg.value() or b"",
         )
 
     # -- inserting ------------------------------------------------------------------------
     def flush_all(self) -> None:
-        """Insert every pending batch now and wait until all are stored and committed."""
+        """Insert every pending batch now and wait until all are stored and committed (a
+        replay not yet at its recorded end is left to the next start)."""
         self._drain()
         for key in list(self._pending):
-            self._flush(key)
+            if key in self._replay_end:
+                self._pending.pop(key)
+            else:
+                self._flush(key)
         self._drain()
 
     def _flush(self, key: tuple[str, int]) -> None:
@@ -305,23 +350,69 @@ class KafkaSink:
     def _insert_batch(self, key: tuple[str, int], pending: _Pending) -> None:
         """Step 2 of the module docstring for one batch (on the writer thread)."""
         topic, partition = key
-        by_type: dict[type, list[Any]] = {}
+        by_type: dict[type, list[int]] = {}
         decoded: list[pa.Table] = []
-        for record in pending.records:  # in partition order: names arrive before their sketches
-            by_type.setdefault(type(record), []).append(record)
+        for i, record in enumerate(pending.records):  # in partition order: names arrive before their sketches
+            by_type.setdefault(type(record), []).append(i)
             if isinstance(record, KernelNames):
                 self._kernels.names(record)
             elif isinstance(record, KernelSketch):
                 rows = self._kernels.decode(record)
                 if rows is not None:
                     decoded.append(rows)
-        inserts = [to_arrow(records) for records in by_type.values()]
+        base = f"{topic}:{partition}:{pending.first}-{pending.last}"
+        for kind, index in by_type.items():
+            self._insert_records(key, pending, index, f"{TABLE_OF[kind]}:{base}")
         if decoded:
-            inserts.append(("kernels", pa.concat_tables(decoded)))
-        for table, data in inserts:
-            token = f"{table}:{topic}:{partition}:{pending.first}-{pending.last}"
-            self._insert_with_retry(table, data, token)
-            self.stats.rows[table] = self.stats.rows.get(table, 0) + data.num_rows
+            data = pa.concat_tables(decoded)
+            try:
+                self._insert_with_retry("kernels", data, f"kernels:{base}")
+            except QueryError as exc:  # derived rows: their sketches are stored; log, count, go on
+                self.stats.rejected += data.num_rows
+                log.error("the store rejected %d decoded kernel rows of %s: %s", data.num_rows, base, exc)
+            else:
+                self.stats.rows["kernels"] = self.stats.rows.get("kernels", 0) + data.num_rows
+
+    def _insert_records(self, key: tuple[str, int], pending: _Pending, index: list[int], token: str) -> None:
+        """Insert records of one type; a rejected insert is split in halves (deterministic
+        tokens: a replay splits the same way), a rejected single record dead-lettered."""
+        records = [pending.records[i] for i in index]
+        try:
+            table, data = to_arrow(records)
+        except (pa.ArrowException, OverflowError, ValueError, TypeError) as exc:
+            error: Exception = QueryError(f"not convertible to the table's columns: {exc}")
+        else:
+            try:
+                self._insert_with_retry(table, data, token)
+            except QueryError as exc:
+                error = exc
+            else:
+                self.stats.rows[table] = self.stats.rows.get(table, 0) + data.num_rows
+                return
+        if len(index) > 1:
+            mid = len(index) // 2
+            for part in (index[:mid], index[mid:]):
+                self._insert_records(key, pending, part, f"{token.split('/')[0]}/{part[0]}-{part[-1]}")
+            return
+        self._reject(key, pending, index[0], str(error))
+
+    def _reject(self, key: tuple[str, int], pending: _Pending, i: int, error: str) -> None:
+        """Dead-letter the one record the store rejected, with the store's reason."""
+        offset, time_ns, raw = pending.sources[i]
+        self.stats.rejected += 1
+        log.error("the store rejected the record at %s[%d]@%d: %s", key[0], key[1], offset, error[:300])
+        if isinstance(pending.records[i], DeadLetter):
+            log.error("the rejected record is a dead letter itself: dropped")
+            return
+        letter = DeadLetter.of(key[0], key[1], offset, "rejected", error, time_ns, raw)
+        table, data = to_arrow([letter])
+        try:
+            self._insert_with_retry(table, data, f"{table}:{key[0]}:{key[1]}:{offset}:rejected")
+        except QueryError as exc:
+            log.error("its dead letter was rejected too (%s): dropped", exc)
+            return
+        self.stats.dead_letters += 1
+        self.stats.rows[table] = self.stats.rows.get(table, 0) + 1
 
     def _commit(self, topic: str, partition: int, offset: int, metadata: str) -> None:
         tp = TopicPartition(topic, partition, offset, metadata=metadata)
@@ -333,9 +424,16 @@ class KafkaSink:
                 raise SinkError(f"offset commit failed fatally: {exc}") from exc
             log.warning("offset commit for %s[%d] failed (%s); it will be replayed", topic, partition, exc)
 
+    def _stopped(self) -> bool:
+        return self._stopping.is_set() or (self._stop is not None and self._stop.is_set())
+
     def _insert_with_retry(self, table: str, data: Any, token: str) -> None:
+        """Insert, retrying only while the store is unavailable: jittered backoff within
+        ``retry_deadline_s``, cut short by a stop. Raises :class:`QueryError` when the store
+        rejects the data, :class:`SinkError` when the deadline passed or the sink stopped."""
         backoff = 0.2
         attempt = 0
+        deadline = time.monotonic() + self._retry_deadline
         while True:
             try:
                 if self._store is None:
@@ -348,21 +446,35 @@ class KafkaSink:
                     )
                     self.stats.store_down_since = None
                 return
-            except SinkError as exc:
+            except (StoreUnavailableError, StoreLockedError) as exc:
                 attempt += 1
                 self.stats.insert_retries += 1
                 if self.stats.store_down_since is None:
                     self.stats.store_down_since = time.monotonic()
+                self._drop_store()
+                delay = random.uniform(backoff / 2, backoff)  # jitter: sinks do not retry in step
+                if self._stopped():
+                    raise _Stopped(f"stopped while inserting into {table}: {exc}") from exc
+                if time.monotonic() + delay > deadline:
+                    raise SinkError(
+                        f"ClickHouse unavailable for {self._retry_deadline:.0f} s (insert into {table}, "
+                        f"{attempt} attempts): {exc}"
+                    ) from exc
                 log.warning(
                     "insert into %s failed (attempt %d): %s; retrying in %.1f s",
                     table,
                     attempt,
                     str(exc)[:200],
-                    backoff,
+                    delay,
                 )
-                self._drop_store()
-                time.sleep(backoff)  # the consumer thread keeps the group alive meanwhile
+                end = time.monotonic() + delay  # the consumer thread keeps the group alive meanwhile
+                while not self._stopped() and time.monotonic() < end:
+                    self._stopping.wait(min(0.1, max(end - time.monotonic(), 0.0)))
                 backoff = min(backoff * 2, self._max_backoff)
+            except QueryError:
+                if self.stats.store_down_since is not None:
+                    self.stats.store_down_since = None  # it answered: it is up
+                raise
 
     def _drop_store(self) -> None:
         if self._store is not None:
@@ -372,7 +484,9 @@ class KafkaSink:
                 self._store = None
 
     def close(self) -> None:
-        """Leave the consumer group and release the store (after the writes in progress)."""
+        """Leave the consumer group and release the store (after the writes in progress;
+        a write waiting for an unavailable store gives up at once)."""
+        self._stopping.set()
         self._writer.shutdown(wait=True)
         self._writes.clear()
         with contextlib.suppress(RuntimeError):  # already closed

@@ -44,6 +44,37 @@ def split_statements(script: str) -> list[str]:
     return [s.strip() for s in re.split(r";\s*$", "\n".join(lines), flags=re.M) if s.strip()]
 
 
+# ClickHouse error codes of a store that is there but cannot take the insert *now* (the
+# same insert later may succeed): retried by the sink, like an unreachable store. Every
+# other error is the store rejecting the statement or its data (QueryError), never retried.
+_TRANSIENT_CODES = frozenset(
+    {
+        159,  # TIMEOUT_EXCEEDED
+        202,  # TOO_MANY_SIMULTANEOUS_QUERIES
+        209,  # SOCKET_TIMEOUT
+        210,  # NETWORK_ERROR
+        241,  # MEMORY_LIMIT_EXCEEDED
+        242,  # TABLE_IS_READ_ONLY
+        243,  # NOT_ENOUGH_SPACE
+        252,  # TOO_MANY_PARTS
+        319,  # UNKNOWN_STATUS_OF_INSERT
+        425,  # SYSTEM_ERROR
+        999,  # KEEPER_EXCEPTION
+    }
+)
+_CODE = re.compile(r"Code: (\d+)")
+
+
+def _store_error(message: str) -> SinkError:
+    """The error for a failed statement: :class:`StoreUnavailableError` for a transient
+    ClickHouse condition (retryable), else :class:`QueryError`."""
+    m = _CODE.search(message)
+    # 252 is also "Too many partitions for single INSERT block": that one is the data's fault.
+    if m and int(m.group(1)) in _TRANSIENT_CODES and "single INSERT block" not in message:
+        return StoreUnavailableError(message)
+    return QueryError(message)
+
+
 def dedup_settings(token: str) -> dict[str, Any]:
     """Insert settings that make a retried insert a no-op, in the table and in its views."""
     return {"insert_deduplication_token": token, "deduplicate_blocks_in_dependent_materialized_views": 1}
@@ -124,7 +155,7 @@ class ChdbStore:
             with self._turn:
                 return self._session.query(sql, fmt, params=dict(params) if params else None)  # type: ignore[no-untyped-call]
         except Exception as exc:
-            raise QueryError(str(exc).strip()) from exc
+            raise _store_error(str(exc).strip()) from exc
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self._query(sql, "CSV", params)
@@ -205,7 +236,7 @@ class ServerStore:
         except self._retryable as exc:
             raise StoreUnavailableError(str(exc)) from exc
         except self._errors as exc:
-            raise QueryError(str(exc)) from exc
+            raise _store_error(str(exc)) from exc
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self._call(self._client.command, sql, parameters=dict(params or {}))

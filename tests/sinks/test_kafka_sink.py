@@ -6,6 +6,7 @@ import os
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
@@ -199,3 +200,155 @@ def test_store_outage_is_retried_until_it_returns(kafka_conf, store, unique) -> 
         retries=sink.stats.insert_retries,
     )
     assert rows == unique_rows == 8 * steps
+
+
+def test_a_replay_cut_by_other_chunks_ends_at_the_recorded_offset_and_rollups_count_once(
+    kafka_conf, store, unique
+) -> None:
+    """Issue 17, item 6: the dead sink had cut offsets 0..2 (3 messages in one chunk); the
+    replaying sink gets one message per poll and flushes on age, which cut 0..0 with a new
+    token before: steps collapses on merge, steps_minutely and steps_rank_minutely never."""
+    from argus.sinks.store import dedup_settings
+
+    topic = make_topic(kafka_conf, f"t-rechunk-{unique}", partitions=1)
+    job = f"rechunk-{unique}"
+    recs = batches(job, 6)
+    produce(kafka_conf, topic, recs)
+    group = f"g-{unique}"
+    from confluent_kafka import Consumer
+
+    c = Consumer({**kafka_conf, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 0, metadata="argus:2")], asynchronous=False)
+    c.close()
+    table, data = to_arrow(recs[:3])
+    store.insert_arrow(table, data, settings=dedup_settings(f"steps:{topic}:0:0-2"))
+    sink = KafkaSink(
+        lambda: Borrowed(store),
+        kafka_conf,
+        topics=[topic],
+        group=group,
+        batch_rows=1,
+        batch_seconds=0.001,
+        max_poll_messages=1,
+    )
+    try:
+        assert drain(sink, store, job, 48) == 48
+    finally:
+        sink.close()
+    minutely = store.query_rows("SELECT sum(rows) FROM steps_minutely WHERE job = {j:String}", {"j": job})
+    per_rank = store.query_rows(
+        "SELECT sum(steps), uniqExact(rank) FROM steps_rank_minutely WHERE job = {j:String}", {"j": job}
+    )
+    raw = store.query_rows("SELECT count() FROM steps WHERE job = {j:String}", {"j": job})
+    assert (raw, minutely, per_rank) == ([(48,)], [(48,)], [(48, 8)])
+
+
+def _days_apart(job: str, ranks: int) -> StepBatch:
+    b = step_batch(ranks, step=0)
+    cols = dict(b.columns)
+    cols["end_ns"] = T0 + np.arange(ranks, dtype=np.int64) * 86_400 * 10**9
+    cols["start_ns"] = cols["end_ns"] - 100_000_000
+    return StepBatch(job, b.run, 0, cols)
+
+
+def test_a_batch_the_store_rejects_is_split_and_the_bad_record_dead_lettered(
+    kafka_conf, store, unique
+) -> None:
+    """Issue 17, item 5: one valid StepBatch of 101 ranks on 101 different days gets "Too many
+    partitions for single INSERT block"; the sink retried it forever (store_down 1)."""
+    topic = make_topic(kafka_conf, f"t-reject-{unique}", partitions=1)
+    job = f"reject-{unique}"
+    good = batches(job, 10)
+    bad = _days_apart(f"bad-{unique}", 101)
+    produce(kafka_conf, topic, [*good[:5], bad, *good[5:]])
+    sink = KafkaSink(
+        lambda: Borrowed(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.5
+    )
+    try:
+        assert drain(sink, store, job, 80) == 80
+    finally:
+        sink.close()
+    assert sink.stats.insert_retries == 0 and sink.stats.store_down_since is None and sink.stats.rejected == 1
+    dead = store.query_rows(
+        "SELECT reason, offset, error FROM dead_letters WHERE topic = {t:String}", {"t": topic}
+    )
+    assert [(r, o) for r, o, _ in dead] == [("rejected", 5)] and "partitions" in dead[0][2].lower()
+    assert count(store, "steps", f"bad-{unique}") == 0
+
+
+def test_a_stop_ends_the_retries_of_an_unavailable_store(kafka_conf, store, unique) -> None:
+    """SIGTERM (the stop event) did not stop a sink retrying; now it leaves, nothing committed."""
+    import threading
+
+    from argus.sinks import StoreUnavailableError
+
+    topic = make_topic(kafka_conf, f"t-down-{unique}", partitions=1)
+    produce(kafka_conf, topic, batches(f"down-{unique}", 3))
+
+    class Down(Borrowed):
+        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailableError("connection refused (test)")
+
+    sink = KafkaSink(lambda: Down(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.1)
+    stop = threading.Event()
+    runner = threading.Thread(target=sink.run, args=(stop,))
+    runner.start()
+    while sink.stats.insert_retries < 2:
+        runner.join(0.1)
+        assert runner.is_alive()
+    stop.set()
+    runner.join(60)
+    assert not runner.is_alive()
+    from confluent_kafka import Consumer
+
+    c = Consumer({**kafka_conf, "group.id": f"g-{unique}"})
+    (tp,) = c.committed([TopicPartition(topic, 0)], timeout=10)
+    c.close()
+    assert (tp.offset, tp.metadata) == (0, "argus:2")  # the intent stays: the next sink replays it
+
+
+def test_a_deadline_ends_the_retries_with_an_error(kafka_conf, store, unique) -> None:
+    from argus.sinks import SinkError, StoreUnavailableError
+
+    topic = make_topic(kafka_conf, f"t-deadline-{unique}", partitions=1)
+    produce(kafka_conf, topic, batches(f"deadline-{unique}", 1))
+
+    class Down(Borrowed):
+        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailableError("connection refused (test)")
+
+    sink = KafkaSink(
+        lambda: Down(store),
+        kafka_conf,
+        topics=[topic],
+        group=f"g-{unique}",
+        batch_seconds=0.1,
+        max_backoff_s=0.2,
+        retry_deadline_s=1.0,
+    )
+    import threading
+
+    with pytest.raises(SinkError, match="unavailable for 1 s"):
+        sink.run(threading.Event(), idle_exit_s=30)
+
+
+def test_a_megabyte_of_garbage_is_dead_lettered_with_a_prefix_and_its_size(kafka_conf, store, unique) -> None:
+    """Issue 17, item 10 (the sink's side): the dead letter kept the whole input."""
+    topic = make_topic(kafka_conf, f"t-big-{unique}", partitions=1)
+    p = Producer({**kafka_conf, "message.max.bytes": 2_000_000})
+    p.produce(topic, key=b"junk", value=b"\x00\x00\x00\x00\x0b" + b"\xab" * 1_000_000)
+    assert p.flush(30) == 0
+    sink = KafkaSink(
+        lambda: Borrowed(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.1
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sink.stats.dead_letters < 1:
+            sink.poll(0.3)
+        sink.flush_all()
+    finally:
+        sink.close()
+    rows = store.query_rows(
+        "SELECT length(payload), error FROM dead_letters WHERE topic = {t:String}", {"t": topic}
+    )
+    assert len(rows) == 1 and rows[0][0] == 64 << 10 and "1000005 bytes" in rows[0][1]
