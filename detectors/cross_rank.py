@@ -78,7 +78,7 @@ _COLL_ROWS = np.array([METRICS.index(n) for n in COLLECTIVE_METRICS])
 
 def job_reference(cr: CrossRankResult) -> np.ndarray:
     """The job's level of every metric for the iteration level: the median for a rank's own
-    work, the 5th percentile over ranks for collectives (without the wait for the slowest)."""
+    work, the least over ranks for collectives (without the wait for the slowest)."""
     ref = cr.job_median.copy()
     ref[_COLL_ROWS] = cr.collective_floor
     return ref
@@ -116,8 +116,8 @@ class CrossRankResult:
     (k,) the rank's collective time is far below its group's. ``group_keys`` and
     ``group_median``/``group_sizes``: per group (e.g. per pp stage) centres of every metric;
     ``job_median``: per metric, the median over ranks; ``step_ms``: the job's
-    median step wall time; ``collective_floor``: per ``COLLECTIVE_METRICS``, the 5th
-    percentile over ranks; ``min_excess_ms``: the excess a flag needed; ``weak``: ranks
+    median step wall time; ``collective_floor``: per ``COLLECTIVE_METRICS``, the least
+    over ranks; ``min_excess_ms``: the excess a flag needed; ``weak``: ranks
     (not flagged) that reached ``weak_frac`` of a threshold, enough to keep an open
     episode of theirs going (hysteresis), never to start one.
     """
@@ -171,9 +171,9 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     )
     stride = max(1, len(step_ms) // 4096)
     job_step = float(np.median(step_ms[::stride]))
-    # the fastest ranks' collective time: transfer and pipeline bubbles without the wait for
-    # the slowest rank, which is every step's heavy tail
-    floor = np.percentile(x[_COLL_ROWS, ::stride], 5.0, axis=1) if len(step_ms) else np.zeros(len(_COLL_ROWS))
+    # the least collective time of any rank: the slowest rank's, which waits for nobody, so
+    # transfer and pipeline bubbles without the wait for the slowest (every step's heavy tail)
+    floor = x[_COLL_ROWS].min(axis=1) if len(step_ms) else np.zeros(len(_COLL_ROWS))
     # thresholds scale with the typical rank's own work, not with a step a stall inflated
     busy = float(np.median(med[_IDX["compute_ms"]] + med[_IDX["dataloader_ms"]] + med[_IDX["h2d_ms"]]))
     un = _IDX["unaccounted_ms"]
