@@ -22,7 +22,9 @@ class DiagnoserConfig:
     steps below ``warmup_steps``. An episode becomes an anomaly when seen in ``min_steps``
     steps, or for a one-off stall once it cost ``min_cost_frac`` of a step; it closes after
     ``close_after`` steps without a sighting (``persistent_close_after`` for a straggler
-    seen within ``persistent_within`` steps of the first step past the warm-up). Steps where the job's step time is
+    seen within ``persistent_within`` steps of the first step past the warm-up: past
+    ``warmup_steps``, or where the job became ``global_ratio`` times faster within its first
+    ``persistent_settle_steps`` steps). Steps where the job's step time is
     ``global_ratio`` times its baseline or more (evaluation, checkpoint) are no sightings
     for ranks. Once an episode is an anomaly, a rank at ``weak_frac`` of a threshold still
     counts as a sighting (hysteresis: a fault near the threshold is one anomaly, not many).
@@ -52,7 +54,8 @@ class DiagnoserConfig:
     min_steps: int = 4
     min_cost_frac: float = 0.2
     close_after: int = 3
-    persistent_within: int = 5
+    persistent_within: int = 2
+    persistent_settle_steps: int = 200
     persistent_close_after: int = 20
     update_every: int = 5
     global_ratio: float = 1.5

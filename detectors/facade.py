@@ -407,7 +407,7 @@ def apply_findings(
     step = sf.step
     job_ms = sf.job_ms if sf.job_ms >= 0 else sf.step_ms
     verdict = iteration_level(state.iteration, step, job_ms, sf.job_median, cfg)
-    if state.first_step < 0 and step >= cfg.warmup_steps:
+    if (state.first_step < 0 and step >= cfg.warmup_steps) or _settled_now(state, verdict, cfg):
         state.first_step = step
     if step >= cfg.warmup_steps:
         state.steps += 1
@@ -458,6 +458,7 @@ def apply_findings(
                 e.level = level
                 e.evidence.update(extra)
             e.emitted = True
+            e.persistent = _persistent(e, state, cfg)
             e.severity = _severity(e, cfg)
             e.detected_ns = sf.end_ns
             e.reported = step
@@ -547,6 +548,17 @@ def _near(e: Episode, weak: set[int], verdict: IterationVerdict, cfg: DiagnoserC
     return bool(weak) and 2 * sum(r in weak for r in e.ranks) >= len(e.ranks) > 0
 
 
+def _settled_now(state: JobState, verdict: IterationVerdict, cfg: DiagnoserConfig) -> bool:
+    """The job just became much faster than its baseline early in its life, nothing confirmed
+    yet: the end of a warm-up, from where "slow since the start" counts."""
+    return (
+        0 < state.steps <= cfg.persistent_settle_steps
+        and verdict.base_ms > 0
+        and verdict.step_ms * cfg.global_ratio <= verdict.base_ms
+        and not any(e.emitted for e in state.episodes.values())
+    )
+
+
 def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationVerdict) -> bool:
     """Whether the job's rise is the ranks' doing: a confirmed straggler is open, or one of
     this step's rank findings adds most of the rise (the step waits for its slowest rank)."""
@@ -602,16 +614,21 @@ def _absorb(state: JobState, key: str, group: Episode) -> None:
 
 
 def _open(state: JobState, f: Finding, step: int, cfg: DiagnoserConfig) -> Episode:
-    persistent = (
-        f.level == "cross_rank"
-        and f.cause not in ONE_OFF_CAUSES
-        and state.first_step >= 0
-        and step - state.first_step <= cfg.persistent_within
-    )
     return Episode(
         f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,
-        f.score, f.decided_by, dict(f.evidence), 0.0, 0.0, persistent=persistent,
+        f.score, f.decided_by, dict(f.evidence), 0.0, 0.0,
     )  # fmt: skip
+
+
+def _persistent(e: Episode, state: JobState, cfg: DiagnoserConfig) -> bool:
+    """Slow since the job's start (decided when confirmed): seen before the job settled
+    after its warm-up, or within ``persistent_within`` steps of it."""
+    return (
+        e.level == "cross_rank"
+        and e.cause not in ONE_OFF_CAUSES
+        and state.first_step >= 0
+        and e.onset - state.first_step <= cfg.persistent_within
+    )
 
 
 def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig) -> bool:
