@@ -49,11 +49,13 @@ import json
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import faust
+import numpy as np
 from aiokafka.errors import MessageSizeTooLargeError
 
 from argus.detectors import (
@@ -94,6 +96,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "StreamConfig",
     "StreamMetrics",
+    "admit_heartbeats",
     "bounded_anomaly",
     "build_app",
     "step_outputs",
@@ -130,6 +133,10 @@ class StreamConfig:
     hang_tick_s: float = 1.0
     hang_update_s: float = 60.0
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_groups: int = 64
+    """Process groups per heartbeat at most (the hang state is ranks × groups wide)."""
+    max_hang_jobs: int = 16_384
+    """Jobs whose heartbeats are kept at once (the least recently seen is dropped beyond)."""
 
 
 @dataclass
@@ -160,15 +167,26 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _clamp(value: float, lo: float) -> float:
+    return min(max(float(value), lo), 1e30) if value == value else 0.0  # NaN -> 0
+
+
 def bounded_anomaly(a: Anomaly) -> Anomaly:
     """The anomaly with every field cut to what validation allows (as the step path's
     summary already is): summary 4,096 characters, names and evidence keys 256, at most
-    64 ranks; non-finite evidence dropped. A hang's summary quotes the hung frame, which is
+    64 ranks, window and figures clamped to their ranges; non-finite evidence dropped. A hang's summary quotes the hung frame, which is
     as long as the rank's stack says."""
-    ids, names = LIMITS["max_id_len"], LIMITS["max_name_len"]
+    ids, names, last = LIMITS["max_id_len"], LIMITS["max_name_len"], LIMITS["max_step"] - 1
     evidence = {_cut(str(k), ids): float(v) for k, v in a.evidence.items() if abs(float(v)) <= 1e30}
+    start = min(max(a.start_step, 0), last)
     return dataclasses.replace(
         a,
+        start_step=start,
+        end_step=min(max(a.end_step, start), last),
+        score=_clamp(a.score, 0.0),
+        step_ms_added=_clamp(a.step_ms_added, -1e30),
+        gpu_hours_lost=_clamp(a.gpu_hours_lost, -1e30),
+        detected_ns=min(max(a.detected_ns, 0), LIMITS["max_time_ns"] - 1),
         id=a.id[:ids],
         suspect=_cut(a.suspect, ids),
         suspect_kind=a.suspect_kind[:ids],
@@ -177,6 +195,28 @@ def bounded_anomaly(a: Anomaly) -> Anomaly:
         ranks=tuple(a.ranks[:64]),
         evidence=evidence,
     )
+
+
+def admit_heartbeats(
+    state: HangState, beats: Sequence[tuple[Heartbeat, Any]], rank_slack: int = 1024, max_groups: int = 64
+) -> tuple[list[Heartbeat], list[tuple[Any, str, str]]]:
+    """The heartbeats of one job a hang state may take, and the rejected ones' tokens with
+    a reason: the state is as many rows as the largest rank and as wide as the most
+    groups, so a claimed rank beyond ``2 × max(ranks seen, ranks here) + rank_slack``
+    (``absurd_rank``) or more than ``max_groups`` groups (``too_many_groups``) would make
+    it grow with a claim (pure)."""
+    seen = int(np.count_nonzero(state.seen))
+    bound = 2 * max(seen, len({b.rank for b, _ in beats})) + rank_slack
+    ok: list[Heartbeat] = []
+    rejected: list[tuple[Any, str, str]] = []
+    for beat, token in beats:
+        if beat.rank >= bound:
+            rejected.append((token, "absurd_rank", f"rank {beat.rank}: the job showed {seen} ranks"))
+        elif len(beat.groups) > max_groups:
+            rejected.append((token, "too_many_groups", f"{len(beat.groups)} groups, limit {max_groups}"))
+        else:
+            ok.append(beat)
+    return ok, rejected
 
 
 def step_outputs(
@@ -433,19 +473,25 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     @app.agent(heartbeats_topic)
     async def watch_heartbeats(stream: Any) -> None:
         async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            by_job: dict[tuple[str, int], list[Heartbeat]] = {}
+            by_job: dict[tuple[str, int], list[tuple[Heartbeat, Any]]] = {}
             for event in events:
                 try:
                     beat = decode(event.value or b"", expect=Heartbeat)
                 except SchemaError as exc:
                     await dead_letter(event, exc.reason, str(exc))
                     continue
-                by_job.setdefault((beat.job, beat.run), []).append(beat)
+                by_job.setdefault((beat.job, beat.run), []).append((beat, event))
             for key, beats in by_job.items():
-                state = hang_states.get(key)
+                state = hang_states.pop(key, None)  # re-inserted last: least recently seen first
                 if state is None:
-                    state = hang_states[key] = HangState(*key, progress_points=cfg.hang.progress_points)
-                metrics.heartbeats += state.observe(beats)
+                    state = HangState(*key, progress_points=cfg.hang.progress_points)
+                hang_states[key] = state
+                ok, rejected = admit_heartbeats(state, beats, cfg.assembly.rank_slack, cfg.max_groups)
+                for event, reason, error in rejected:
+                    await dead_letter(event, reason, error)
+                metrics.heartbeats += state.observe(ok)
+            while len(hang_states) > cfg.max_hang_jobs:
+                del hang_states[next(iter(hang_states))]
             metrics.hang_jobs = len(hang_states)
 
     @app.timer(cfg.hang_tick_s)  # type: ignore[untyped-decorator]

@@ -66,3 +66,22 @@ def test_a_step_whose_outputs_exceed_the_message_limit_raises_instead_of_sending
     with pytest.raises(ValidationError, match="limit 1000"):
         step_outputs(done, DiagnoserConfig(), max_bytes=1000)
     assert np.all(batch["rank"] < 64)
+
+
+def test_heartbeats_claiming_absurd_ranks_or_groups_do_not_grow_the_hang_state() -> None:
+    """A heartbeat of rank 1,048,575 with 60,000 groups sized the job's hang state to
+    1,048,576 × 60,000 (the worker died of memory, again on every restart)."""
+    from ..schemas.test_codec import RECORDS
+
+    beat = next(r for r in RECORDS if type(r).__name__ == "Heartbeat")
+    state = HangState(beat.job, beat.run)
+    fine = [(replace(beat, rank=r), f"ok{r}") for r in range(8)]
+    absurd = (replace(beat, rank=(1 << 20) - 1), "absurd")
+    wide = (replace(beat, rank=3, groups=("g",) * 60_000, seq_entered=(0,) * 60_000,
+                    seq_finished=(0,) * 60_000, kinds=("k",) * 60_000, nbytes=(0,) * 60_000), "wide")  # fmt: skip
+    from argus.streams.app import admit_heartbeats
+
+    ok, rejected = admit_heartbeats(state, [*fine, absurd, wide])
+    assert [(t, r) for t, r, _ in rejected] == [("absurd", "absurd_rank"), ("wide", "too_many_groups")]
+    state.observe(ok)
+    assert state.n < 64 and state.width == 1
