@@ -1,30 +1,48 @@
-"""The ``argus`` command: each subcommand lives in its own module and registers on ``app``."""
+"""The ``argus`` command: each subcommand lives in its own module and registers on ``app``.
+
+The command's libraries (typer, rich, msgspec) are the ``cli`` extra; a training image
+with only ``argus-gpu[agent]`` has none of them, and ``argus`` then says so in one line
+and exits 2 instead of showing a traceback.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from . import (  # noqa: F401 - registration by import
-    db,
-    demo,
-    diagnose,
-    doctor,
-    grafana,
-    import_trace,
-    node_agent,
-    report,
-    simulate,
-    sink,
-    sql,
-    worker,
-)
-from ._app import app, err_console
+CLI_EXTRA_MODULES = frozenset({"typer", "click", "rich", "msgspec", "shellingham", "pygments", "markdown_it"})
+"""Top-level modules of the ``cli`` extra (and of its dependencies)."""
+MISSING_EXTRA = "the argus command needs the cli extra: pip install 'argus-gpu[cli]'"
 
-__all__ = ["app", "main"]
+_missing: ModuleNotFoundError | None = None
+try:
+    from . import (  # noqa: F401 - registration by import
+        db,
+        demo,
+        diagnose,
+        doctor,
+        grafana,
+        import_trace,
+        node_agent,
+        report,
+        simulate,
+        sink,
+        sql,
+        worker,
+    )
+    from ._app import app, err_console
+except ModuleNotFoundError as exc:  # an [agent]-only install: main() explains, anything else raises
+    if (exc.name or "").partition(".")[0] not in CLI_EXTRA_MODULES:
+        raise
+    _missing = exc
+
+__all__ = ["CLI_EXTRA_MODULES", "MISSING_EXTRA", "app", "main"]
 
 
 def main() -> None:
     """Entry point of the ``argus`` console script."""
+    if _missing is not None:
+        print(MISSING_EXTRA, file=sys.stderr)
+        sys.exit(2)
     try:
         app()
     except KeyboardInterrupt:
