@@ -16,6 +16,10 @@ their environment knobs and tabulates the figures each prints (``ARGUS-FIGURES {
 | property-based fuzzing | 10,000 cases per property | 2,000 |
 | torn spool + disk-full spool (replayed through the broker) | 20,000 records each | 2,000 |
 | forged relay sender (user nobody) beside 8 healthy ranks | 200 steps | 20 |
+| a poison record per topic (19) while two healthy jobs run, worker + sink | 50 steps x 64 ranks each | same |
+| a hung job whose stack has a 5,000-character frame | one hang | same |
+| a sink replay cut by other chunks (rollups checked) | 6 batches | same |
+| pipeline fuzzers: bytes → decode → worker stage → sink rows | 10,000 cases per record type | same |
 
     python bench/reliability.py [--quick]
 
@@ -31,6 +35,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,31 +57,14 @@ def run(tests: list[str], env: dict[str, str], timeout: float) -> tuple[bool, li
     return proc.returncode == 0, figures, time.monotonic() - began, tail
 
 
-def spool_and_relay_scenarios(quick: bool) -> list[tuple[str, list[str], dict[str, str]]]:
-    """Issue 17: a torn spool and a disk-full spool replayed through the real broker, and a
-    forged sender (user nobody) on the node relay while 8 healthy ranks publish."""
+Scenario = tuple[str, list[str], dict[str, str]]
+"""A scenario's name, the tests that run it and their environment knobs."""
+
+
+def issue9_scenarios(quick: bool) -> list[Scenario]:
+    """Issue 9: outages, a worker crash, garbage, a relay restart, load, fuzzing."""
+    q = quick
     return [
-        (
-            "torn + disk-full spool",
-            ["tests/producers/test_publisher_spool_faults.py"],
-            {"ARGUS_TEST_SPOOL_RECORDS": "2000" if quick else "20000"},
-        ),
-        (
-            "forged relay sender",
-            [
-                "tests/producers/test_relay.py::test_a_forged_sender_is_refused_while_healthy_ranks_lose_nothing"
-            ],
-            {"ARGUS_TEST_FORGED_STEPS": "20" if quick else "200"},
-        ),
-    ]
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    q = args.quick
-    scenarios = [
         (
             "broker outage",
             ["tests/producers/test_publisher_outage.py"],
@@ -112,8 +100,69 @@ def main() -> None:
         ),
         ("load 2x", ["tests/streams/test_load.py"], {"ARGUS_TEST_LOAD_S": "120" if q else "600"}),
         ("fuzzing", ["tests/security/test_fuzz.py"], {"ARGUS_FUZZ_EXAMPLES": "2000" if q else "10000"}),
-        *spool_and_relay_scenarios(q),
     ]
+
+
+def hostile_input_scenarios(quick: bool) -> list[Scenario]:
+    """Issue 17: a poison record per topic while healthy jobs run (worker, broker, sink,
+    chDB), a hung job with a long frame, a replay cut by other chunks, the pipeline fuzzers."""
+    return [
+        (
+            "poison on every topic",
+            [
+                "tests/security/test_hostile.py::test_poison_on_every_topic_while_healthy_jobs_run",
+                "tests/security/test_hostile.py::test_a_hung_job_with_a_long_frame_is_named_and_the_worker_lives",
+            ],
+            {},
+        ),
+        (
+            "replay, other chunks",
+            [
+                "tests/sinks/test_kafka_sink.py::"
+                "test_a_replay_cut_by_other_chunks_ends_at_the_recorded_offset_and_rollups_count_once"
+            ],
+            {},
+        ),
+        (
+            "pipeline fuzzers",
+            ["tests/security/test_pipeline_fuzz.py"],
+            {"ARGUS_FUZZ_PIPELINE_CASES": "10000"},
+        ),
+    ]
+
+
+def spool_and_relay_scenarios(quick: bool) -> list[Scenario]:
+    """Issue 17: a torn spool and a disk-full spool replayed through the real broker, and a
+    forged sender (user nobody) on the node relay while 8 healthy ranks publish."""
+    return [
+        (
+            "torn + disk-full spool",
+            ["tests/producers/test_publisher_spool_faults.py"],
+            {"ARGUS_TEST_SPOOL_RECORDS": "2000" if quick else "20000"},
+        ),
+        (
+            "forged relay sender",
+            [
+                "tests/producers/test_relay.py::test_a_forged_sender_is_refused_while_healthy_ranks_lose_nothing"
+            ],
+            {"ARGUS_TEST_FORGED_STEPS": "20" if quick else "200"},
+        ),
+    ]
+
+
+SCENARIOS: list[Callable[[bool], list[Scenario]]] = [
+    issue9_scenarios,
+    spool_and_relay_scenarios,
+    hostile_input_scenarios,
+]
+"""The registry: each function gives its scenarios for ``--quick`` or full size; append yours."""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    scenarios = [s for make in SCENARIOS for s in make(args.quick)]
     rows = []
     crashes = 0
     for name, tests, env in scenarios:

@@ -240,6 +240,8 @@ def test_a_replay_cut_by_other_chunks_ends_at_the_recorded_offset_and_rollups_co
         "SELECT sum(steps), uniqExact(rank) FROM steps_rank_minutely WHERE job = {j:String}", {"j": job}
     )
     raw = store.query_rows("SELECT count() FROM steps WHERE job = {j:String}", {"j": job})
+    counted = max(minutely[0][0], per_rank[0][0])
+    report("replay_rechunked", sent=48, received=raw[0][0], lost=48 - raw[0][0], duplicated=counted - 48)
     assert (raw, minutely, per_rank) == ([(48,)], [(48,)], [(48, 8)])
 
 

@@ -249,4 +249,6 @@ def test_garbage_on_the_steps_topic_goes_to_dead_letters_and_the_worker_goes_on(
         lost=len(hostile) - len(reasons),
         duplicated=0,
         crashes=int(worker.proc.poll() is not None),
+        hostile_records=len(hostile),
+        dead_lettered=len(reasons),
     )
