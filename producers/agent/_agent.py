@@ -2,13 +2,18 @@
 
 The training thread does as little as possible: hooks append timed spans, ``end_step``
 moves the step's spans to a deque. The agent's thread (one, ``argus-agent``) wakes at the
-stack-sampling rate and
+stack-sampling rate (``stack_hz``, 10 by default: every wake-up costs CPU the training
+process may need) and
 
-* samples the training thread's Python stack (folded, counted per step and window);
+* samples the training thread's Python stack (a key of code-object ids; folded into
+  strings only when published), counted per window of ``stack_window_s``; while the open
+  step has run longer than ``slow_factor`` times the median of recent steps it samples at
+  ``slow_stack_hz`` instead, into a window of that step alone;
 * reduces finished steps to ``StepRecord`` (exclusive ms per phase and collective kind;
   on a GPU only once every CUDA event was reached) and publishes a 1-row ``StepBatch``;
-* publishes ``StackSample`` per step (or per window when steps are long), a ``Heartbeat``
-  every ``heartbeat_s`` (last step, per-group collective sequence numbers, current stack);
+* publishes a ``StackSample`` per time window (``step`` = the step it began in) and one per
+  slow step (its own samples), a ``Heartbeat`` every ``heartbeat_s`` (last step, per-group
+  collective sequence numbers, current stack);
 * drains the CUPTI collector, if one runs, into kernel sketches.
 
 Publishing goes through a :class:`~producers.publisher.Publisher`-like object (``publish``);
@@ -17,6 +22,7 @@ nothing here raises into the training loop: errors are logged once and counted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -41,7 +47,7 @@ from argus.schemas import (
 from ._hooks import Instrumentation
 from ._layout import RankInfo
 from ._spans import COLUMNS, CpuClock, CudaClock, RawStep, SpanRecorder, reduce_step
-from ._stacks import StackFolder, StackWindow
+from ._stacks import StackFolder, StackKey, StackWindow
 
 __all__ = ["AgentConfig", "RankAgent", "Sink"]
 
@@ -58,7 +64,9 @@ class Sink(Protocol):
 class AgentConfig:
     """What the agent collects and how often."""
 
-    stack_hz: float = 50.0
+    stack_hz: float = 10.0
+    slow_stack_hz: float = 50.0
+    slow_factor: float = 1.5
     stack_window_s: float = 10.0
     heartbeat_s: float = 5.0
     stacks: bool = True
@@ -73,8 +81,10 @@ class AgentConfig:
     max_pending_steps: int = 1024
 
     def __post_init__(self) -> None:
-        if not 0 < self.stack_hz <= 1000:
-            raise ValueError("stack_hz must be in (0, 1000]")
+        if not (0 < self.stack_hz <= 1000 and 0 < self.slow_stack_hz <= 1000):
+            raise ValueError("stack_hz and slow_stack_hz must be in (0, 1000]")
+        if self.slow_factor <= 1:
+            raise ValueError("slow_factor must be > 1")
         if self.heartbeat_s <= 0 or self.stack_window_s <= 0:
             raise ValueError("heartbeat_s and stack_window_s must be positive")
 
@@ -109,9 +119,14 @@ class RankAgent:
         self.absent: dict[str, str] = {}
         self._folder = StackFolder()
         self._window = StackWindow(0, time.time_ns())
-        self._last_stack = ""
+        self._slow: StackWindow | None = None  # samples of the open step while it overruns
+        self._durations: deque[int] = deque(maxlen=32)  # ns of recent steps
+        self._slow_after_ns = 0  # an open step is slow after this long (0: not known yet)
+        self._last_key: StackKey | None = None
         self._pause: tuple[str, int] = ("", 0)  # what the job declared it does instead of steps, until
         self._stop = threading.Event()
+        self._sleep = threading.Lock()  # held while the thread runs; released to wake it at close
+        self._sleep.acquire()
         self._thread: threading.Thread | None = None
         self._last_heartbeat = 0.0
         self.forked = False  # True in the child of a fork (see reset_after_fork)
@@ -204,7 +219,7 @@ class RankAgent:
 
     # -- the agent's thread ------------------------------------------------------------
     def _run(self) -> None:
-        period = 1.0 / self.config.stack_hz
+        base, burst = 1.0 / self.config.stack_hz, 1.0 / self.config.slow_stack_hz
         nxt = time.perf_counter()
         while not self._stop.is_set():
             try:
@@ -213,11 +228,17 @@ class RankAgent:
                 self.errors += 1
                 if self.errors <= 3:
                     log.exception("argus agent error (continuing)")
-            nxt += period
+            nxt += burst if self._overdue() else base
             delay = nxt - time.perf_counter()
             if delay < 0:
                 nxt, delay = time.perf_counter(), 0.0
-            self._stop.wait(delay)
+            if self._sleep.acquire(timeout=delay):  # released by close(): stop now
+                break
+
+    def _overdue(self) -> bool:
+        """Whether the open step has run longer than ``slow_factor`` x the recent median."""
+        opened, limit = self._open, self._slow_after_ns
+        return bool(limit and opened is not None and time.perf_counter_ns() - opened[1] > limit)
 
     def tick(self) -> None:
         """One round of the agent's thread (also called once more at shutdown)."""
@@ -234,25 +255,52 @@ class RankAgent:
             self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
 
     def _sample_stack(self) -> None:
-        stack = self._folder.sample(self.thread_id)
-        if stack is None:
+        key = self._folder.sample_key(self.thread_id)
+        if key is None:
             return
-        self._last_stack = stack
-        step, w = self.step, self._window
-        now = time.time_ns()
-        if step != w.step or now - w.start_ns > self.config.stack_window_s * 1e9:
-            self._emit_window(now)
-            self._window = w = StackWindow(step, now)
-        w.add(stack)
-
-    def _emit_window(self, end_ns: int) -> None:
+        self._last_key = key
+        step, now = self.step, time.time_ns()
+        slow = self._slow
+        if slow is not None and slow.step != step:  # the slow step ended: its own record
+            self._emit_window(slow, now)
+            self._slow = slow = None
+        if self._overdue():
+            if slow is None:
+                self._slow = slow = StackWindow(step, now)
+            slow.add(key)
+            return
         w = self._window
+        if now - w.start_ns > self.config.stack_window_s * 1e9:
+            self._emit_window(w, now)
+            self._window = w = StackWindow(step, now)
+        w.add(key)
+
+    def _emit_window(self, w: StackWindow, end_ns: int) -> None:
         if not w.counts:
             return
-        stacks, counts = zip(*w.counts.most_common(), strict=True)
+        folded: dict[str, int] = {}
+        for key, n in w.counts.items():  # two keys may fold alike (a code object reloaded)
+            s = self._folder.folded(key) if isinstance(key, tuple) else str(key)
+            folded[s] = folded.get(s, 0) + n
+        pairs = sorted(folded.items(), key=lambda kv: -kv[1])
         i = self.info
-        rec = StackSample(i.job, i.run, i.rank, w.step, w.start_ns, end_ns, tuple(stacks), tuple(counts))
+        rec = StackSample(
+            i.job,
+            i.run,
+            i.rank,
+            w.step,
+            w.start_ns,
+            end_ns,
+            tuple(p[0] for p in pairs),
+            tuple(p[1] for p in pairs),
+        )
         self.sink.publish(STACKS, rank_key(i.job, i.rank), rec)
+
+    @property
+    def last_stack(self) -> str:
+        """The training thread's folded stack at the last sample ("" before any)."""
+        key = self._last_key
+        return "" if key is None else self._folder.folded(key)
 
     def _publish_steps(self) -> None:
         while self._finished:
@@ -261,8 +309,16 @@ class RankAgent:
             if ms is None:  # GPU events not reached yet: later
                 return
             self._finished.popleft()
+            self._note_duration(raw.end_mono - raw.start_mono)
             rec = self.step_record(raw, ms)
             self.sink.publish(STEPS, step_key(rec.job, rec.step), StepBatch.from_records([rec]))
+
+    def _note_duration(self, ns: int) -> None:
+        """Keep the slow-step threshold: ``slow_factor`` x the median of recent steps."""
+        d = self._durations
+        d.append(ns)
+        if len(d) >= 4:
+            self._slow_after_ns = int(sorted(d)[len(d) // 2] * self.config.slow_factor)
 
     def step_record(self, raw: RawStep, ms: Any) -> StepRecord:
         """The step record of a reduced step."""
@@ -323,7 +379,7 @@ class RankAgent:
             seq_finished=tuple(g.finished for g in gs),
             kinds=tuple(g.kind for g in gs),
             nbytes=tuple(g.nbytes for g in gs),
-            stack=self._last_stack[-4096:],
+            stack=self.last_stack[-4096:],
             pause=reason,
             pause_until_ns=until,
         )
@@ -341,14 +397,21 @@ class RankAgent:
         self._open = None
         self.cupti = None
         self._window = StackWindow(self.step, time.time_ns())
+        self._slow = None
         self.sink = _Discard()
         self.forked = True
 
     # -- shutdown ----------------------------------------------------------------------
+    def _wake(self) -> None:
+        """Wake the agent's thread from its sleep (it then sees the stop flag)."""
+        with contextlib.suppress(RuntimeError):  # already released
+            self._sleep.release()
+
     def close(self, timeout: float = 5.0) -> None:
         """Undo the hooks, stop the thread, publish what is finished (not the open step)."""
         self.hooks.uninstall()
         self._stop.set()
+        self._wake()
         if self._thread is not None:
             self._thread.join(timeout)
         deadline = time.monotonic() + timeout
@@ -362,7 +425,12 @@ class RankAgent:
                 self._publish_kernels()
             except Exception:
                 log.warning("argus: stopping CUPTI failed", exc_info=True)
-        self._emit_window(time.time_ns())
+        now = time.time_ns()
+        if self._slow is not None:
+            self._emit_window(self._slow, now)
+            self._slow = None
+        self._emit_window(self._window, now)
+        self._window = StackWindow(self.step, now)
         self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
 
 

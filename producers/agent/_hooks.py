@@ -11,10 +11,10 @@
   sequence number entered and finished for the heartbeat. FSDP2 (``fully_shard``) and
   FSDP1 issue their all-gathers and reduce-scatters through these functions;
 * DDP: the C++ reducer never calls them, so the first forward of every
-  ``DistributedDataParallel`` without a communication hook registers torch's own
-  ``allreduce_hook`` (the reducer's default semantics, in Python), whose ``all_reduce`` is
-  the wrapped one; a hook the user registered before is left alone (its collectives are the
-  wrapped functions too);
+  ``DistributedDataParallel`` without a communication hook registers Argus's own hook
+  (:meth:`Instrumentation.ddp_hook`: the reducer's default semantics, the process group's
+  ``allreduce`` called directly, the span closed in the hook's one ``then`` callback); a
+  hook the user registered before is left alone (its collectives are the wrapped functions);
 * host-to-device copies: ``Tensor.to`` / ``Tensor.cuda`` wrapped, only when CUDA is present;
 * GC pauses: ``gc.callbacks``; torch.compile: dynamo's compile start/end callbacks.
 
@@ -99,6 +99,7 @@ class Instrumentation:
         self.compile_hooked = False
         self.notes: dict[str, str] = {}
         self._waiting: dict[int, Any] | None = None
+        self._ddp_hooked = [False]  # the DDP hooks time only while this is True
 
     # -- install / uninstall -----------------------------------------------------------
     def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
@@ -377,27 +378,28 @@ class Instrumentation:
         return wrapped
 
     def install_ddp(self) -> bool:
-        """Make every ``DistributedDataParallel`` reduce through the wrapped ``all_reduce``.
+        """Time every ``DistributedDataParallel``'s bucket all-reduces with Argus's own hook.
 
         ``DistributedDataParallel.forward`` is wrapped: on a model's first forward (after
         ``attach`` or before, whenever it was built) a DDP with no communication hook gets
-        torch's ``allreduce_hook``, which does what the C++ reducer does by default. The
-        hook cannot be removed again; after ``detach`` it is an ordinary all-reduce hook.
+        :meth:`ddp_hook`, which does what the C++ reducer does by default. The hook cannot
+        be removed again; after ``detach`` it only all-reduces (no span).
         """
         try:
-            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
             from torch.nn.parallel import DistributedDataParallel
         except Exception:
             return False
         original: Callable[..., Any] = DistributedDataParallel.forward
         notes = self.notes
+        hooked = self._ddp_hooked
 
         def hook_ddp(ddp: Any) -> None:
             ddp.__dict__["_argus_hooked"] = True
             if ddp._comm_hooks or getattr(ddp, "_use_python_reducer", False):
                 return  # the user's Python hook calls the wrapped collectives itself
             try:
-                ddp.register_comm_hook(ddp.process_group, allreduce_hook)
+                pg = ddp.process_group
+                ddp.register_comm_hook(pg, self.ddp_hook(pg))
             except Exception as exc:  # a built-in (C++) hook registered by the user
                 notes["ddp"] = f"DDP all-reduce not timed: {type(exc).__name__}: {exc}"
                 log.info("argus: %s", notes["ddp"])
@@ -412,4 +414,54 @@ class Instrumentation:
             return original(ddp, *args, **kwargs)
 
         self._patch(DistributedDataParallel, "forward", forward)
+        hooked[0] = True
+        self._undo.append(lambda: hooked.__setitem__(0, False))
         return True
+
+    def ddp_hook(self, process_group: Any) -> Callable[[Any, Any], Any]:
+        """A DDP communication hook with the reducer's default semantics, timed.
+
+        Per bucket: divide by the group size (skipped for a group of one), call the process
+        group's ``allreduce`` directly (not ``torch.distributed.all_reduce``: no argument
+        checks, no second span), and end the span in the single ``then`` callback that
+        returns the bucket to the reducer. Costs one Python call and one callback per
+        bucket, and the division pass that every communication hook pays (DDP's C++ path
+        fuses it into the copy of the gradients into the bucket, which it does only
+        without a hook). After ``uninstall`` the hook only all-reduces.
+        """
+        col = COLUMN_INDEX["all_reduce_ms"]
+        rec, hooked = self.rec, self._ddp_hooked
+        size = process_group.size()
+        g = self._group(self._group_name(process_group))
+
+        # DDP refuses a hook whose ``bucket`` or return annotation is not GradBucket / Future
+        def hook(pg, bucket):  # type: ignore[no-untyped-def]
+            tensor = bucket.buffer()
+            if size > 1:
+                tensor.div_(size)
+            if not hooked[0]:
+                return pg.allreduce([tensor]).get_future().then(_first_value)
+            g.entered += 1
+            g.kind = "all_reduce"
+            g.nbytes = tensor.numel() * tensor.element_size()
+            token = rec.begin(col, nest=False)
+
+            def done(fut: Any) -> Any:
+                rec.end_by(token)
+                g.finished += 1
+                return fut.value()[0]
+
+            return pg.allreduce([tensor]).get_future().then(done)
+
+        return hook
+
+    def _group(self, name: str) -> GroupState:
+        g = self.groups.get(name)
+        if g is None:
+            g = self.groups[name] = GroupState()
+        return g
+
+
+def _first_value(fut: Any) -> Any:
+    """The all-reduced bucket of a finished future."""
+    return fut.value()[0]

@@ -15,6 +15,7 @@ a GPU it is a CUDA event recorded on the current stream, read later with ``query
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ __all__ = [
     "RawStep",
     "SpanRecorder",
     "exclusive_ms",
+    "exclusive_ms_small",
     "reduce_step",
 ]
 
@@ -131,9 +133,85 @@ def exclusive_ms(
 
     Collective columns get the union of their spans' intervals (overlapping buckets count
     once; time when several kinds are in flight is split equally between them, so the
-    collective columns add up to the union of all collectives). Any other span gets its duration minus the part any collective covers, minus the
-    same quantity of its direct children (parent index, -1 for none), floored at zero.
+    collective columns add up to the union of all collectives). Any other span gets its
+    duration minus the part any collective covers, minus the same quantity of its direct
+    children (parent index, -1 for none), floored at zero. A step's few spans take the
+    pure-Python path (:func:`exclusive_ms_small`, the same figures without numpy's per-call
+    cost); many spans the vectorized one.
     """
+    if len(columns) <= SMALL_STEP:
+        return np.asarray(exclusive_ms_small(columns, starts_ms, ends_ms, parents))
+    return _exclusive_np(columns, starts_ms, ends_ms, parents)
+
+
+SMALL_STEP = 48
+"""Up to this many spans a step is reduced in pure Python."""
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint sorted intervals covering the same time."""
+    intervals.sort()
+    out: list[tuple[float, float]] = []
+    for s, e in intervals:
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def exclusive_ms_small(
+    columns: Sequence[int], starts_ms: Sequence[float], ends_ms: Sequence[float], parents: Sequence[int]
+) -> list[float]:
+    """:func:`exclusive_ms` in pure Python (a list), for a step's handful of spans."""
+    n = len(columns)
+    out = [0.0] * len(COLUMNS)
+    if n == 0:
+        return out
+    t0 = [float(x) for x in starts_ms]
+    t1 = [max(float(e), s) for e, s in zip(ends_ms, t0, strict=True)]
+    kinds: dict[int, list[tuple[float, float]]] = {}
+    for i in range(n):
+        if columns[i] >= _FIRST_COLLECTIVE:
+            kinds.setdefault(columns[i], []).append((t0[i], t1[i]))
+    own = [b - a for a, b in zip(t0, t1, strict=True)]
+    if kinds:
+        merged = {c: _merged(v) for c, v in kinds.items()}
+        if len(merged) == 1:
+            ((c, m),) = merged.items()
+            out[c] = sum(e - s for s, e in m)
+        else:  # time when several kinds are in flight is shared equally between them
+            edges = sorted({x for m in merged.values() for iv in m for x in iv})
+            for a, b in itertools.pairwise(edges):
+                mid = (a + b) / 2
+                active = [c for c, m in merged.items() if any(s <= mid <= e for s, e in m)]
+                for c in active:
+                    out[c] += (b - a) / len(active)
+        union = _merged([iv for v in kinds.values() for iv in v])
+        for i in range(n):
+            a, b = t0[i], t1[i]
+            for s, e in union:
+                if s >= b:
+                    break
+                if e > a:
+                    own[i] -= min(b, e) - max(a, s)
+    child = [0.0] * n
+    for i in range(n):
+        p = parents[i]
+        if p >= 0 and columns[i] < _FIRST_COLLECTIVE:
+            child[p] += own[i]
+    for i in range(n):
+        c = columns[i]
+        if c < _FIRST_COLLECTIVE:
+            out[c] += max(own[i] - child[i], 0.0)
+    return out
+
+
+def _exclusive_np(
+    columns: Sequence[int], starts_ms: Sequence[float], ends_ms: Sequence[float], parents: Sequence[int]
+) -> np.ndarray:
+    """:func:`exclusive_ms` vectorized (steps with many spans)."""
     cols = np.asarray(columns, np.int64)
     out = np.zeros(len(COLUMNS))
     if len(cols) == 0:

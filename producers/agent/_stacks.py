@@ -2,8 +2,10 @@
 
 Frames are ``path:function`` with the path relative to site-packages or the working
 directory (``torch/nn/modules/module.py:_call_impl``), as the detectors and the simulator
-write them. :class:`StackFolder` caches one label per code object, so a sample costs one
-walk up the frame chain.
+write them. A sample is cheap: :meth:`StackFolder.sample_key` walks the frame chain once
+and returns the tuple of the frames' code-object ids (leaf first); windows count those
+keys, and the strings are built only when a window is published
+(:meth:`StackFolder.folded`), with one label cached per code object.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
+from collections.abc import Hashable
 from types import CodeType, FrameType
 
-__all__ = ["StackFolder", "StackWindow"]
+__all__ = ["StackFolder", "StackKey", "StackWindow"]
+
+StackKey = tuple[int, ...]
+"""A sampled stack: ids of its frames' code objects, leaf first (see StackFolder)."""
 
 
 def _short(path: str, cwd: str) -> str:
@@ -26,52 +32,76 @@ def _short(path: str, cwd: str) -> str:
 
 
 class StackFolder:
-    """Fold frames into strings, with a per-code-object label cache."""
+    """Sample stacks as code-object keys and fold keys into strings (labels cached)."""
 
     def __init__(self, max_depth: int = 128) -> None:
         self.max_depth = max_depth
-        self._labels: dict[CodeType, str] = {}
+        self._labels: dict[int, str] = {}
+        # every code object a key names stays alive here, so its id is never reused
+        self._codes: dict[int, CodeType] = {}
         self._cwd = os.getcwd().rstrip("/") + "/"
 
     def label(self, code: CodeType) -> str:
         """``path:function`` of a code object."""
-        s = self._labels.get(code)
+        s = self._labels.get(id(code))
         if s is None:
-            s = self._labels[code] = f"{_short(code.co_filename, self._cwd)}:{code.co_name}"
+            self._codes[id(code)] = code
+            s = self._labels[id(code)] = f"{_short(code.co_filename, self._cwd)}:{code.co_name}"
         return s
+
+    def key(self, frame: FrameType | None) -> StackKey:
+        """The stack ending at ``frame`` as code-object ids, leaf first (one walk, no strings)."""
+        ids: list[int] = []
+        codes = self._codes
+        depth = self.max_depth
+        while frame is not None and len(ids) < depth:
+            code = frame.f_code
+            i = id(code)
+            if i not in codes:
+                codes[i] = code
+            ids.append(i)
+            frame = frame.f_back
+        return tuple(ids)
+
+    def folded(self, key: StackKey) -> str:
+        """The folded string of a key (root first)."""
+        labels, codes = self._labels, self._codes
+        parts = [labels.get(i) or self.label(codes[i]) for i in reversed(key)]
+        return ";".join(parts)
 
     def fold(self, frame: FrameType | None) -> str:
         """The folded stack ending at ``frame`` (root first)."""
-        parts: list[str] = []
-        labels, label = self._labels, self.label
-        while frame is not None and len(parts) < self.max_depth:
-            code = frame.f_code
-            parts.append(labels.get(code) or label(code))
-            frame = frame.f_back
-        parts.reverse()
-        return ";".join(parts)
+        return self.folded(self.key(frame))
+
+    def sample_key(self, thread_id: int) -> StackKey | None:
+        """The stack of one thread now as a key (None if the thread is gone)."""
+        frame = sys._current_frames().get(thread_id)
+        return None if frame is None else self.key(frame)
 
     def sample(self, thread_id: int) -> str | None:
         """The folded stack of one thread now (None if the thread is gone)."""
-        frame = sys._current_frames().get(thread_id)
-        return None if frame is None else self.fold(frame)
+        key = self.sample_key(thread_id)
+        return None if key is None else self.folded(key)
 
 
 class StackWindow:
-    """Counts of folded stacks over one window (one step, or a time window)."""
+    """Counts of sampled stacks (keys or folded strings) over one window."""
 
     def __init__(self, step: int, start_ns: int) -> None:
         self.step = step
         self.start_ns = start_ns
-        self.counts: Counter[str] = Counter()
+        self.counts: Counter[Hashable] = Counter()
 
-    def add(self, stack: str) -> None:
+    def add(self, stack: Hashable) -> None:
         """Count one sample."""
         self.counts[stack] += 1
 
     def __len__(self) -> int:
         return sum(self.counts.values())
 
-    def folded(self) -> list[str]:
-        """py-spy's folded text, one ``stack count`` line per stack."""
-        return [f"{s} {n}" for s, n in self.counts.most_common()]
+    def folded(self, folder: StackFolder | None = None) -> list[str]:
+        """py-spy's folded text, one ``stack count`` line per stack (keys folded by ``folder``)."""
+        return [
+            f"{folder.folded(s) if folder is not None and isinstance(s, tuple) else s} {n}"
+            for s, n in self.counts.most_common()
+        ]
