@@ -96,7 +96,7 @@ class DemoConfig:
     train_steps: int = 40
     slow_rank: int = 2
     slow_ms: float = 60.0
-    slow_from: int = 15
+    slow_from: int = 10
     """The training job runs normally until this step, then the slow rank slows down."""
     sim_ranks: int = 4096
     sim_steps: int = 64

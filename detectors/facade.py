@@ -108,6 +108,7 @@ class Episode:
     severity: str = "page"
     idle: int = 0
     reported: int = -1
+    hits_at: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -445,6 +446,7 @@ def apply_findings(
         added = step_ms_added(f.step_ms_added, sf.step_ms)
         e.last_seen = step
         e.idle = 0
+        e.hits_at = [*e.hits_at[-7:], step]
         e.hits += 1
         e.added_ms_sum += added
         e.gpu_hours += gpu_hours(added, sf.n_ranks)
@@ -458,6 +460,7 @@ def apply_findings(
                 e.level = level
                 e.evidence.update(extra)
             e.emitted = True
+            e.onset = _onset(e)
             e.persistent = _persistent(e, state, cfg)
             e.severity = _severity(e, cfg)
             e.detected_ns = sf.end_ns
@@ -618,6 +621,21 @@ def _open(state: JobState, f: Finding, step: int, cfg: DiagnoserConfig) -> Episo
         f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,
         f.score, f.decided_by, dict(f.evidence), 0.0, 0.0,
     )  # fmt: skip
+
+
+def _onset(e: Episode) -> int:
+    """Where a confirmed fault began: its first sighting, less leading ones a wider gap
+    apart than its sightings since (a blip just before the fault is not its start; a
+    flapping rank's regular gaps are kept)."""
+    at = [a for a in e.hits_at if a >= e.onset]
+    if len(at) < 3 or at[0] != e.onset:
+        return e.onset
+    gaps = np.diff(at)
+    typical = float(np.median(gaps[1:]))
+    i = 0
+    while i < len(gaps) - 1 and gaps[i] > typical:
+        i += 1
+    return int(at[i])
 
 
 def _persistent(e: Episode, state: JobState, cfg: DiagnoserConfig) -> bool:
