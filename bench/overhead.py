@@ -1,28 +1,36 @@
 """Always-on overhead of the rank agent on a real PyTorch training loop (CPU).
 
 A small transformer trained for a few hundred steps of >= 50 ms, in rounds of interleaved
-blocks so drift cancels: agent off, agent on (framework hooks, stack sampler at 50 Hz, step
-records, stack samples and heartbeats published through a real ``Publisher`` whose broker
-is unreachable, so the spool path runs too), ``torch.profiler`` on (CPU activities); then
+blocks so drift cancels: agent off, agent on (framework hooks, stack sampler at its default
+rate, step records, stack samples and heartbeats every second published through a real
+``Publisher`` whose broker is unreachable, so the spool path runs too), ``torch.profiler``
+on (CPU activities); then
 the same model wrapped in ``DistributedDataParallel`` (a one-rank gloo group: the reducer,
 its buckets and the backend run, the agent's all-reduce hook and collective spans too)
 without and with the agent. Two copies of the model keep DDP's own C++ reducer path for the
 "off" blocks (the agent's hook stays on a DDP it has seen). Prints median step time of each
-and the overhead ratios; the last line is JSON with ``overhead_pct``, ``overhead_ddp_pct``,
-``profiler_overhead_pct`` and ``step_ms``.
+and the overhead ratios with their spread over rounds (quartiles), the CPU the agent's and
+the publisher's threads used per step (thread CPU clocks) and the machine's load; the last
+line is JSON with ``overhead_pct``, ``overhead_ddp_pct``, ``profiler_overhead_pct`` (medians
+of the paired rounds), their quartiles, ``step_ms`` and ``load_1m``. ``--components`` adds a
+table of what each part of the agent costs, measured in isolation.
 
-    python bench/overhead.py [--quick]
+    python bench/overhead.py [--quick] [--components]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import faulthandler
 import json
+import os
 import socket
 import statistics
 import tempfile
+import threading
 import time
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,12 +49,32 @@ def _low(v: list[float]) -> float:
     return sum(s) / len(s)
 
 
+def _quartiles(v: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+    return q[0], q[2]
+
+
+def _cpu_ns(thread: threading.Thread | None) -> int:
+    """CPU time a thread has used so far (its thread CPU clock)."""
+    if thread is None or thread.ident is None or not thread.is_alive():
+        return 0
+    try:
+        return time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
+    except (OSError, AttributeError):
+        return 0
+
+
 def main() -> None:
+    faulthandler.enable()
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=0)
-    ap.add_argument("--stack-hz", type=float, default=50.0, help="stack sampling rate (0: off)")
+    ap.add_argument(
+        "--stack-hz", type=float, default=None, help="stack sampling rate (0: off; default: the agent's)"
+    )
+    ap.add_argument("--components", action="store_true", help="also time the agent's parts in isolation")
     args = ap.parse_args()
+    load_before = os.getloadavg()[0]
     rounds = args.rounds or (16 if args.quick else 40)
     per_block = 9 if args.quick else 10
     torch.manual_seed(0)
@@ -107,21 +135,30 @@ def main() -> None:
     info = RankInfo(job="overhead", run=0, rank=0, world=1, local_rank=0, host="bench")
     times: dict[str, list[float]] = {"off": [], "agent": [], "profiler": [], "ddp_off": [], "ddp_agent": []}
     ratios: dict[str, list[float]] = {"agent": [], "profiler": [], "ddp_agent": []}
-    cfg = AgentConfig(stack_hz=args.stack_hz or 50.0, stacks=args.stack_hz > 0, heartbeat_s=1.0, cupti=False)
+    hz: dict[str, Any] = {} if args.stack_hz is None else {"stack_hz": args.stack_hz or 1.0}
+    cfg = AgentConfig(**hz, stacks=args.stack_hz != 0, heartbeat_s=1.0, cupti=False)
     ddp_steps = 0
+    # CPU ns of the agent's and the publisher's threads, and steps, while an agent ran
+    cpu: dict[str, list[int]] = {"agent": [0, 0, 0], "ddp_agent": [0, 0, 0]}
+
+    def with_agent(kind: str, net: nn.Module, optim: Any) -> list[float]:
+        agent = RankAgent(publisher, info, cfg)
+        agent.install(net, optim)
+        a0, p0 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread)
+        out = train(per_block, agent_on=True, net=net, optim=optim)[1:]
+        a1, p1 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread)
+        agent.close()
+        c = cpu[kind]
+        c[0], c[1], c[2] = c[0] + a1 - a0, c[1] + p1 - p0, c[2] + per_block
+        return out
+
     for _ in range(rounds):
         block = {"off": train(per_block)[1:]}
-        agent = RankAgent(publisher, info, cfg)
-        agent.install(model, opt)
-        block["agent"] = train(per_block, agent_on=True)[1:]
-        agent.close()
+        block["agent"] = with_agent("agent", model, opt)
         block["profiler"] = train(per_block, profiler=True)[1:]
         block["ddp_off"] = train(per_block, net=ddp_off, optim=opt_off)[1:]
-        agent = RankAgent(publisher, info, cfg)
-        agent.install(ddp_on, opt_on)
-        block["ddp_agent"] = train(per_block, agent_on=True, net=ddp_on, optim=opt_on)[1:]
-        agent.close()
-        ddp_steps += agent.step
+        block["ddp_agent"] = with_agent("ddp_agent", ddp_on, opt_on)
+        ddp_steps += per_block
         for k, v in block.items():
             times[k] += v
         # paired within the round (slow drift cancels); a block's fastest quartile, because
@@ -136,6 +173,7 @@ def main() -> None:
     overhead = statistics.median(ratios["agent"]) * 100
     overhead_ddp = statistics.median(ratios["ddp_agent"]) * 100
     prof_overhead = statistics.median(ratios["profiler"]) * 100
+    iqr = {k: tuple(round(x * 100, 3) for x in _quartiles(v)) for k, v in ratios.items()}
     print(f"{'mode':<10}{'steps':>7}{'median ms':>12}{'p90 ms':>10}{'overhead %':>12}")
     for k, v in times.items():
         p90 = sorted(v)[int(0.9 * len(v))]
@@ -145,7 +183,20 @@ def main() -> None:
         f"overhead, median over {rounds} paired rounds of the fastest-quartile step time: agent {overhead:.2f} %, "
         f"agent on DDP {overhead_ddp:.2f} %, torch.profiler {prof_overhead:.2f} %"
     )
-    print(f"DDP steps the agent recorded: {ddp_steps}")
+    print(
+        "spread over rounds (quartiles, %): "
+        + ", ".join(f"{k} {lo:.2f}..{hi:.2f}" for k, (lo, hi) in iqr.items())
+    )
+    print(f"DDP steps timed with the agent: {ddp_steps}")
+    for k, (a, p, n) in cpu.items():
+        print(
+            f"CPU per step ({k}): agent thread {a / n / 1e3:.0f} us, publisher thread {p / n / 1e3:.0f} us "
+            f"({(a + p) / n / 1e4 / med['off']:.2f} % of a step)"
+        )
+    load_after = os.getloadavg()[0]
+    print(f"load average (1 min) {load_before:.2f} before, {load_after:.2f} after, {os.cpu_count()} CPUs")
+    if args.components:
+        components(info)
     dist.destroy_process_group()
     print(f"agent records: steps/stacks/heartbeats spooled={stats['spooled']} dropped={stats['dropped']}")
     print(
@@ -154,11 +205,113 @@ def main() -> None:
                 "overhead_pct": round(overhead, 3),
                 "overhead_ddp_pct": round(overhead_ddp, 3),
                 "profiler_overhead_pct": round(prof_overhead, 3),
+                "overhead_iqr": iqr["agent"],
+                "overhead_ddp_iqr": iqr["ddp_agent"],
+                "profiler_overhead_iqr": iqr["profiler"],
                 "step_ms": round(med["off"], 2),
                 "ddp_step_ms": round(med["ddp_off"], 2),
+                "load_1m": round(max(load_before, load_after), 2),
             }
         )
     )
+
+
+def _per_call_us(fn: Any, n: int = 2000) -> float:
+    fn()
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter_ns() - t0) / n / 1e3
+
+
+def components(info: Any) -> None:
+    """What each part of the agent costs, timed in isolation (no other load in the loop)."""
+    from argus.producers.agent import AgentConfig, RankAgent, RawStep, StackFolder
+    from argus.producers.agent._spans import CpuClock, reduce_step
+    from argus.schemas import StepBatch, encode
+
+    class Null:
+        def publish(self, *_a: Any) -> None:
+            pass
+
+    tiny = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    topt = torch.optim.SGD(tiny.parameters(), lr=1e-4)
+    x = torch.randn(4, 8)
+    tloader = torch.utils.data.DataLoader([(x, x)] * 8, batch_size=None)
+
+    def tiny_steps(n: int) -> float:
+        it = iter(tloader)
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            try:
+                a, b = next(it)
+            except StopIteration:
+                it = iter(tloader)
+                a, b = next(it)
+            loss = nn.functional.mse_loss(tiny(a), b)
+            topt.zero_grad(set_to_none=True)
+            loss.backward()
+            topt.step()
+        return (time.perf_counter_ns() - t0) / n / 1e3
+
+    quiet = AgentConfig(stacks=False, heartbeat_s=1e6, stack_hz=1.0, cupti=False)
+    off, on = [], []
+    tiny_steps(200)
+    for _ in range(7):
+        off.append(tiny_steps(1000))
+        agent = RankAgent(Null(), info, quiet)
+        agent.install(tiny, topt)
+        on.append(tiny_steps(1000))
+        agent.close()
+    hooks = statistics.median(on) - statistics.median(off)
+
+    folder = StackFolder()
+    me = threading.get_ident()
+    spans = [[0, 1_000, 10_000_000, -1], [1, 11_000_000, 40_000_000, -1], [9, 20_000_000, 30_000_000, -1]]
+    spans += [
+        [9, 25_000_000, 35_000_000, -1],
+        [2, 40_000_000, 49_000_000, -1],
+        [6, 41_000_000, 41_500_000, 4],
+    ]
+    raw = RawStep(3, time.time_ns(), 0, 50_000_000, spans)
+    agent = RankAgent(Null(), info, quiet)
+    ms = reduce_step(raw, CpuClock())
+    rec = agent.step_record(raw, ms)
+    batch = StepBatch.from_records([rec])
+
+    def wake(n: int = 200) -> float:
+        lock = threading.Lock()
+        lock.acquire()
+        box: list[int] = []
+
+        def run() -> None:
+            c0 = _cpu_ns(threading.current_thread())
+            for _ in range(n):
+                lock.acquire(timeout=0.001)
+            box.append(_cpu_ns(threading.current_thread()) - c0)
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        return box[0] / n / 1e3
+
+    rows = [
+        ("training-thread hooks, per step (tiny model: forward, backward, optimizer, loader, gc)", hooks),
+        ("agent thread: one wake-up (sleep on a lock, GIL)", wake()),
+        ("agent thread: one stack sample (key of code ids)", _per_call_us(lambda: folder.sample_key(me))),
+        (
+            "agent thread: reduce one step (6 spans, pure Python)",
+            _per_call_us(lambda: reduce_step(raw, CpuClock())),
+        ),
+        (
+            "agent thread: StepRecord + 1-row StepBatch",
+            _per_call_us(lambda: StepBatch.from_records([agent.step_record(raw, ms)])),
+        ),
+        ("publisher thread: encode one StepBatch (Avro)", _per_call_us(lambda: encode(batch))),
+    ]
+    print("component costs, timed in isolation (the same work costs 2-4x more on a loaded machine):")
+    for name, us in rows:
+        print(f"  {name:<92}{us:8.1f} us")
 
 
 if __name__ == "__main__":

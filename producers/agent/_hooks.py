@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import logging
 import sys
 import threading
@@ -34,7 +35,7 @@ from typing import Any
 
 from ._spans import COLUMN_INDEX, CpuClock, SpanRecorder
 
-__all__ = ["COLLECTIVE_KINDS", "GroupState", "Instrumentation", "tensor_bytes"]
+__all__ = ["COLLECTIVE_KINDS", "FUNCOL_KINDS", "GroupState", "Instrumentation", "tensor_bytes"]
 
 log = logging.getLogger("argus.agent")
 
@@ -59,6 +60,20 @@ COLLECTIVE_KINDS: dict[str, tuple[str, int]] = {
     "batch_isend_irecv": ("p2p_ms", -1),
 }
 _ASYNC_ALWAYS = frozenset({"isend", "irecv", "batch_isend_irecv"})
+FUNCOL_KINDS: dict[str, str] = {
+    # torch.distributed._functional_collectives function: step-record column
+    "all_reduce": "all_reduce_ms",
+    "all_reduce_coalesced": "all_reduce_ms",
+    "all_gather_tensor": "all_gather_ms",
+    "all_gather_tensor_autograd": "all_gather_ms",
+    "all_gather_into_tensor_coalesced": "all_gather_ms",
+    "reduce_scatter_tensor": "reduce_scatter_ms",
+    "reduce_scatter_tensor_autograd": "reduce_scatter_ms",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_ms",
+    "all_to_all_single": "all_to_all_ms",
+    "all_to_all_single_autograd": "all_to_all_ms",
+    "broadcast": "broadcast_ms",
+}
 _MAX_WAITING = 4096
 
 
@@ -375,6 +390,108 @@ class Instrumentation:
         if isinstance(self.rec.clock, CpuClock):  # on a GPU, wait() returns before completion
             self._install_work_wait()
         self.install_ddp()
+        wrapped += self.install_funcol()
+        return wrapped
+
+    def install_funcol(self) -> list[str]:
+        """Time functional collectives (``torch.distributed._functional_collectives``) in eager mode.
+
+        Each public function is wrapped: its span opens at the call and closes when
+        ``wait_tensor`` (what ``AsyncCollectiveTensor`` calls on first use or ``.wait()``)
+        returns for one of its outputs, found by the output's storage. A result never
+        waited for in Python (compiled code, tracing) is not timed; under ``torch.compile``
+        the wrappers step aside at once. Returns the names wrapped.
+        """
+        try:
+            import torch
+            import torch.distributed._functional_collectives as funcol
+        except Exception:
+            return []
+        original_wait = getattr(funcol, "wait_tensor", None)
+        act = getattr(funcol, "AsyncCollectiveTensor", None)
+        resolve = getattr(funcol, "_resolve_group_name", None)
+        if original_wait is None or act is None or resolve is None:
+            return []
+        rec = self.rec
+        pending: dict[int, list[Any]] = {}  # storage pointer -> [token, group, still open]
+        compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+
+        def close(tensor: Any) -> None:
+            try:
+                entry = pending.pop(tensor.untyped_storage().data_ptr(), None)
+            except Exception:
+                return
+            if entry is not None and entry[2]:
+                entry[2] = False
+                rec.end_by(entry[0])
+                entry[1].finished += 1
+
+        @functools.wraps(original_wait)
+        def wait_tensor(tensor: Any) -> Any:
+            out = original_wait(tensor)
+            if pending:
+                close(tensor)
+            return out
+
+        def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            col = COLUMN_INDEX[FUNCOL_KINDS[name]]
+            params = list(inspect.signature(fn).parameters)
+            gi = params.index("group")  # the group (a ProcessGroup, ranks, a mesh), then the tag
+            # (id of the group object, tag) -> (the object, kept so its id is not reused; name)
+            names: dict[tuple[int, str], tuple[Any, str]] = {}
+
+            def group_state(args: tuple[Any, ...], kwargs: dict[str, Any]) -> GroupState:
+                group = args[gi] if len(args) > gi else kwargs.get("group")
+                tag = str(args[gi + 1] if len(args) > gi + 1 else kwargs.get("tag", ""))
+                known = names.get((id(group), tag))
+                if known is not None:
+                    return self._group(known[1])
+                gname = str(resolve(group, tag))
+                if not isinstance(group, list) and len(names) < 1024:  # ranks: a new list each call
+                    names[(id(group), tag)] = (group, gname)
+                return self._group(gname)
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                if compiling():
+                    return fn(*args, **kwargs)
+                try:
+                    g = group_state(args, kwargs)
+                    g.entered += 1
+                    g.kind = name
+                    g.nbytes = tensor_bytes(args[0]) if args else 0
+                    token = rec.begin(col, nest=False)
+                except Exception:
+                    return fn(*args, **kwargs)
+                try:
+                    out = fn(*args, **kwargs)
+                except BaseException:
+                    rec.end(token)
+                    g.finished += 1
+                    raise
+                entry = [token, g, True]
+                waitable = False
+                for t in out if isinstance(out, list | tuple) else (out,):
+                    if isinstance(t, act):
+                        if len(pending) >= _MAX_WAITING:  # results nobody waited for
+                            pending.pop(next(iter(pending)))
+                        pending[t.elem.untyped_storage().data_ptr()] = entry
+                        waitable = True
+                if not waitable:  # waited for already (tracing, all_gather on a dim > 0)
+                    entry[2] = False
+                    rec.end_by(token)
+                    g.finished += 1
+                return out
+
+            return wrapper
+
+        wrapped = []
+        self._patch(funcol, "wait_tensor", wait_tensor)
+        for name in FUNCOL_KINDS:
+            fn = getattr(funcol, name, None)
+            if fn is not None:
+                self._patch(funcol, name, wrap(name, fn))
+                wrapped.append(f"funcol.{name}")
         return wrapped
 
     def install_ddp(self) -> bool:

@@ -1,8 +1,10 @@
 """One gloo rank of the agent's distributed tests (started by :func:`launch`, one process per rank).
 
 Trains a small MLP wrapped in ``DistributedDataParallel`` (``ddp``), sharded with FSDP2
-``fully_shard`` (``fsdp``) or averaged by hand with ``torch.distributed`` calls, half of them
-``async_op=True`` (``direct``), with ``argus.attach`` collecting step records into a list.
+``fully_shard`` (``fsdp``), averaged by hand with ``torch.distributed`` calls, half of them
+``async_op=True`` (``direct``), or with functional collectives (``funcol``: all-reduces
+waited for by ``.wait()`` or on first use, and an all-gather), with ``argus.attach``
+collecting step records into a list.
 ``--profile-from`` runs ``torch.profiler`` over the steps from there on: the union of its
 ``c10d::*`` and ``gloo:*`` events is the collective time the profiler saw. Each rank writes its step
 records and that figure to ``<out>/rank<r>.json``.
@@ -133,6 +135,14 @@ def run(a: argparse.Namespace) -> None:
                     w.wait()
                 for p in model.parameters():
                     p.grad /= world
+            elif a.mode == "funcol":  # functional collectives: waited explicitly, or on first use
+                import torch.distributed._functional_collectives as funcol
+
+                for i, p in enumerate(model.parameters()):
+                    out = funcol.all_reduce(p.grad, "sum", dist.group.WORLD)
+                    p.grad = out.wait() / world if i % 2 else out / world
+                gathered = funcol.all_gather_tensor(loss.detach().reshape(1), 0, dist.group.WORLD)
+                assert gathered.wait().numel() == world
             opt.step()
             opt.zero_grad()
     prof_ms: dict[str, float] = {"all": 0.0}
@@ -189,7 +199,7 @@ def launch(world: int, args: Sequence[str], out: Path, *, timeout: float = 240.0
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of one rank."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["ddp", "fsdp", "direct"], default="ddp")
+    ap.add_argument("--mode", choices=["ddp", "fsdp", "direct", "funcol"], default="ddp")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)

@@ -104,3 +104,15 @@ def test_a_rank_slowed_60ms_under_fsdp2_is_a_compute_straggler_with_its_peers_wa
     steps = batches(launch(2, args, tmp_path))
     assert len(steps) == 24
     check_straggler(steps, slow=1, waits=("all_gather_ms", "reduce_scatter_ms"))
+
+
+def test_functional_collectives_match_the_profiler(tmp_path):
+    # torch.distributed._functional_collectives on gloo: AsyncCollectiveTensor results,
+    # waited for by .wait() or on first use; an all-gather per step beside the all-reduces
+    args = ["--mode", "funcol", "--dim", "512", "--steps", str(STEPS), "--profile-from", str(WARMUP)]
+    results = launch(2, args, tmp_path)
+    check_against_profiler(results, ("all_reduce_ms", "all_gather_ms"))
+    for r in results:
+        rows = r["records"][WARMUP:]
+        assert all(x["all_reduce_ms"] > 0 and x["all_gather_ms"] > 0 for x in rows), rows
+        assert not any(x["reduce_scatter_ms"] for x in rows)
