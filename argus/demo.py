@@ -655,6 +655,12 @@ def _await_diagnosis(run: _Session) -> None:
         run.deadline,
         tick=run.tick,
     )
+    from argus.streams.app import StreamConfig
+
+    # the worker sends the open anomalies of a job that stopped sending steps once it has
+    # been quiet for idle_refresh_s (checked as often): their final windows and costs
+    quiet_until = time.monotonic() + 2 * StreamConfig.idle_refresh_s + 1.0
+    _wait("the finished jobs' anomalies", lambda: time.monotonic() > quiet_until, run.deadline, tick=run.tick)
     anomalies_end = dict(end_offsets(conf, [ANOMALIES]))
     _wait("the anomalies", lambda: monitor.reached(anomalies_end), run.deadline, tick=run.tick)
     run.lap("diagnose_s")

@@ -49,6 +49,7 @@ from .facade import (
     apply_findings,
     diagnose,
     diagnose_step,
+    refresh,
     step_findings,
 )
 from .hang import HangConfig, HangFinding, HangState, HangVerdict, detect_hang, hang_anomalies, stack_where
@@ -109,6 +110,7 @@ __all__ = [
     "iteration_level",
     "kernel_level",
     "rank_metrics",
+    "refresh",
     "stack_diff",
     "stack_where",
     "stage_imbalance",

@@ -71,6 +71,7 @@ __all__ = [
     "apply_findings",
     "diagnose",
     "diagnose_step",
+    "refresh",
     "step_findings",
 ]
 
@@ -669,6 +670,19 @@ def _severity(e: Episode, cfg: DiagnoserConfig) -> str:
 def _count_transient(state: JobState, suspect: str, cfg: DiagnoserConfig) -> None:
     if suspect in state.transients or len(state.transients) < cfg.max_open:
         state.transients[suspect] = state.transients.get(suspect, 0) + 1
+
+
+def refresh(state: JobState) -> list[Anomaly]:
+    """The current version of every confirmed anomaly whose window grew since it was last
+    sent: for a job that stopped sending steps (it ended, or hangs), so that its anomalies'
+    windows and costs are right without waiting for steps that will not come. Updates
+    ``state`` (what was sent)."""
+    out = []
+    for e in state.episodes.values():
+        if e.emitted and e.reported < e.last_seen:
+            e.reported = e.last_seen
+            out.append(_anomaly(state, e))
+    return out
 
 
 def diagnose_step(

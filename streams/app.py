@@ -67,6 +67,7 @@ from argus.detectors import (
     apply_findings,
     detect_hang,
     hang_anomalies,
+    refresh,
     step_findings,
 )
 from argus.schemas import (
@@ -132,6 +133,8 @@ class StreamConfig:
     hang: HangConfig = field(default_factory=HangConfig)
     hang_tick_s: float = 1.0
     hang_update_s: float = 60.0
+    idle_refresh_s: float = 5.0
+    """A job without a new step for this long has its open anomalies sent as they stand."""
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_groups: int = 64
     """Process groups per heartbeat at most (the hang state is ranks × groups wide)."""
@@ -454,6 +457,24 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             for step in released:
                 if step != sf.step:
                     held_findings.pop(_held_key(state_key, step), None)
+
+    @app.timer(cfg.idle_refresh_s)  # type: ignore[untyped-decorator]
+    async def refresh_idle_jobs() -> None:
+        # a job that stopped sending steps (ended, or hangs): its open anomalies' windows
+        # and costs as far as they went, not as they were when last sent
+        quiet = time.time() - cfg.idle_refresh_s
+        for key, raw in list(job_states.items()):
+            doc = json.loads(raw) if raw else {}
+            if not doc or doc.get("seen_s", 0) > quiet:
+                continue
+            state = JobState.from_dict(doc["state"])
+            sent = refresh(state)
+            for anomaly in sent:
+                if await send_anomaly(anomaly) is not None:
+                    metrics.anomalies[anomaly.cause] += 1
+            if sent:
+                await app.producer.flush()
+                job_states[key] = json.dumps({**doc, "state": state.to_dict()}).encode()
 
     @app.timer(60.0)  # type: ignore[untyped-decorator]
     async def expire_jobs() -> None:

@@ -81,3 +81,14 @@ def test_step_result_summary_and_shuffled_input() -> None:
         assert [f.key for f in r1.findings] == [f.key for f in r2.findings]
     assert r1.summary.suspects == (21,) and r1.summary.ranks == LAYOUT.n_ranks
     validate(r1.summary)
+
+
+def test_refresh_sends_an_open_anomaly_as_far_as_it_went_when_the_job_goes_quiet() -> None:
+    """A job that ends (or hangs) mid-fault: no step will close the episode, so the worker
+    asks for the current versions; each is sent once per growth of its window."""
+    diag = d.JobDiagnoser("f")
+    for b in batches(27, faults=[Fault(COMPUTE_STRAGGLER, 15, 100, (21,), magnitude=1.4)]):
+        diag.step(b)
+    (a,) = d.refresh(diag.state)
+    assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 15, 26)
+    assert d.refresh(diag.state) == []  # nothing new since
