@@ -54,6 +54,10 @@ _SETTINGS = frozenset(f.name for f in dataclasses.fields(Settings))
 _AGENT = frozenset(f.name for f in dataclasses.fields(AgentConfig))
 _LAYOUT = frozenset({"rank", "world", "run", "host", "gpu_uuid", "tp_size", "pp_size", "coords"})
 _FRAMEWORK = frozenset({"mesh"})
+PUBLISHER_WAKE_MS = 200
+"""How often the rank's publisher thread wakes to encode and send what the agent queued: each
+wake-up costs CPU the training process may need (5 a second; a step record waits at most
+this long before it leaves, heartbeats and declared pauses included)."""
 _lock = threading.Lock()
 _agent: RankAgent | None = None
 _publisher: Any = None
@@ -103,6 +107,7 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
                 conf.kafka_client_config(),
                 spool_dir=conf.spool_dir / f"{info.job}-{info.run}-r{info.rank}",
                 relay=conf.relay_socket or None,
+                wake_ms=PUBLISHER_WAKE_MS,
             )
         agent = RankAgent(sink, info, agent_conf)
         agent.install(model, optimizer)

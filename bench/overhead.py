@@ -131,7 +131,12 @@ def main() -> None:
     train(5, net=ddp_off, optim=opt_off)
     train(5, net=ddp_on, optim=opt_on)
     spool = tempfile.mkdtemp(prefix="argus-overhead-")
-    publisher = Publisher({"bootstrap.servers": "127.0.0.1:1"}, spool_dir=spool, stall_s=0.5)
+    publisher = Publisher(  # as argus.attach builds it
+        {"bootstrap.servers": "127.0.0.1:1"},
+        spool_dir=spool,
+        stall_s=0.5,
+        wake_ms=argus.api.PUBLISHER_WAKE_MS,
+    )
     info = RankInfo(job="overhead", run=0, rank=0, world=1, local_rank=0, host="bench")
     times: dict[str, list[float]] = {"off": [], "agent": [], "profiler": [], "ddp_off": [], "ddp_agent": []}
     ratios: dict[str, list[float]] = {"agent": [], "profiler": [], "ddp_agent": []}

@@ -113,6 +113,16 @@ def run(a: argparse.Namespace) -> None:
     extra: dict[str, Any] = {"mesh": mesh} if mesh is not None else {}
     agent = argus.attach(model, opt, sink=sink, job=a.job, heartbeat_s=1.0, **extra)
     x = torch.randn(a.batch, a.dim)
+    ref: Any = None
+    grad_diff = 0.0
+    if a.check_grads:  # each rank its own batch; a twin DDP with torch's C++ all-reduce hook
+        import copy
+
+        from torch.nn.parallel import DistributedDataParallel
+
+        x = torch.randn(a.batch, a.dim, generator=torch.Generator().manual_seed(rank + 1))
+        ref = DistributedDataParallel(copy.deepcopy(net))
+        ref._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
     prof: Any = None
     for step in range(a.steps):
         if step == a.profile_from:
@@ -143,8 +153,17 @@ def run(a: argparse.Namespace) -> None:
                     p.grad = out.wait() / world if i % 2 else out / world
                 gathered = funcol.all_gather_tensor(loss.detach().reshape(1), 0, dist.group.WORLD)
                 assert gathered.wait().numel() == world
+            if ref is not None:
+                ref(x).square().mean().backward()
+                for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+                    grad_diff = max(grad_diff, float((p.grad - q.grad).abs().max()))
+                ref.zero_grad()
             opt.step()
             opt.zero_grad()
+        if ref is not None:
+            with torch.no_grad():
+                for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+                    q.copy_(p)
     prof_ms: dict[str, float] = {"all": 0.0}
     if prof is not None:
         prof.__exit__(None, None, None)
@@ -154,7 +173,14 @@ def run(a: argparse.Namespace) -> None:
     info = dataclasses.asdict(agent.info)
     argus.detach()
     rows = [dataclasses.asdict(r) for b in sink.records if isinstance(b, StepBatch) for r in b.records()]
-    out = {"rank": rank, "records": rows, "profiler_ms": prof_ms, "notes": notes, "info": info}
+    out = {
+        "rank": rank,
+        "records": rows,
+        "profiler_ms": prof_ms,
+        "notes": notes,
+        "info": info,
+        "grad_diff": grad_diff,
+    }
     Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
 
@@ -209,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--profile-from", type=int, default=-1)
     ap.add_argument("--mesh", default="", help="dim names of a mesh handed to attach: dp,tp")
     ap.add_argument("--job", default="agent-test")
+    ap.add_argument("--check-grads", action="store_true", help="ddp: compare gradients with a C++-hook twin")
     ap.add_argument("--out", required=True)
     run(ap.parse_args(argv))
 

@@ -116,3 +116,13 @@ def test_functional_collectives_match_the_profiler(tmp_path):
         rows = r["records"][WARMUP:]
         assert all(x["all_reduce_ms"] > 0 and x["all_gather_ms"] > 0 for x in rows), rows
         assert not any(x["reduce_scatter_ms"] for x in rows)
+
+
+def test_the_agents_ddp_hook_averages_gradients_like_ddps_own_all_reduce(tmp_path):
+    # each rank trains on its own batch; a twin DDP using torch's C++ ALLREDUCE hook gets the
+    # same batches and weights: the gradients Argus's hook leaves must be the same
+    args = ["--mode", "ddp", "--dim", "64", "--steps", "4", "--check-grads"]
+    results = launch(2, args, tmp_path)
+    for r in results:
+        assert r["grad_diff"] < 1e-6, r["grad_diff"]
+        assert all(x["all_reduce_ms"] > 0 for x in r["records"][1:])

@@ -1,0 +1,76 @@
+"""Stack sampling as the agent does it always on: a low base rate counted per time window,
+and a burst of samples in a window of its own for a step that runs long."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from argus.producers.agent import AgentConfig, RankAgent, RankInfo, StackFolder, StackWindow
+from argus.schemas import STACKS, STEPS, StackSample
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, object]] = []
+
+    def publish(self, topic, key, record):
+        self.records.append((topic, record))
+
+
+def _a_slow_part_of_the_step(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_slow_step_gets_its_own_stack_sample_and_fast_steps_share_a_window():
+    sink = ListSink()
+    cfg = AgentConfig(stack_hz=5, slow_stack_hz=100, slow_factor=1.5, stack_window_s=60, cupti=False)
+    agent = RankAgent(sink, RankInfo("job-s", 0, 0, 1, 0, "h"), cfg)
+    agent.install()
+    slow_step = 30
+    try:
+        for i in range(40):
+            agent.begin_step()
+            time.sleep(0.01)
+            if i == slow_step:  # many times the median step: the sampler bursts
+                _a_slow_part_of_the_step(1.5)
+            agent.end_step()
+        time.sleep(0.3)
+    finally:
+        agent.close()
+    steps = [r for t, r in sink.records if t == STEPS]
+    assert len(steps) == 40
+    stacks = [r for t, r in sink.records if t == STACKS]
+    assert all(isinstance(s, StackSample) for s in stacks)
+    # not one record per step: fast steps share the time window
+    assert len(stacks) < 10, [(s.step, sum(s.counts)) for s in stacks]
+    own = [s for s in stacks if s.step == slow_step]
+    assert own, [(s.step, sum(s.counts)) for s in stacks]
+    assert any("_a_slow_part_of_the_step" in st for s in own for st in s.stacks)
+    assert sum(own[0].counts) > 1  # sampled at the burst rate, not once per base tick
+
+
+def test_keys_fold_like_strings_and_windows_fold_their_keys():
+    folder = StackFolder()
+    ready, done = threading.Event(), threading.Event()
+
+    def inner_work() -> None:
+        ready.set()
+        done.wait(5)
+
+    t = threading.Thread(target=inner_work)
+    t.start()
+    ready.wait(5)
+    try:
+        key = folder.sample_key(t.ident or 0)
+        text = folder.sample(t.ident or 0)
+    finally:
+        done.set()
+        t.join()
+    assert key is not None and isinstance(key, tuple) and all(isinstance(i, int) for i in key)
+    assert folder.folded(key) == text
+    assert "test_stacks.py:inner_work;threading.py:wait" in (text or "")
+    w = StackWindow(3, 0)
+    w.add(key)
+    w.add(key)
+    assert w.folded(folder) == [f"{text} 2"] and len(w) == 2
