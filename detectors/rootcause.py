@@ -17,6 +17,9 @@ Decision rules (metric first, decision second; every rule names its deciding fig
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
 from ._classes import (
@@ -36,7 +39,17 @@ from ._config import DiagnoserConfig
 from ._finding import Finding
 from .cross_rank import CAUSE_METRICS, LINK_METRICS, METRICS, CrossRankResult
 
-__all__ = ["classify_ranks", "stage_imbalance"]
+__all__ = [
+    "RULES",
+    "Flagged",
+    "Rule",
+    "classify_ranks",
+    "host_contention",
+    "links",
+    "sequence_imbalance",
+    "stage_imbalance",
+    "stragglers",
+]
 
 _BY_METRIC = {
     "compute_ms": COMPUTE_STRAGGLER,
@@ -93,11 +106,31 @@ def _rank_evidence(cr: CrossRankResult, j: int, metric: str) -> dict[str, float]
     return ev
 
 
+@dataclass
+class Flagged:
+    """The flagged ranks of one step as the rules see them: the cross-rank result, each
+    rank's host, dp coordinate, cause and deciding metric, and which ranks a rule already
+    explained (``used``)."""
+
+    cr: CrossRankResult
+    hosts: np.ndarray
+    dp: np.ndarray
+    causes: list[str]
+    metrics: list[str]
+    used: np.ndarray
+
+
+Rule = Callable[[Flagged, DiagnoserConfig], list[Finding]]
+"""One decision: findings for some of the flagged ranks (marking them used)."""
+
+
 def classify_ranks(
     cr: CrossRankResult,
     hosts: np.ndarray,
     dp: np.ndarray,
     config: DiagnoserConfig | None = None,
+    *,
+    rules: Sequence[Rule] | None = None,
 ) -> list[Finding]:
     """Findings for the flagged ranks of one step.
 
@@ -105,13 +138,20 @@ def classify_ranks(
         cr: the step's cross-rank result.
         hosts: host name of every flagged rank (``batch["host"][cr.rows]``).
         dp: dp coordinate of every flagged rank.
-        config: thresholds (``host_min_ranks``).
+        config: thresholds (``host_min_ranks``, ``group_min_frac``).
+        rules: the decisions in order, each taking the ranks the ones before left
+            (default :data:`RULES`: host contention, sequence length, links, stragglers).
     """
     cfg = config or DiagnoserConfig()
     causes, metrics = _deciding(cr)
+    flagged = Flagged(cr, hosts, dp, causes, metrics, np.zeros(len(cr.rows), bool))
+    return [f for rule in (RULES if rules is None else rules) for f in rule(flagged, cfg)]
+
+
+def host_contention(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
+    """Several ranks of one host slow on the CPU side (data loader, copies): the host."""
+    cr, hosts, causes = fl.cr, fl.hosts, fl.causes
     out: list[Finding] = []
-    used = np.zeros(len(cr.rows), bool)
-    # host CPU contention: several ranks of one host slow on the CPU side
     cpu = np.array([c in _CPU_SIDE for c in causes], bool)
     cpu_flag = cr.pos[_IDX["dataloader_ms"]] | cr.pos[_IDX["h2d_ms"]]
     if cpu.sum() >= cfg.host_min_ranks:
@@ -120,7 +160,7 @@ def classify_ranks(
             if cnt < cfg.host_min_ranks:
                 continue
             sel = cpu & (hosts == h)
-            used |= sel
+            fl.used |= sel
             js = np.flatnonzero(sel)
             dl = _IDX["dataloader_ms"]
             added = float(np.max(cr.excess[_CAUSE_ROWS][:, js].clip(0).sum(axis=0)))
@@ -146,7 +186,14 @@ def classify_ranks(
                     added,
                 )
             )
-    # sequence-length imbalance: one finding for the data-parallel replicas
+    return out
+
+
+def sequence_imbalance(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
+    """Ranks slow in compute that also hold far more tokens: the data-parallel replicas'
+    sequence lengths are imbalanced (one finding for the replicas, not a GPU fault)."""
+    cr, dp, causes, used = fl.cr, fl.dp, fl.causes, fl.used
+    out: list[Finding] = []
     seq = np.array([c == SEQUENCE_LENGTH_IMBALANCE for c in causes], bool) & ~used
     if seq.any():
         js = np.flatnonzero(seq)
@@ -176,8 +223,15 @@ def classify_ranks(
                 float(cr.excess[comp, heavy]),
             )
         )
-        used |= seq
-    # link degradation: pair the ranks whose own transfer time rose
+        fl.used |= seq
+    return out
+
+
+def links(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
+    """Ranks whose own transfer time in a collective rose: paired into links (two ranks on
+    different hosts are one link between the hosts)."""
+    cr, hosts, causes, metrics, used = fl.cr, fl.hosts, fl.causes, fl.metrics, fl.used
+    out: list[Finding] = []
     link = [j for j in range(len(causes)) if causes[j] == LINK_DEGRADATION and not used[j]]
     link.sort(key=lambda j: -float(cr.excess[_IDX[metrics[j]], j]))
     while link:
@@ -201,8 +255,14 @@ def classify_ranks(
             Finding(LINK_DEGRADATION, "cross_rank", "link", suspect, ranks, score, f"{m}_z", ev, added)
         )
         used[pair] = True
-    # everything else: several ranks of one group slow for one cause at once are one
-    # finding (of their host when they share one), else one finding per rank
+    return out
+
+
+def stragglers(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
+    """Everything else: several ranks of one group slow for one cause at once are one
+    finding (of their host when they share one), else one finding per rank."""
+    cr, hosts, causes, metrics, used = fl.cr, fl.hosts, fl.causes, fl.metrics, fl.used
+    out: list[Finding] = []
     rest = np.flatnonzero(~used).tolist()
     size = dict(zip(cr.group_keys.tolist(), cr.group_sizes.tolist(), strict=True))
     for g, cause in sorted({(int(cr.groups[j]), causes[j]) for j in rest}):
@@ -221,6 +281,10 @@ def classify_ranks(
         else:
             out.extend(_split_by_host(cr, hosts, cause, members, metrics, cfg))
     return out
+
+
+RULES: tuple[Rule, ...] = (host_contention, sequence_imbalance, links, stragglers)
+"""The default decisions, in order (swap or extend them, as HTA's rankers)."""
 
 
 def _split_by_host(
