@@ -8,7 +8,7 @@ command wire the packages ``schemas``, ``producers``, ``detectors``, ``streams``
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+import typing
 
 from .api import attach, detach, pause, step
 from .config import ConfigError, Settings, load_settings
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     """``argus.ArgusLightningCallback`` / ``argus.ArgusHFCallback``: built on first access
     (they subclass the framework's callback class, imported only then)."""
     if name in ("ArgusLightningCallback", "ArgusHFCallback"):

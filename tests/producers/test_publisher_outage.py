@@ -143,7 +143,9 @@ def test_broker_outage_spools_replays_in_order_and_never_delays_a_step(own_broke
     assert sorted(set(step_ids)) == list(range(steps)), "a step record is missing"
     assert len(step_ids) == steps, f"{len(step_ids) - steps} duplicates"
     # records keyed by rank (stacks) and by job (heartbeats) keep their order in their partition
-    for kind, field in ((StackSample, "start_ns"), (Heartbeat, "time_ns")):
+    # (a stack record is published when its window ends: a slow step's own record can start
+    # after the 10 s window around it began, so the order is that of end_ns)
+    for kind, field in ((StackSample, "end_ns"), (Heartbeat, "time_ns")):
         seq = [(p, o, getattr(r, field)) for _t, p, o, r in got if isinstance(r, kind) and r.job == job]
         seq.sort()
         values = [v for _p, _o, v in seq]
