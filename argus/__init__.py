@@ -7,8 +7,8 @@ command wire the packages ``schemas``, ``producers``, ``detectors``, ``streams``
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 import typing
+from importlib.metadata import PackageNotFoundError, version
 
 from .api import attach, detach, pause, step
 from .config import ConfigError, Settings, load_settings
