@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Finding"]
+__all__ = ["Finding", "anomaly_id"]
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,9 @@ class Finding:
     def key(self) -> str:
         """Identity across steps: cause and suspect."""
         return f"{self.cause}|{self.suspect}"
+
+
+def anomaly_id(job: str, run: int, cause: str, suspect: str, onset: int) -> str:
+    """Deterministic anomaly id: a hash of job, run, cause, suspect and onset step (a replay
+    gives the same ids, so downstream keeps each once)."""
+    return hashlib.sha1(f"{job}|{run}|{cause}|{suspect}|{onset}".encode()).hexdigest()[:20]

@@ -23,7 +23,6 @@ suspect and onset step, so a replay emits the same ids.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -41,7 +40,7 @@ from ._classes import (
     SEQUENCE_LENGTH_IMBALANCE,
 )
 from ._config import DiagnoserConfig
-from ._finding import Finding
+from ._finding import Finding, anomaly_id
 from .cost import gpu_hours, step_ms_added
 from .cross_rank import METRICS, CrossRankResult, cross_rank, job_reference
 from .iteration import (
@@ -79,11 +78,6 @@ KernelSource = Callable[[Sequence[int]], Mapping[int, KernelStats]]
 """Given ranks, their KernelStats for the step being diagnosed (missing ranks allowed)."""
 StackSource = Callable[[Sequence[int]], Mapping[int, StackSample]]
 """Given ranks, their StackSample for the step being diagnosed (missing ranks allowed)."""
-
-
-def anomaly_id(job: str, run: int, cause: str, suspect: str, onset: int) -> str:
-    """Deterministic anomaly id: a hash of job, run, cause, suspect and onset step."""
-    return hashlib.sha1(f"{job}|{run}|{cause}|{suspect}|{onset}".encode()).hexdigest()[:20]
 
 
 @dataclass

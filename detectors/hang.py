@@ -35,8 +35,8 @@ import numpy as np
 from argus.schemas import Anomaly, Heartbeat
 
 from ._classes import HANG, LOST_RANK
+from ._finding import anomaly_id
 from .cost import gpu_hours
-from .facade import anomaly_id
 
 __all__ = [
     "HangConfig",
