@@ -93,6 +93,8 @@ class Settings:
     """A step completes at the latest this long after its first part (missing ranks named)."""
     streams_session_timeout_s: float = 15.0
     """A killed worker's partitions move to the others after this long."""
+    streams_job_ttl_s: float = 6 * 3600.0
+    """A job run silent this long is forgotten by the worker (its diagnosis state dropped)."""
     hang_floor_s: float = 10.0
     """No step for max(this, hang_step_factor x the job's step time) is a hang."""
     hang_step_factor: float = 10.0

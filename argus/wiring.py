@@ -109,6 +109,7 @@ def stream_config(settings: Settings, **overrides: Any) -> Any:
         "datadir": str(settings.home / "streams"),
         "assembly": AssemblyConfig(max_wait_s=settings.streams_step_timeout_s),
         "session_timeout_s": settings.streams_session_timeout_s,
+        "job_ttl_s": settings.streams_job_ttl_s,
         "hang": HangConfig(
             floor_s=settings.hang_floor_s,
             step_factor=settings.hang_step_factor,

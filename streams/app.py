@@ -242,6 +242,10 @@ def step_outputs(
     return sf, summary, findings
 
 
+_EXPIRE = "expire_job"
+"""A findings-topic message that orders the diagnose agent to forget a silent job run."""
+
+
 def _held_key(state_key: bytes, step: int) -> bytes:
     """Key of a held step's findings in the held-findings table."""
     return b"%s|%d" % (state_key, step)
@@ -384,12 +388,29 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             await finish(done)
         metrics.open_steps = assembler.open_steps
 
+    def expire(state_key: bytes) -> None:
+        """Forget a job run silent for ``job_ttl_s`` (inside stream iteration: table writes)."""
+        raw = job_states.get(state_key)
+        doc = json.loads(raw) if raw else {}
+        if not doc or doc.get("seen_s", 0) >= time.time() - cfg.job_ttl_s:
+            return  # it came back meanwhile
+        for step in doc.get("held", ()):
+            held_findings.pop(_held_key(state_key, step), None)
+        del job_states[state_key]
+        holding.pop(state_key, None)
+        refreshed.pop(state_key, None)
+        log.info("job %s: silent for %.0f s, forgotten", state_key.decode(errors="replace"), cfg.job_ttl_s)
+
     @app.agent(findings_topic)
     async def diagnose(stream: Any) -> None:
         async for event in stream.events():
             raw = bytes(event.value or b"")
             try:
-                sf = StepFindings.from_dict(json.loads(raw))
+                data = json.loads(raw)
+                if isinstance(data, dict) and _EXPIRE in data:  # from expire_jobs
+                    expire(f"{data[_EXPIRE]}|{int(data['run'])}".encode())
+                    continue
+                sf = StepFindings.from_dict(data)
             except (ValueError, KeyError, TypeError) as exc:
                 await dead_letter(event, "invalid", f"step findings: {exc}")
                 continue
@@ -458,6 +479,11 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                 if step != sf.step:
                     held_findings.pop(_held_key(state_key, step), None)
 
+    # Timers may read the tables but not write them (Faust: a table key is modified only
+    # inside stream iteration): what they decide goes through the findings topic, keyed by
+    # job like the job's own steps, and the diagnose agent applies it.
+    refreshed: dict[bytes, int] = {}  # job state key -> the last step its anomalies were sent for
+
     @app.timer(cfg.idle_refresh_s)  # type: ignore[untyped-decorator]
     async def refresh_idle_jobs() -> None:
         # a job that stopped sending steps (ended, or hangs): its open anomalies' windows
@@ -468,24 +494,22 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             if not doc or doc.get("seen_s", 0) > quiet:
                 continue
             state = JobState.from_dict(doc["state"])
-            sent = refresh(state)
-            for anomaly in sent:
+            if refreshed.get(key) == state.last_step:
+                continue
+            refreshed[key] = state.last_step
+            for anomaly in refresh(state):
                 if await send_anomaly(anomaly) is not None:
                     metrics.anomalies[anomaly.cause] += 1
-            if sent:
-                await app.producer.flush()
-                job_states[key] = json.dumps({**doc, "state": state.to_dict()}).encode()
 
-    @app.timer(60.0)  # type: ignore[untyped-decorator]
+    @app.timer(min(60.0, cfg.job_ttl_s / 2))  # type: ignore[untyped-decorator]
     async def expire_jobs() -> None:
         cutoff = time.time() - cfg.job_ttl_s
-        docs = {k: json.loads(v) for k, v in job_states.items() if v}
-        for key, doc in docs.items():
-            if doc.get("seen_s", 0) < cutoff:
-                for step in doc.get("held", ()):
-                    held_findings.pop(_held_key(key, step), None)
-                del job_states[key]
-                holding.pop(key, None)
+        for raw in list(job_states.values()):
+            doc = json.loads(raw) if raw else {}
+            if doc and doc.get("seen_s", 0) < cutoff:
+                state = doc["state"]
+                order = json.dumps({_EXPIRE: state["job"], "run": state["run"]}).encode()
+                await findings_topic.send(key=job_key(state["job"]), value=order)
 
     heartbeats_topic = app.topic(HEARTBEATS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
     hang_states: dict[tuple[str, int], HangState] = {}

@@ -157,6 +157,41 @@ def test_one_straggler_yields_one_anomaly_and_a_clean_job_none(kafka_conf, worke
         assert fut.result(10)["cleanup.policy"].value == "compact", resource
 
 
+def test_a_job_that_ends_mid_fault_gets_its_final_window_and_is_forgotten_without_a_crash(
+    kafka_conf, worker_factory, unique, monkeypatch
+) -> None:
+    """The straggler is still slow at the job's last step: no step will close its anomaly,
+    so the worker sends it as far as it went once the job is quiet; later the job's state
+    expires. Both happen in timers, which may not write Faust tables: the worker lives."""
+    job = f"e2e-ends-{unique}"
+    app = fresh_group(kafka_conf, f"t-{unique}")
+    monkeypatch.setenv("ARGUS_STREAMS_JOB_TTL_S", "8")
+    worker = worker_factory(app)
+    publish(kafka_conf, job, 40, ["compute_straggler@15+100:77"])
+    found, _ = collect(
+        kafka_conf, job, until=lambda a, s: any(x.end_step == 39 for x in a.values()), timeout=90
+    )
+    (anomaly,) = found.values()
+    assert (anomaly.suspect, anomaly.start_step, anomaly.end_step) == ("rank:77", 15, 39)
+    time.sleep(15)  # past the job's TTL: the expire order went through the findings topic
+    assert worker.proc.poll() is None, "the worker died"
+    worker.log.flush()
+    log = Path(worker.log.name).read_text()
+    assert "Traceback" not in log and "Cannot modify table" not in log, log[-2000:]
+    # forgotten: the job's state has a tombstone in the table's changelog
+    c = Consumer({**kafka_conf, "group.id": f"peek-{time.time_ns()}", "auto.offset.reset": "earliest"})
+    c.subscribe([f"{app}-argus-job-state-changelog"])
+    key, tombstone, deadline = f"{job}|0".encode(), False, time.monotonic() + 30
+    try:
+        while not tombstone and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=0.5):
+                if not m.error() and m.key() == key and m.value() is None:
+                    tombstone = True
+    finally:
+        c.close()
+    assert tombstone, "the silent job's state was not dropped"
+
+
 def test_sigkill_and_restart_emit_the_same_anomalies(kafka_conf, worker_factory, unique) -> None:
     job = f"e2e-kill-{unique}"
     app = fresh_group(kafka_conf, f"k-{unique}")
