@@ -158,7 +158,8 @@ def log_batches(
         value = 1.0 / value
     med = float(np.median(value))
     scale = _TYPICAL_MS / med if med > 0 else 1.0
-    ms = np.minimum(value * scale, 1000.0 * _TYPICAL_MS)
+    with np.errstate(over="ignore"):  # a value near the float limit is capped, not a warning
+        ms = np.minimum(value * scale, 1000.0 * _TYPICAL_MS)
     win, labels = _windows(rank, t, by_time)
     # one value per (window, rank): the mean of its samples there
     key = win * (int(rank.max()) + 1) + rank
@@ -197,6 +198,11 @@ class LogDiagnosis:
     anomalies: list[Anomaly]
     labels: np.ndarray
     transients: dict[str, int]
+    scale: float = 1.0
+
+    def slowdown(self, a: Anomaly) -> float:
+        """What the suspect adds to a typical step, as a fraction of it (unit-free)."""
+        return a.step_ms_added * self.scale / _TYPICAL_MS
 
     def start(self, a: Anomaly) -> float:
         """The anomaly's first window, in the log's time or step unit."""
@@ -232,4 +238,4 @@ def diagnose_log(
         dataclasses.replace(a, step_ms_added=a.step_ms_added / scale, gpu_hours_lost=a.gpu_hours_lost / scale)
         for a in sorted(final.values(), key=lambda a: (a.start_step, a.suspect))
     ]
-    return LogDiagnosis(out, labels, dict(diag.state.transients))
+    return LogDiagnosis(out, labels, dict(diag.state.transients), scale)

@@ -45,6 +45,7 @@ class DiagnoserConfig:
     gpus_per_host: int = 8
     host_min_ranks: int = 4
     group_min_frac: float = 0.05
+    group_min_size: int = 32
     warmup_steps: int = 5
     iter_window: int = 32
     iter_min_steps: int = 8

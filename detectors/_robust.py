@@ -106,7 +106,8 @@ SMALL_GROUP_REL = 0.02
 def _fast_side(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """Centre and sigma from the fast side of ``x`` along ``axis``: of a normal whose 10th
     and 30th percentiles these are, or the fastest value (sigma 0) in a small group."""
-    if x.shape[axis] <= SMALL_GROUP:
+    n = x.shape[axis]
+    if n <= SMALL_GROUP:
         low = x.min(axis=axis)
         return low, SMALL_GROUP_REL * np.abs(low)
     p10, p30 = np.percentile(x, (10.0, 30.0), axis=axis)

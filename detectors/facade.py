@@ -125,6 +125,7 @@ class JobState:
     transients: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     last_end_ns: int = 0
+    n_ranks: int = 0
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -150,6 +151,7 @@ class JobState:
             "first_step": self.first_step,
             "steps": self.steps,
             "last_end_ns": self.last_end_ns,
+            "n_ranks": self.n_ranks,
             "transients": dict(self.transients),
         }
 
@@ -172,6 +174,7 @@ class JobState:
             first_step=int(data.get("first_step", -1)),
             steps=int(data.get("steps", 0)),
             last_end_ns=int(data.get("last_end_ns", 0)),
+            n_ranks=int(data.get("n_ranks", 0)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
         )
 
@@ -449,7 +452,7 @@ def apply_findings(
             e.score = max(e.score, f.score)
             e.evidence.update(f.evidence)
             e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
-        if not e.emitted and _confirmed(e, added, base_ms, cfg):
+        if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
             if deepen is not None:
                 level, extra = deepen(f)
                 e.level = level
@@ -486,6 +489,7 @@ def apply_findings(
             state.episodes.pop(k)
     state.last_step = step
     state.last_end_ns = max(state.last_end_ns, sf.end_ns)
+    state.n_ranks = max(state.n_ranks, sf.n_ranks)
     return StepResult(tuple(out), tuple(findings), sf.summary, verdict, tuple(transients))
 
 
@@ -644,10 +648,12 @@ def _persistent(e: Episode, state: JobState, cfg: DiagnoserConfig) -> bool:
     )
 
 
-def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig) -> bool:
+def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n_ranks: int) -> bool:
     """Sustained, or a one-off stall that cost enough in one step (rank level, or a slow
-    checkpoint): a few small pauses do not add up to a stall."""
-    if e.hits >= cfg.min_steps:
+    checkpoint): a few small pauses do not add up to a stall. A rank of a small job needs
+    twice the sightings: a few ranks' spread is a poor yardstick for one step's noise."""
+    small = e.level != "iteration" and n_ranks < cfg.group_min_size
+    if e.hits >= cfg.min_steps * (2 if small else 1):
         return True
     one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
     return one_off and added >= cfg.min_cost_frac * base_ms
@@ -770,8 +776,9 @@ class JobDiagnoser:
         episode seen in every one of its steps."""
         st, cfg = self.state, self.config
         out = []
+        need = cfg.min_steps * (2 if st.n_ranks < cfg.group_min_size else 1)
         for e in st.episodes.values():
-            if not e.emitted and 0 < st.steps < cfg.min_steps and e.hits >= st.steps:
+            if not e.emitted and 0 < st.steps < need and e.hits >= st.steps:
                 e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg), st.last_end_ns
             if e.emitted:
                 out.append(_anomaly(st, e))

@@ -199,8 +199,9 @@ def attribute(verdict: IterationVerdict, config: DiagnoserConfig | None = None) 
     metric = JOB_METRICS[i]
     cause, suspect = _CAUSE[metric]
     step_rise = verdict.step_ms - verdict.base_ms
+    deciding = f"{metric}_rise"
     if verdict.rise[i] < 0.5 * step_rise:  # most of the rise is outside every phase timer
-        cause, suspect = UNKNOWN, "job"
+        cause, suspect, deciding = UNKNOWN, "job", "step_ms_rise"
     ev = {
         f"{metric}_rise": round(float(verdict.rise[i]), 4),
         "step_ms_rise": round(verdict.step_ms - verdict.base_ms, 4),
@@ -214,7 +215,7 @@ def attribute(verdict: IterationVerdict, config: DiagnoserConfig | None = None) 
         suspect,
         (),
         min(verdict.z, 1e6),
-        f"{metric}_rise",
+        deciding,
         ev,
         verdict.step_ms - verdict.base_ms,
     )

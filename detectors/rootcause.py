@@ -272,7 +272,7 @@ def stragglers(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
             per_host[str(hosts[j])] = per_host.get(str(hosts[j]), 0) + 1
         loose = sum(n for n in per_host.values() if n < cfg.host_min_ranks)  # not in a host's cluster
         many = max(cfg.host_min_ranks, cfg.group_min_frac * size.get(g, 0))  # more than noise flags
-        if loose >= many:  # slow across the group, not one host's doing
+        if loose >= many and size.get(g, 0) >= cfg.group_min_size:  # slow across a large group
             out.append(
                 _group_finding(
                     cr, f"{cfg.group_column}:{g}", cause, members, [metrics[j] for j in members], False

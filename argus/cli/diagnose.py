@@ -58,6 +58,7 @@ def diagnose(
                 "score": _finite(a.score),
                 "windows": int(a.evidence.get("steps_seen", 0)),
                 "added": _finite(a.step_ms_added),
+                "slowdown": _finite(round(result.slowdown(a), 4)),
                 "summary": a.summary,
             }
             for a in found
@@ -66,25 +67,27 @@ def diagnose(
         return
     unit = "time" if time_col else "step"
     n_tr = sum(result.transients.values())
+    top = sorted(result.transients.items(), key=lambda kv: -kv[1])[:5]
     table = Table(
         "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "windows",
-        f"{value_col} added",
+        "slowdown",
         caption=(
             f"{len(found)} anomal{'y' if len(found) == 1 else 'ies'} in {len(np.unique(rank))} ranks; "
             f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
+            + (": " + ", ".join(f"{k} ×{v}" for k, v in top) if top else "")
         ),
     )  # fmt: skip
     for a in found:
         table.add_row(
             a.suspect,
             ",".join(str(r) for r in a.ranks[:8]) + ("…" if len(a.ranks) > 8 else ""),
-            f"{result.start(a):g}",
-            f"{result.end(a):g}",
+            _when(result.start(a)),
+            _when(result.end(a)),
             a.cause,
             a.severity,
             f"{_finite(a.score) or 0:.1f}",
             f"{int(a.evidence.get('steps_seen', 0))}",
-            f"{a.step_ms_added:.4g}",
+            f"+{100 * result.slowdown(a):.1f} %",
         )
     console.print(table)
 
@@ -92,3 +95,8 @@ def diagnose(
 def _finite(x: float) -> float | None:
     """JSON has no infinity: a figure out of range is null."""
     return float(x) if math.isfinite(x) else None
+
+
+def _when(x: float) -> str:
+    """A step or time as written in the log (an epoch time whole, not as 1.75e+09)."""
+    return f"{x:.0f}" if abs(x) >= 1e5 else f"{x:g}"
