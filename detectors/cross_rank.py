@@ -22,8 +22,10 @@ __all__ = [
     "COLLECTIVE_METRICS",
     "LINK_METRICS",
     "METRICS",
+    "OWN_WORK",
     "WORK_METRICS",
     "CrossRankResult",
+    "clean_step_ms",
     "cross_rank",
     "job_reference",
     "rank_metrics",
@@ -55,18 +57,9 @@ LINK_METRICS = frozenset({"all_reduce_ms", "gather_scatter_ms", "all_to_all_ms",
 _IDX = {name: i for i, name in enumerate(METRICS)}
 _CAUSE_ROWS = np.array([_IDX[n] for n in CAUSE_METRICS])
 _FLOOR = np.array([0.5 if n != "tokens" else 1.0 for n in METRICS])
-WORK_METRICS = frozenset(
-    {
-        "compute_ms",
-        "dataloader_ms",
-        "h2d_ms",
-        "gc_ms",
-        "compile_ms",
-        "checkpoint_ms",
-        "tokens",
-        "unaccounted_ms",
-    }
-)
+OWN_WORK: tuple[str, ...] = ("compute_ms", "dataloader_ms", "h2d_ms", "gc_ms", "compile_ms", "unaccounted_ms")
+"""A rank's own work in a step, its checkpoint aside: what a global slowdown raises on every rank."""
+WORK_METRICS = frozenset({*OWN_WORK, "checkpoint_ms", "tokens"})
 """A rank's own work: only a slow minority stands out (centre and scale from the fast side).
 Collective time holds the wait for the slowest, so most ranks of a slowed job are high
 there: its centre stays the median."""
@@ -74,6 +67,17 @@ _ONE_SIDED = np.array([n in WORK_METRICS for n in METRICS])
 _LINK_ROWS = np.array([i for i, n in enumerate(METRICS) if n in LINK_METRICS])
 COLLECTIVE_METRICS = ("collective_ms", "all_reduce_ms", "gather_scatter_ms", "all_to_all_ms", "p2p_ms")
 _COLL_ROWS = np.array([METRICS.index(n) for n in COLLECTIVE_METRICS])
+
+
+_STEP_PARTS = np.array([METRICS.index(m) for m in (*OWN_WORK, "checkpoint_ms", *sorted(LINK_METRICS))])
+
+
+def clean_step_ms(reference: np.ndarray) -> float:
+    """The job's step without the wait for its slowest rank (from :func:`job_reference`):
+    the typical rank's own work and checkpoint plus the fastest ranks' collectives. The
+    iteration level's signal: the wall time's heavy tail is the slowest rank's, which the
+    cross-rank level already judges."""
+    return float(reference[_STEP_PARTS].sum())
 
 
 def job_reference(cr: CrossRankResult) -> np.ndarray:
@@ -158,22 +162,24 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     Notes:
         In a synchronous step every rank's wall time is the same, so the step time says
         nothing about who is slow; the phases do. A rank's excess in a phase is measured
-        against the median of its group (the same pp stage: same model layers), scaled
-        by the group's MAD. Noise never reaches the thresholds; faults do.
+        against the centre of its group (the same pp stage: same model layers), scaled by
+        the group's spread: for a rank's own work both from the group's fast side, so that
+        many slow ranks at once do not hide each other; for collectives the median and MAD.
     """
     cfg = config or DiagnoserConfig()
     x, step_ms = rank_metrics(batch)
     gi = GroupIndex.of(batch[cfg.group_column])
     ident = is_identity(gi.order)
-    xs = x if ident else x[:, gi.order]
+    xs = x if ident else x[:, gi.order]  # rows sorted by group; ours to change in place
     med, scale = group_median_scale(
         xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True, one_sided=_ONE_SIDED
     )
     stride = max(1, len(step_ms) // 4096)
     job_step = float(np.median(step_ms[::stride]))
+    job_median = np.median(xs[:, ::stride], axis=1) if len(step_ms) else np.zeros(len(METRICS))
     # the least collective time of any rank: the slowest rank's, which waits for nobody, so
     # transfer and pipeline bubbles without the wait for the slowest (every step's heavy tail)
-    floor = x[_COLL_ROWS].min(axis=1) if len(step_ms) else np.zeros(len(_COLL_ROWS))
+    floor = xs[_COLL_ROWS].min(axis=1) if len(step_ms) else np.zeros(len(_COLL_ROWS))
     # thresholds scale with the typical rank's own work, not with a step a stall inflated
     busy = float(np.median(med[_IDX["compute_ms"]] + med[_IDX["dataloader_ms"]] + med[_IDX["h2d_ms"]]))
     un = _IDX["unaccounted_ms"]
@@ -192,24 +198,22 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     # a rank that computed faster than its group waits longer for the others: that wait is
     # not its link's transfer time
     comp = _IDX["compute_ms"]
-    x0, x = x, x.copy()
-    x[_LINK_ROWS] += np.minimum(x[comp] - med[comp, gi.inverse], 0.0)
-    xs = x if ident else x[:, gi.order]
+    rep = np.repeat(np.arange(gi.n_groups), gi.sizes)  # group of every sorted row
+    xs[_LINK_ROWS] += np.minimum(xs[comp] - med[comp, rep], 0.0)
     if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):  # broadcast, no gathers
         m, g, size = len(METRICS), gi.n_groups, int(gi.sizes[0])
         cube = xs.reshape(m, g, size)
         ratio = ((cube[_CAUSE_ROWS] - med[_CAUSE_ROWS, :, None]) / thr[_CAUSE_ROWS, :, None]).max(axis=0)
         ratio = np.maximum(ratio, (med[coll, :, None] - cube[coll]) / neg[:, None]).reshape(-1)
     else:
-        rep = np.repeat(np.arange(gi.n_groups), gi.sizes)
         ratio = ((xs[_CAUSE_ROWS] - med[_CAUSE_ROWS][:, rep]) / thr[_CAUSE_ROWS][:, rep]).max(axis=0)
         ratio = np.maximum(ratio, (med[coll][rep] - xs[coll]) / neg[rep])
     flagged_sorted = np.flatnonzero(ratio >= 1.0)
     weak_sorted = np.flatnonzero((ratio >= cfg.weak_frac) & (ratio < 1.0))[: cfg.max_weak]
     weak_rows = gi.order[weak_sorted] if not ident else weak_sorted
     rows = gi.order[flagged_sorted] if not ident else flagged_sorted
-    gidx = gi.inverse[rows]
-    value = x[:, rows]
+    gidx = rep[flagged_sorted]
+    value = xs[:, flagged_sorted]
     excess = value - med[:, gidx]
     z = excess / scale[:, gidx]
     pos = np.zeros((len(METRICS), len(rows)), bool)
@@ -232,6 +236,6 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
         group_keys=gi.keys,
         group_median=med,
         group_sizes=gi.sizes,
-        job_median=np.median(x0[:, ::stride], axis=1) if len(step_ms) else np.zeros(len(METRICS)),
+        job_median=job_median,
         collective_floor=floor,
     )

@@ -42,7 +42,7 @@ from ._classes import (
 from ._config import DiagnoserConfig
 from ._finding import Finding, anomaly_id
 from .cost import gpu_hours, step_ms_added
-from .cross_rank import METRICS, CrossRankResult, cross_rank, job_reference
+from .cross_rank import METRICS, CrossRankResult, clean_step_ms, cross_rank, job_reference
 from .iteration import (
     IterationState,
     IterationVerdict,
@@ -329,24 +329,6 @@ class StepFindings:
         )
 
 
-_STEP_PARTS = np.array(
-    [
-        METRICS.index(m)
-        for m in (
-            "compute_ms", "dataloader_ms", "h2d_ms", "gc_ms", "compile_ms", "checkpoint_ms", "unaccounted_ms",
-            "all_reduce_ms", "gather_scatter_ms", "all_to_all_ms", "p2p_ms",
-        )
-    ]
-)  # fmt: skip
-
-
-def _job_ms(reference: np.ndarray) -> float:
-    """The job's step without the wait for its slowest rank: the typical rank's own work
-    plus the fastest ranks' collectives (the iteration level's signal: the wall time's
-    heavy tail is the slowest rank's, which the cross-rank level already judges)."""
-    return float(reference[_STEP_PARTS].sum())
-
-
 def _cross_rank_stage(
     batch: StepBatch, cfg: DiagnoserConfig, missing: Sequence[int]
 ) -> tuple[StepFindings, CrossRankResult]:
@@ -356,6 +338,7 @@ def _cross_rank_stage(
         if len(cr.rows):
             findings += classify_ranks(cr, batch["host"][cr.rows], batch["dp"][cr.rows], cfg)
         findings += stage_imbalance(cr, cfg.group_column, cfg)
+    reference = job_reference(cr)
     sf = StepFindings(
         job=batch.job,
         run=batch.run,
@@ -363,11 +346,11 @@ def _cross_rank_stage(
         end_ns=int(batch["end_ns"].max()),
         n_ranks=cr.n_ranks,
         step_ms=cr.step_ms,
-        job_median=job_reference(cr),
+        job_median=reference,
         findings=tuple(findings),
         summary=_summary(batch, cr, findings, missing),
         weak=tuple(cr.weak.tolist()),
-        job_ms=_job_ms(job_reference(cr)),
+        job_ms=clean_step_ms(reference),
     )
     return sf, cr
 
@@ -432,7 +415,7 @@ def apply_findings(
         key = _route(f, groups)
         e = state.episodes.get(key)
         if e is None:
-            e = _open(state, f, step, cfg)
+            e = _open(f, step)
             state.episodes[key] = e
             if f.suspect_kind in _GROUP_KINDS:
                 _absorb(state, key, e)
@@ -615,7 +598,7 @@ def _absorb(state: JobState, key: str, group: Episode) -> None:
         group.persistent = group.persistent or e.persistent
 
 
-def _open(state: JobState, f: Finding, step: int, cfg: DiagnoserConfig) -> Episode:
+def _open(f: Finding, step: int) -> Episode:
     return Episode(
         f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,
         f.score, f.decided_by, dict(f.evidence), 0.0, 0.0,
@@ -648,12 +631,17 @@ def _persistent(e: Episode, state: JobState, cfg: DiagnoserConfig) -> bool:
     )
 
 
+def _sightings_needed(cfg: DiagnoserConfig, n_ranks: int, level: str = "cross_rank") -> int:
+    """Sightings that make a sustained fault: ``min_steps``, twice that for a rank of a job
+    under ``group_min_size`` ranks (a few ranks' spread is a poor yardstick for one step's
+    noise)."""
+    return cfg.min_steps * (2 if level != "iteration" and n_ranks < cfg.group_min_size else 1)
+
+
 def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n_ranks: int) -> bool:
     """Sustained, or a one-off stall that cost enough in one step (rank level, or a slow
-    checkpoint): a few small pauses do not add up to a stall. A rank of a small job needs
-    twice the sightings: a few ranks' spread is a poor yardstick for one step's noise."""
-    small = e.level != "iteration" and n_ranks < cfg.group_min_size
-    if e.hits >= cfg.min_steps * (2 if small else 1):
+    checkpoint): a few small pauses do not add up to a stall."""
+    if e.hits >= _sightings_needed(cfg, n_ranks, e.level):
         return True
     one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
     return one_off and added >= cfg.min_cost_frac * base_ms
@@ -776,8 +764,8 @@ class JobDiagnoser:
         episode seen in every one of its steps."""
         st, cfg = self.state, self.config
         out = []
-        need = cfg.min_steps * (2 if st.n_ranks < cfg.group_min_size else 1)
         for e in st.episodes.values():
+            need = _sightings_needed(cfg, st.n_ranks, e.level)
             if not e.emitted and 0 < st.steps < need and e.hits >= st.steps:
                 e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg), st.last_end_ns
             if e.emitted:

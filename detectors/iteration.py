@@ -24,7 +24,7 @@ from ._classes import (
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._robust import MAD_TO_SIGMA
-from .cross_rank import METRICS
+from .cross_rank import METRICS, OWN_WORK
 
 __all__ = [
     "JOB_METRICS",
@@ -150,12 +150,7 @@ def update_baseline(
     state.n += 1
 
 
-_WORK = np.array(
-    [
-        METRICS.index(m)
-        for m in ("compute_ms", "dataloader_ms", "h2d_ms", "gc_ms", "compile_ms", "unaccounted_ms")
-    ]
-)
+_WORK = np.array([METRICS.index(m) for m in OWN_WORK])
 
 
 def job_work_ms(job_median: np.ndarray) -> float:
