@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
+
+from argus.producers.spool import private_dir
 
 from .config import Settings
 
 __all__ = ["faust_credentials", "open_configured_store", "private_dir", "stream_config"]
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents 0700; tighten ``path`` to 0700 if it is ours.
-
-    ARGUS_HOME, the spool and the chDB data hold job names, hosts, stacks and kernel names:
-    nobody else on the machine reads them.
-    """
-    missing = []
-    p = path
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        d.mkdir(mode=0o700, exist_ok=True)
-    st = path.stat()
-    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
-        os.chmod(path, 0o700)
-    return path
 
 
 def open_configured_store(settings: Settings) -> Any:

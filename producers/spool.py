@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["Spool", "SpoolRecord"]
+__all__ = ["Spool", "SpoolRecord", "private_dir"]
 
 log = logging.getLogger("argus.spool")
 
@@ -91,9 +91,12 @@ def _unpack(data: bytes, pos: int, limit: int) -> tuple[list[SpoolRecord], int, 
     return out, pos, False
 
 
-def _private_dir(path: Path) -> None:
+def private_dir(path: Path) -> Path:
     """Create ``path`` and its missing parents 0700 (mkdir's ``parents`` would make them with
-    the umask's mode); tighten ``path`` to 0700 if it exists."""
+    the umask's mode); tighten ``path`` to 0700 if it exists. Returns ``path``.
+
+    The spool, ARGUS_HOME and the chDB data hold job names, hosts, stacks and kernel
+    names: nobody else on the machine reads them."""
     missing = []
     p = path
     while not p.exists() and p != p.parent:
@@ -106,6 +109,7 @@ def _private_dir(path: Path) -> None:
             os.chmod(path, 0o700)
         except OSError as exc:  # not ours: say so, go on (the files stay 0600)
             log.warning("cannot make %s private (0700): %s", path, exc.strerror)
+    return path
 
 
 class Spool:
@@ -120,7 +124,7 @@ class Spool:
         if max_bytes <= 0 or segment_bytes <= 0:
             raise ValueError("max_bytes and segment_bytes must be positive")
         self.dir = Path(directory)
-        _private_dir(self.dir)
+        private_dir(self.dir)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
         self._segments = sorted(int(p.stem) for p in self.dir.glob("*.seg") if p.stem.isdigit())
