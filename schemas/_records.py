@@ -423,6 +423,17 @@ class StepSummary(Record):
     tokens: int
     suspects: tuple[int, ...] = ()
 
+    FIGURES: ClassVar[tuple[str, ...]] = (
+        "step_ms_median",
+        "step_ms_p99",
+        "step_ms_max",
+        "compute_ms_median",
+        "collective_ms_median",
+        "dataloader_ms_median",
+        "checkpoint_ms_max",
+    )
+    """The step's figures in ms (non-negative floats; Float32 columns in the store)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Anomaly(Record):

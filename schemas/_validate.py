@@ -235,15 +235,7 @@ def _step_summary(s: StepSummary) -> None:
     _int_range(s, "ranks", s.ranks, 0, LIMITS["max_rank"])
     _ints(s, "missing", s.missing, 0, LIMITS["max_rank"])
     _ints(s, "suspects", s.suspects, 0, LIMITS["max_rank"])
-    for name in (
-        "step_ms_median",
-        "step_ms_p99",
-        "step_ms_max",
-        "compute_ms_median",
-        "collective_ms_median",
-        "dataloader_ms_median",
-        "checkpoint_ms_max",
-    ):
+    for name in StepSummary.FIGURES:
         _nonneg_finite(s, name, getattr(s, name))
     _int_range(s, "tokens", s.tokens, 0, _I64)
 

@@ -146,15 +146,6 @@ def _gpu_samples(recs: Sequence[GpuSample]) -> pa.Table:
 
 
 def _step_summaries(recs: Sequence[StepSummary]) -> pa.Table:
-    floats = (
-        "step_ms_median",
-        "step_ms_p99",
-        "step_ms_max",
-        "compute_ms_median",
-        "collective_ms_median",
-        "dataloader_ms_median",
-        "checkpoint_ms_max",
-    )
     cols: dict[str, Any] = {
         "job": pa.array([r.job for r in recs], pa.string()),
         "run": pa.array([r.run for r in recs], pa.uint32()),
@@ -163,7 +154,9 @@ def _step_summaries(recs: Sequence[StepSummary]) -> pa.Table:
         "ranks": pa.array([r.ranks for r in recs], pa.uint32()),
         "missing": pa.array([list(r.missing) for r in recs], pa.list_(pa.uint32())),
     }
-    cols.update({name: pa.array([getattr(r, name) for r in recs], pa.float32()) for name in floats})
+    cols.update(
+        {name: pa.array([getattr(r, name) for r in recs], pa.float32()) for name in StepSummary.FIGURES}
+    )
     cols["tokens"] = pa.array([r.tokens for r in recs], pa.uint64())
     cols["suspects"] = pa.array([list(r.suspects) for r in recs], pa.list_(pa.uint32()))
     return pa.table(cols)
