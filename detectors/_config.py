@@ -1,4 +1,4 @@
-"""Thresholds of the diagnosis, in one frozen dataclass (defaults tuned on the simulator)."""
+"""Thresholds of the diagnosis, in one frozen dataclass."""
 
 from __future__ import annotations
 
@@ -9,29 +9,37 @@ __all__ = ["DiagnoserConfig"]
 
 @dataclass(frozen=True)
 class DiagnoserConfig:
-    """Thresholds and windows of the progressive diagnosis.
+    """Thresholds and windows of the progressive diagnosis (defaults tuned on the realistic
+    noise suite of ``bench/diagnosis.py``).
 
     Cross-rank: a rank is flagged on a metric when its robust z-score within its group
     (``group_column``, the pp stage by default) is at least ``z_pos`` and its excess over the
-    group median at least ``max(min_excess_ms, min_excess_frac * busy)`` (busy: the
+    group's centre at least ``max(min_excess_ms, min_excess_frac * busy)`` (busy: the
     typical rank's compute + data-loader + copy time, which one rank's stall does not
     inflate); it "waits least" when its collective z-score is at most ``-z_neg`` and its
-    deficit at least ``neg_min_frac * busy``. Iteration level: the job's step time is anomalous
-    when it exceeds the median of the last ``iter_window`` clean steps by ``iter_z`` robust
-    sigmas and by ``iter_rel`` of it (after ``iter_min_steps`` clean steps). No alarm on
-    steps below ``warmup_steps``. An episode becomes an anomaly when seen in ``min_steps``
-    steps, or for a one-off stall once it cost ``min_cost_frac`` of a step; it closes after
-    ``close_after`` steps without a sighting (``persistent_close_after`` for a straggler
-    seen within ``persistent_within`` steps of the first step past the warm-up: past
-    ``warmup_steps``, or where the job became ``global_ratio`` times faster within its first
-    ``persistent_settle_steps`` steps). Steps where the job's step time is
-    ``global_ratio`` times its baseline or more (evaluation, checkpoint) are no sightings
-    for ranks. Once an episode is an anomaly, a rank at ``weak_frac`` of a threshold still
-    counts as a sighting (hysteresis: a fault near the threshold is one anomaly, not many).
-    Ranks of one host slow for one cause are one finding from ``host_min_ranks`` on; ranks
-    of one group across hosts from ``group_min_frac`` of the group on (fewer are the noise's
-    transients). An anomaly lists at most ``max_listed`` ranks. Group medians and MADs of groups larger than ``max_sample`` ranks come from
-    a strided sample.
+    deficit at least ``neg_min_frac * busy``. A rank at ``weak_frac`` of a threshold is
+    weakly flagged (at most ``max_weak`` per step). Ranks of one host slow for one cause
+    are one finding from ``host_min_ranks`` on; ranks of one group across hosts from
+    ``group_min_frac`` of the group on, in groups of ``group_min_size`` ranks or more.
+
+    Iteration level: the job's step without the wait for its slowest rank is anomalous when
+    it exceeds the median of the last ``iter_window`` clean steps by ``iter_z`` robust sigmas
+    and by ``iter_rel`` of it (after ``iter_min_steps`` clean steps); a checkpoint
+    ``checkpoint_ratio`` times the last one is a stall. Steps where the typical rank works
+    ``global_ratio`` times its reference or more (evaluation, checkpoint, warm-up) are no
+    sightings for ranks. No alarm before ``warmup_steps``.
+
+    Temporal: an episode becomes an anomaly when seen in ``min_steps`` steps (twice that for
+    a rank of a job under ``group_min_size`` ranks), or for a one-off stall once it cost
+    ``min_cost_frac`` of a step in one step; it is sent again every ``update_every`` steps
+    while open, and closes after ``close_after`` steps without a sighting (a weakly flagged
+    rank keeps a confirmed one open; ``persistent_close_after`` for a straggler seen within
+    ``persistent_within`` steps of the job's settling: past ``warmup_steps``, or where it
+    became ``global_ratio`` times faster within its first ``persistent_settle_steps``
+    steps). At most ``max_open`` unconfirmed episodes; an anomaly lists at most
+    ``max_listed`` ranks. Kernel evidence compares a suspect with ``kernel_peers`` healthy
+    peers. Group statistics of groups larger than ``max_sample`` ranks come from a strided
+    sample.
     """
 
     group_column: str = "pp"

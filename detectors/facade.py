@@ -182,14 +182,13 @@ class JobState:
 @dataclass(frozen=True)
 class StepResult:
     """What one step produced: anomalies to publish (new or closed episodes), every finding
-    of the step (confirmed or not), the step's summary record, the iteration verdict, and
-    the suspects whose sightings closed as transients (never an anomaly)."""
+    of the step (confirmed or not), the step's summary record and the iteration verdict
+    (transients are counted in the state: ``JobState.transients``)."""
 
     anomalies: tuple[Anomaly, ...]
     findings: tuple[Finding, ...]
     summary: StepSummary
     iteration: IterationVerdict
-    transients: tuple[str, ...] = ()
 
 
 def _anomaly(state: JobState, e: Episode) -> Anomaly:
@@ -450,7 +449,6 @@ def apply_findings(
         elif e.emitted and step - e.reported >= cfg.update_every:  # a live window and cost
             e.reported = step
             out.append(_anomaly(state, e))
-    transients: list[str] = []
     weak = set(sf.weak)
     for key, e in list(state.episodes.items()):
         if key in seen or glob:  # a global step is no evidence either way
@@ -464,7 +462,6 @@ def apply_findings(
             if e.emitted:
                 out.append(_anomaly(state, e))
             else:
-                transients.append(e.suspect)
                 _count_transient(state, e.suspect, cfg)
     if len(state.episodes) > cfg.max_open:
         stale = sorted((e.last_seen, k) for k, e in state.episodes.items() if not e.emitted)
@@ -473,7 +470,7 @@ def apply_findings(
     state.last_step = step
     state.last_end_ns = max(state.last_end_ns, sf.end_ns)
     state.n_ranks = max(state.n_ranks, sf.n_ranks)
-    return StepResult(tuple(out), tuple(findings), sf.summary, verdict, tuple(transients))
+    return StepResult(tuple(out), tuple(findings), sf.summary, verdict)
 
 
 _GROUP_KINDS = ("host", "link", "ranks")
