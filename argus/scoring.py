@@ -36,7 +36,18 @@ GROUP_KINDS = frozenset({"job", "stage", "dp_group"})
 """Suspect kinds of faults with no culprit rank: any two of them are at the same place."""
 
 
-class AnomalyLike(Protocol):
+class Placed(Protocol):
+    """Where an anomaly or a label points: its suspect and the culprit ranks."""
+
+    @property
+    def suspect_kind(self) -> str: ...
+    @property
+    def suspect(self) -> str: ...
+    @property
+    def ranks(self) -> Sequence[int]: ...
+
+
+class AnomalyLike(Placed, Protocol):
     """What the matcher reads of an anomaly (an Anomaly record or a stored row)."""
 
     @property
@@ -44,16 +55,10 @@ class AnomalyLike(Protocol):
     @property
     def end_step(self) -> int: ...
     @property
-    def suspect_kind(self) -> str: ...
-    @property
-    def suspect(self) -> str: ...
-    @property
-    def ranks(self) -> Sequence[int]: ...
-    @property
     def cause(self) -> str: ...
 
 
-class LabelLike(Protocol):
+class LabelLike(Placed, Protocol):
     """What the matcher reads of a ground-truth label (``producers.simulator.Label``)."""
 
     @property
@@ -62,12 +67,6 @@ class LabelLike(Protocol):
     def first_step(self) -> int: ...
     @property
     def last_step(self) -> int: ...
-    @property
-    def suspect_kind(self) -> str: ...
-    @property
-    def suspect(self) -> str: ...
-    @property
-    def ranks(self) -> Sequence[int]: ...
 
 
 @dataclass(frozen=True)

@@ -574,7 +574,7 @@ def _route(f: Finding, groups: Mapping[tuple[str, int], str]) -> str:
     if f.suspect_kind in ("rank", "link", "host"):
         for r in f.ranks:
             key = groups.get((_family(f.cause), r))
-            if key is not None and (f.suspect_kind not in ("host", "ranks") or key.endswith(f"|{f.suspect}")):
+            if key is not None and (f.suspect_kind != "host" or key.endswith(f"|{f.suspect}")):
                 return key
     return f.key
 
