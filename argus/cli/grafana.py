@@ -19,21 +19,29 @@ app.add_typer(grafana_app, name="grafana")
 def export_cmd(
     out: Path = typer.Option(Path("deploy/grafana"), help="folder for dashboards/ and provisioning/"),
     check: bool = typer.Option(False, help="only check that the files in --out are up to date"),
+    runbook_base_url: str = typer.Option(
+        "${ARGUS_GRAFANA_URL}",
+        help="absolute Grafana URL prefixed to every alert's runbook_url (default: expanded by "
+        "Grafana's provisioning from its ARGUS_GRAFANA_URL environment variable)",
+    ),
+    datasource_uid: str = typer.Option("argus-clickhouse", help="uid of the ClickHouse datasource"),
 ) -> None:
     """Write the provisioning files (or check they match the code with --check)."""
-    from argus.sinks.grafana import export, rendered_files
+    from argus.sinks.grafana import GrafanaOptions, export, rendered_files
+
+    options = GrafanaOptions(datasource_uid=datasource_uid, runbook_base_url=runbook_base_url)
 
     if check:
         stale = [
             rel
-            for rel, text in rendered_files().items()
+            for rel, text in rendered_files(options).items()
             if not (out / rel).is_file() or (out / rel).read_text() != text
         ]
         if stale:
             fail(f"out of date in {out}: {', '.join(stale)}; run `argus grafana export --out {out}`")
         console.print(f"{out}: up to date")
         return
-    for path in export(out):
+    for path in export(out, options):
         console.print(f"wrote {path}")
 
 

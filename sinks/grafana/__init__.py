@@ -3,26 +3,39 @@
 from __future__ import annotations
 
 from .macros import MacroError, expand, percent_encode
-from .provisioning import alert_rules, dashboard_json, datasource, export, rendered_files
+from .provisioning import (
+    GrafanaOptions,
+    alert_rules,
+    api_alert_rules,
+    dashboard_json,
+    datasource,
+    export,
+    pipeline_dashboard_json,
+    rendered_files,
+)
 from .push import GrafanaPushError, PushResult, push
-from .queries import ALERTS, DASHBOARDS, AlertRule, Dashboard, Panel, all_panels
+from .queries import ALERTS, DASHBOARDS, PIPELINE, AlertRule, Dashboard, Panel, all_panels
 
 __all__ = [
     "ALERTS",
     "DASHBOARDS",
+    "PIPELINE",
     "AlertRule",
     "Dashboard",
+    "GrafanaOptions",
     "GrafanaPushError",
     "MacroError",
     "Panel",
     "PushResult",
     "alert_rules",
     "all_panels",
+    "api_alert_rules",
     "dashboard_json",
     "datasource",
     "expand",
     "export",
     "percent_encode",
+    "pipeline_dashboard_json",
     "push",
     "rendered_files",
 ]

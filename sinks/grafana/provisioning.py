@@ -1,231 +1,428 @@
 """Dashboards, alert rules and datasource as Grafana provisioning files (generated, checked in).
 
-``export(folder)`` writes::
+Dashboards and alert rules are built with grafana-foundation-sdk, Grafana's own typed
+builders; the ClickHouse query (no SDK builder exists for that plugin) is a small
+``Dataquery`` of ours. ``export(folder)`` writes::
 
     folder/dashboards/argus-*.json                 dashboard JSON
     folder/provisioning/dashboards/argus.yaml      file provider for the JSON
-    folder/provisioning/datasources/argus.yaml     the ClickHouse datasource (secrets from env)
+    folder/provisioning/datasources/argus.yaml     the ClickHouse datasource (server, TLS, secrets from env)
     folder/provisioning/alerting/argus.yaml        unified alerting rules
 
 docker-compose and the Helm chart mount these files; ``argus grafana push`` sends the same
-objects to a running Grafana.
+objects to a running Grafana (``api_alert_rules``: the HTTP API's field names).
+
+Grafana's rules these files follow (tests/sinks/test_grafana_provisioning.py checks them,
+citing Grafana's source): one default datasource per organization, so ours is never the
+default; a rule names its dashboard with ``dashboardUid`` *and* ``panelId`` (the API:
+annotations ``__dashboardUid__`` and ``__panelId__``, both or neither); the file says
+``keepFiringFor``, the API ``keep_firing_for``.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from grafana_foundation_sdk.builders import alerting as al
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus as prom
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import alerting as alm
+from grafana_foundation_sdk.models import dashboard as dm
 
-from .queries import ALERTS, DASHBOARDS, AlertRule, Dashboard, Panel
+from .queries import ALERTS, DASHBOARDS, PIPELINE, AlertRule, Dashboard, Panel
 
 __all__ = [
+    "DATASOURCE_TYPE",
     "DATASOURCE_UID",
+    "GrafanaOptions",
     "alert_rules",
+    "api_alert_rules",
     "dashboard_json",
     "datasource",
     "export",
+    "pipeline_dashboard_json",
     "rendered_files",
 ]
 
 DATASOURCE_UID = "argus-clickhouse"
 DATASOURCE_TYPE = "grafana-clickhouse-datasource"
-_DS = {"type": DATASOURCE_TYPE, "uid": DATASOURCE_UID}
+DS_VAR = "datasource"
+PROM_VAR = "prometheus"
+FOLDER = "Argus"
+ALERT_DASHBOARD = "argus-job"
+ALERT_PANEL = "anomalies"  # the panel an alert links to (its id is the panel's position)
+_DS = dm.DataSourceRef(type_val=DATASOURCE_TYPE, uid="${" + DS_VAR + "}")
+_PROM = dm.DataSourceRef(type_val="prometheus", uid="${" + PROM_VAR + "}")
 _FORMAT = {"timeseries": 0, "table": 1}  # the plugin's Format enum: 0 time series, 1 table
 
 
-def _target(panel: Panel) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GrafanaOptions:
+    """Site settings baked into the exported files.
+
+    ``runbook_base_url`` prefixes every alert's ``runbook_url`` (Slack and PagerDuty need an
+    absolute link). The default is left for Grafana's provisioning to expand from its own
+    environment (``${ARGUS_GRAFANA_URL}``); ``argus grafana push`` uses the Grafana it pushes to.
+    ``datasource_uid`` is the ClickHouse datasource's uid (the dashboards' variable defaults
+    to it; the rules query it).
+    """
+
+    datasource_uid: str = DATASOURCE_UID
+    runbook_base_url: str = "${ARGUS_GRAFANA_URL}"
+
+
+class _ClickHouseQuery(cogvariants.Dataquery):
+    """A grafana-clickhouse-datasource query (v4 plugin model)."""
+
+    def __init__(self, sql: str, fmt: int, datasource: dm.DataSourceRef | None) -> None:
+        self.sql, self.fmt, self.datasource = sql, fmt, datasource
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "editorType": "sql",
+            "format": self.fmt,
+            "queryType": "timeseries" if self.fmt == 0 else "table",
+            "rawSql": self.sql,
+            "refId": "A",
+        }
+        if self.datasource is not None:
+            out["datasource"] = self.datasource
+        return out
+
+
+class _ClickHouse(cogbuilder.Builder[cogvariants.Dataquery]):
+    def __init__(self, sql: str, fmt: int, datasource: dm.DataSourceRef | None = _DS) -> None:
+        self._query = _ClickHouseQuery(sql, fmt, datasource)
+
+    def build(self) -> cogvariants.Dataquery:
+        return self._query
+
+
+def _as_dict(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, cls=JSONEncoder))
+
+
+def _link(title: str, url: str) -> dict[str, Any]:
+    return {"title": title, "url": url}
+
+
+# Data links: job -> rank -> kernel (each keeps the time range).
+_TO_JOB = (
+    "/d/argus-job/argus-job-overview?var-job=${__value.raw}&${datasource:queryparam}&${__url_time_range}"
+)
+_TO_RANK = (
+    "/d/argus-rank/argus-rank-drill-down?var-job=${job:percentencode}&var-rank=${__value.raw}"
+    "&${datasource:queryparam}&${__url_time_range}"
+)
+_TO_KERNEL = (
+    "/d/argus-kernel/argus-kernel?var-job=${job:percentencode}&var-rank=${rank:percentencode}"
+    "&var-kernel=${__value.raw:percentencode}&${datasource:queryparam}&${__url_time_range}"
+)
+_LINKS = {
+    ("slow_ranks", "rank"): _link("Rank drill-down", _TO_RANK),
+    ("kernels", "name"): _link("Kernel across ranks", _TO_KERNEL),
+    ("kernel_ranks", "rank"): _link("Rank drill-down", _TO_RANK),
+    ("costliest", "job"): _link("Job overview", _TO_JOB),
+}
+
+
+def _panel(panel: Panel, pid: int, x: int, y: int) -> db.Panel:
     fmt = _FORMAT["timeseries"] if panel.kind == "timeseries" else _FORMAT["table"]
-    return {
-        "datasource": _DS,
-        "editorType": "sql",
-        "format": fmt,
-        "queryType": "timeseries" if fmt == 0 else "table",
-        "rawSql": panel.sql,
-        "refId": "A",
-    }
-
-
-def _panel(panel: Panel, pid: int, x: int, y: int, dashboard: Dashboard) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": pid,
-        "type": panel.kind,
-        "title": panel.title,
-        "description": panel.description,
-        "datasource": _DS,
-        "gridPos": {"h": panel.height, "w": panel.width, "x": x, "y": y},
-        "targets": [_target(panel)],
-        "options": {},
-        "fieldConfig": {"defaults": {}, "overrides": []},
-    }
+    p = (
+        db.Panel()
+        .id(pid)
+        .type(panel.kind)
+        .title(panel.title)
+        .description(panel.description)
+        .datasource(_DS)
+        .grid_pos(dm.GridPos(h=panel.height, w=panel.width, x=x, y=y))
+        .with_target(_ClickHouse(panel.sql, fmt))
+        .options({})
+    )
     if panel.kind == "heatmap":
-        out["options"] = {"calculate": False, "yAxis": {"axisLabel": "rank"}, "color": {"scheme": "Oranges"}}
-        out["transformations"] = [{"id": "prepareTimeSeries", "options": {"format": "many"}}]
-    if panel.key == "slow_ranks":  # click a rank to drill down
-        out["fieldConfig"]["overrides"] = [
-            {
-                "matcher": {"id": "byName", "options": "rank"},
-                "properties": [
-                    {
-                        "id": "links",
-                        "value": [
-                            {
-                                "title": "Rank drill-down",
-                                "url": "/d/argus-rank/argus-rank-drill-down?var-job=${job:percentencode}"
-                                "&var-rank=${__value.raw}&${__url_time_range}",
-                            }
-                        ],
-                    }
-                ],
-            }
-        ]
+        p.options({"calculate": False, "yAxis": {"axisLabel": "rank"}, "color": {"scheme": "Oranges"}})
+        p.with_transformation(
+            dm.DataTransformerConfig(id_val="prepareTimeSeries", options={"format": "many"})
+        )
+    for (key, field), link in _LINKS.items():
+        if key == panel.key:
+            p.override_by_name(field, [dm.DynamicConfigValue(id_val="links", value=[link])])
+    return p
+
+
+_VARIABLE_SQL = {
+    "job": "SELECT DISTINCT job FROM jobs ORDER BY job",
+    "rank": "SELECT DISTINCT toString(rank) FROM steps WHERE job = decodeURLComponent('${job:percentencode}') "
+    "AND $__timeFilter(time) ORDER BY toUInt32(rank)",
+    "kernel": "SELECT DISTINCT name FROM kernels WHERE job = decodeURLComponent('${job:percentencode}') "
+    "AND $__timeFilter(time) ORDER BY name",
+}
+
+
+def _variable(name: str) -> db.QueryVariable:
+    query = _VARIABLE_SQL[name]
+    return (
+        db.QueryVariable(name)
+        .label(name)
+        .datasource(_DS)
+        .query(query)
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .include_all(False)
+        .multi(False)
+        .sort(dm.VariableSort.DISABLED)
+    )
+
+
+def _datasource_variable(options: GrafanaOptions) -> db.DatasourceVariable:
+    return (
+        db.DatasourceVariable(DS_VAR)
+        .label("ClickHouse")
+        .type(DATASOURCE_TYPE)
+        .current(dm.VariableOption(selected=True, text=options.datasource_uid, value=options.datasource_uid))
+    )
+
+
+def _layout(panels: tuple[Panel, ...]) -> list[tuple[Panel, int, int, int]]:
+    out = []
+    x = y = row_height = 0
+    for pid, panel in enumerate(panels, start=1):
+        if x + panel.width > 24:
+            x, y, row_height = 0, y + row_height, 0
+        out.append((panel, pid, x, y))
+        x += panel.width
+        row_height = max(row_height, panel.height)
     return out
 
 
-def _variable(name: str) -> dict[str, Any]:
-    query = {
-        "job": "SELECT DISTINCT job FROM jobs ORDER BY job",
-        "rank": "SELECT DISTINCT toString(rank) FROM steps WHERE job = decodeURLComponent('${job:percentencode}') "
-        "AND $__timeFilter(time) ORDER BY toUInt32(rank)",
-    }[name]
-    return {
-        "name": name,
-        "label": name,
-        "type": "query",
-        "datasource": _DS,
-        "query": query,
-        "definition": query,
-        "refresh": 2,
-        "includeAll": False,
-        "multi": False,
-        "sort": 0,
-    }
+def _dashboard_builder(dashboard: Dashboard, title_tags: list[str]) -> db.Dashboard:
+    builder = (
+        db.Dashboard(dashboard.title)
+        .uid(dashboard.uid)
+        .description(dashboard.description)
+        .tags(title_tags)
+        .timezone("utc")
+        .editable()
+        .refresh("30s")
+        .time("now-1h", "now")
+        .version(1)
+    )
+    for other in (*DASHBOARDS, PIPELINE):
+        if other.uid != dashboard.uid:
+            builder.link(
+                db.DashboardLink(other.title)
+                .type(dm.DashboardLinkType.LINK)
+                .url(f"/d/{other.uid}")
+                .keep_time(True)
+                .include_vars(True)
+            )
+    return builder
 
 
-def dashboard_json(dashboard: Dashboard) -> dict[str, Any]:
-    """Grafana dashboard JSON (schemaVersion 39) for one dashboard."""
-    panels = []
-    x = y = row_height = 0
-    for pid, panel in enumerate(dashboard.panels, start=1):
-        if x + panel.width > 24:
-            x, y, row_height = 0, y + row_height, 0
-        panels.append(_panel(panel, pid, x, y, dashboard))
-        x += panel.width
-        row_height = max(row_height, panel.height)
-    links = [
-        {"title": d.title, "type": "link", "url": f"/d/{d.uid}", "keepTime": True, "includeVars": True}
-        for d in DASHBOARDS
-        if d.uid != dashboard.uid
-    ]
-    return {
-        "uid": dashboard.uid,
-        "title": dashboard.title,
-        "description": dashboard.description,
-        "tags": ["argus"],
-        "timezone": "utc",
-        "schemaVersion": 39,
-        "version": 1,
-        "editable": True,
-        "refresh": "30s",
-        "time": {"from": "now-1h", "to": "now"},
-        "links": links,
-        "templating": {"list": [_variable(v) for v in dashboard.variables]},
-        "panels": panels,
-    }
+def dashboard_json(dashboard: Dashboard, options: GrafanaOptions | None = None) -> dict[str, Any]:
+    """Grafana dashboard JSON for one ClickHouse dashboard (datasource chosen by a variable)."""
+    options = options or GrafanaOptions()
+    builder = _dashboard_builder(dashboard, ["argus"])
+    builder.with_variable(_datasource_variable(options))
+    for name in dashboard.variables:
+        builder.with_variable(_variable(name))
+    for panel, pid, x, y in _layout(dashboard.panels):
+        builder.with_panel(_panel(panel, pid, x, y))
+    out: dict[str, Any] = _as_dict(builder.build())
+    out["schemaVersion"] = 39
+    return out
 
 
-def _rule(rule: AlertRule) -> dict[str, Any]:
-    return {
-        "uid": rule.uid,
-        "title": rule.title,
-        "condition": "C",
-        "data": [
-            {
-                "refId": "A",
-                "relativeTimeRange": {"from": 600, "to": 0},
-                "datasourceUid": DATASOURCE_UID,
-                "model": {
-                    "editorType": "sql",
-                    "format": 1,
-                    "queryType": "table",
-                    "rawSql": rule.sql,
-                    "refId": "A",
-                },
-            },
-            {
-                "refId": "B",
-                "datasourceUid": "__expr__",
-                "model": {
-                    "type": "reduce",
-                    "expression": "A",
-                    "reducer": "last",
-                    "refId": "B",
-                    "settings": {"mode": "dropNN"},
-                },
-            },
-            {
-                "refId": "C",
-                "datasourceUid": "__expr__",
-                "model": {
+def pipeline_dashboard_json() -> dict[str, Any]:
+    """ "Argus / Pipeline health": lag, throughput, dead letters, sink retries, relay drops (Prometheus)."""
+    builder = _dashboard_builder(PIPELINE, ["argus", "argus-pipeline"])
+    builder.with_variable(db.DatasourceVariable(PROM_VAR).label("Prometheus").type("prometheus"))
+    for panel, pid, x, y in _layout(PIPELINE.panels):
+        p = (
+            db.Panel()
+            .id(pid)
+            .type(panel.kind)
+            .title(panel.title)
+            .description(panel.description)
+            .datasource(_PROM)
+            .grid_pos(dm.GridPos(h=panel.height, w=panel.width, x=x, y=y))
+            .options({})
+        )
+        for ref, line in zip("ABCDEFGH", panel.sql.split("\n"), strict=False):
+            legend, _, expr = line.partition("=")
+            p.with_target(prom.Dataquery().expr(expr.strip()).legend_format(legend.strip()).ref_id(ref))
+        builder.with_panel(p)
+    out: dict[str, Any] = _as_dict(builder.build())
+    out["schemaVersion"] = 39
+    return out
+
+
+def _runbook(rule: AlertRule, base: str) -> str:
+    base = base.rstrip("/")
+    if rule.drilldown == "rank":
+        return (
+            f"{base}/d/argus-rank/argus-rank-drill-down?var-job={{{{ $labels.job }}}}"
+            f"&var-rank={{{{ $labels.rank }}}}"
+        )
+    return f"{base}/d/argus-job/argus-job-overview?var-job={{{{ $labels.job }}}}"
+
+
+def _queries(rule: AlertRule, options: GrafanaOptions) -> list[cogbuilder.Builder[alm.Query]]:
+    model = _ClickHouse(rule.sql, _FORMAT["table"], datasource=None)
+    return [
+        al.Query("A")
+        .datasource_uid(options.datasource_uid)
+        .relative_time_range(alm.RelativeTimeRange(from_val=600, to=0))
+        .model(model),
+        al.Query("B")
+        .datasource_uid("__expr__")
+        .model(
+            _Expression(
+                {"type": "reduce", "expression": "A", "reducer": "last", "settings": {"mode": "dropNN"}}
+            )
+        ),
+        al.Query("C")
+        .datasource_uid("__expr__")
+        .model(
+            _Expression(
+                {
                     "type": "threshold",
                     "expression": "B",
-                    "refId": "C",
                     "conditions": [
                         {
                             "evaluator": {"type": "gt", "params": [rule.fire_above]},
                             "unloadEvaluator": {"type": "lt", "params": [rule.recover_below]},
                         }
                     ],
-                },
-            },
-        ],
-        "noDataState": "OK",
-        "execErrState": "Error",
-        "for": rule.pending,
-        "keepFiringFor": rule.keep_firing,
-        "annotations": {
-            "summary": rule.summary,
-            "description": rule.description,
-            "__dashboardUid__": "argus-job",
-            "runbook_url": "/d/argus-rank/argus-rank-drill-down?var-job={{ $labels.job }}&var-rank={{ $labels.rank }}",
-        },
-        "labels": {"severity": rule.severity, "source": "argus"},
-        "isPaused": False,
-    }
+                }
+            )
+        ),
+    ]
 
 
-def alert_rules() -> dict[str, Any]:
-    """Unified alerting provisioning document with every Argus rule."""
+class _ExpressionQuery(cogvariants.Dataquery):
+    def __init__(self, body: dict[str, object], ref: str) -> None:
+        self.body, self.ref = body, ref
+
+    def to_json(self) -> dict[str, object]:
+        return {**self.body, "refId": self.ref}
+
+
+class _Expression(cogbuilder.Builder[cogvariants.Dataquery]):
+    """A server-side expression (reduce, threshold) as the alert's query model."""
+
+    def __init__(self, body: dict[str, object]) -> None:
+        self.body = body
+
+    def build(self) -> cogvariants.Dataquery:
+        return _ExpressionQuery(self.body, "")
+
+
+def _sdk_rule(rule: AlertRule, options: GrafanaOptions, *, folder_uid: str, group: str) -> dict[str, Any]:
+    """The rule as grafana-foundation-sdk builds it: the provisioning API's model."""
+    builder = (
+        al.Rule(rule.title)
+        .uid(rule.uid)
+        .condition("C")
+        .queries(_queries(rule, options))
+        .no_data_state("OK")
+        .exec_err_state("Error")
+        .for_val(rule.pending)
+        .annotations(
+            {
+                "summary": rule.summary,
+                "description": rule.description,
+                "runbook_url": _runbook(rule, options.runbook_base_url),
+            }
+        )
+        .labels({"severity": rule.severity, "source": "argus"})
+        .is_paused(False)
+        .folder_uid(folder_uid)
+        .rule_group(group)
+        .org_id(1)
+    )
+    out: dict[str, Any] = _as_dict(builder.build())
+    for q in out["data"]:  # the SDK leaves the expression's refId to us
+        q["model"]["refId"] = q["refId"]
+    return out
+
+
+def _panel_id(dashboard_uid: str, key: str) -> int:
+    dashboard = next(d for d in DASHBOARDS if d.uid == dashboard_uid)
+    return next(pid for panel, pid, _, _ in _layout(dashboard.panels) if panel.key == key)
+
+
+def alert_rules(options: GrafanaOptions | None = None) -> dict[str, Any]:
+    """Unified alerting provisioning document (file format v1) with every Argus rule."""
+    options = options or GrafanaOptions()
+    rules = []
+    for rule in ALERTS:
+        api = _sdk_rule(rule, options, folder_uid="argus", group="argus")
+        rules.append(
+            {
+                "uid": api["uid"],
+                "title": api["title"],
+                "condition": api["condition"],
+                "data": api["data"],
+                # the file format's own fields (Grafana derives __dashboardUid__/__panelId__ from both)
+                "dashboardUid": ALERT_DASHBOARD,
+                "panelId": _panel_id(ALERT_DASHBOARD, ALERT_PANEL),
+                "noDataState": api["noDataState"],
+                "execErrState": api["execErrState"],
+                "for": api["for"],
+                "keepFiringFor": rule.keep_firing,
+                "annotations": api["annotations"],
+                "labels": api["labels"],
+                "isPaused": api["isPaused"],
+            }
+        )
     return {
         "apiVersion": 1,
-        "groups": [
-            {
-                "orgId": 1,
-                "name": "argus",
-                "folder": "Argus",
-                "interval": "30s",
-                "rules": [_rule(r) for r in ALERTS],
-            }
-        ],
+        "groups": [{"orgId": 1, "name": "argus", "folder": FOLDER, "interval": "30s", "rules": rules}],
     }
 
 
-def datasource() -> dict[str, Any]:
-    """Datasource provisioning: the server and credentials come from Grafana's environment."""
+def api_alert_rules(options: GrafanaOptions, *, folder_uid: str) -> list[dict[str, Any]]:
+    """Bodies for ``POST/PUT /api/v1/provisioning/alert-rules`` (``keep_firing_for``, annotation pair)."""
+    out = []
+    for rule in ALERTS:
+        body = _sdk_rule(rule, options, folder_uid=folder_uid, group="argus")
+        body["keep_firing_for"] = rule.keep_firing
+        body["annotations"]["__dashboardUid__"] = ALERT_DASHBOARD
+        body["annotations"]["__panelId__"] = str(_panel_id(ALERT_DASHBOARD, ALERT_PANEL))
+        out.append(body)
+    return out
+
+
+def datasource(options: GrafanaOptions | None = None) -> dict[str, Any]:
+    """Datasource provisioning: server, protocol, TLS and credentials from Grafana's environment.
+
+    Never the organization's default datasource (a kube-prometheus-stack Grafana already has
+    one, and Grafana refuses two). HTTP(S) by default, the protocol the sink uses.
+    """
+    options = options or GrafanaOptions()
     return {
         "apiVersion": 1,
         "datasources": [
             {
                 "name": "Argus ClickHouse",
-                "uid": DATASOURCE_UID,
+                "uid": options.datasource_uid,
                 "type": DATASOURCE_TYPE,
-                "isDefault": True,
+                "access": "proxy",
+                "isDefault": False,
+                "editable": False,
                 "jsonData": {
                     "host": "$ARGUS_CLICKHOUSE_HOST",
-                    "port": 9000,
-                    "protocol": "native",
+                    "port": "$ARGUS_CLICKHOUSE_PORT",
+                    "protocol": "$ARGUS_CLICKHOUSE_PROTOCOL",
+                    "secure": "$ARGUS_CLICKHOUSE_SECURE",
+                    "tlsSkipVerify": False,
                     "defaultDatabase": "$ARGUS_CLICKHOUSE_DATABASE",
                     "username": "$ARGUS_CLICKHOUSE_USER",
                 },
@@ -241,7 +438,7 @@ def _provider() -> dict[str, Any]:
         "providers": [
             {
                 "name": "argus",
-                "folder": "Argus",
+                "folder": FOLDER,
                 "type": "file",
                 "allowUiUpdates": False,
                 "options": {"path": "/var/lib/grafana/dashboards/argus"},
@@ -250,24 +447,29 @@ def _provider() -> dict[str, Any]:
     }
 
 
-def rendered_files() -> dict[str, str]:
+def rendered_files(options: GrafanaOptions | None = None) -> dict[str, str]:
     """Every provisioning file by relative path, as text."""
-    files = {f"dashboards/{d.uid}.json": json.dumps(dashboard_json(d), indent=2) + "\n" for d in DASHBOARDS}
+    options = options or GrafanaOptions()
+    files = {
+        f"dashboards/{d.uid}.json": json.dumps(dashboard_json(d, options), indent=2) + "\n"
+        for d in DASHBOARDS
+    }
+    files[f"dashboards/{PIPELINE.uid}.json"] = json.dumps(pipeline_dashboard_json(), indent=2) + "\n"
     header = "# Generated by `argus grafana export`; edit sinks/grafana/, not this file.\n"
     for path, doc in (
         ("provisioning/dashboards/argus.yaml", _provider()),
-        ("provisioning/datasources/argus.yaml", datasource()),
-        ("provisioning/alerting/argus.yaml", alert_rules()),
+        ("provisioning/datasources/argus.yaml", datasource(options)),
+        ("provisioning/alerting/argus.yaml", alert_rules(options)),
     ):
         files[path] = header + yaml.safe_dump(doc, sort_keys=False, width=120)
     return files
 
 
-def export(folder: str | Path) -> list[Path]:
+def export(folder: str | Path, options: GrafanaOptions | None = None) -> list[Path]:
     """Write the provisioning files under ``folder``; return the paths written."""
     root = Path(folder)
     written = []
-    for rel, text in rendered_files().items():
+    for rel, text in rendered_files(options).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -6,10 +6,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .provisioning import alert_rules, dashboard_json
+from .provisioning import GrafanaOptions, api_alert_rules, dashboard_json, pipeline_dashboard_json
 from .queries import DASHBOARDS
 
-__all__ = ["GrafanaPushError", "PushResult", "push"]
+__all__ = ["FOLDER_UID", "GrafanaPushError", "PushResult", "push"]
 
 log = logging.getLogger("argus.grafana")
 FOLDER_UID = "argus"
@@ -33,10 +33,16 @@ def _api(url: str, token: str, timeout: float) -> Any:
     return GrafanaApi.from_url(url=url, credential=token, timeout=timeout)
 
 
-def push(url: str, token: str, *, timeout: float = 10.0) -> PushResult:
-    """Create or update the Argus folder, dashboards and alert rules in Grafana at ``url``."""
+def push(url: str, token: str, *, timeout: float = 10.0, options: GrafanaOptions | None = None) -> PushResult:
+    """Create or update the Argus folder, dashboards and alert rules in Grafana at ``url``.
+
+    Alert rules go through the alerting provisioning API, whose duration key is
+    ``keep_firing_for`` and whose dashboard link is the annotation pair
+    ``__dashboardUid__``/``__panelId__``. Runbook links default to ``url`` itself.
+    """
     from grafana_client.client import GrafanaClientError, GrafanaException
 
+    options = options or GrafanaOptions(runbook_base_url=url)
     api = _api(url, token, timeout)
     result = PushResult()
     step = "connect"
@@ -46,22 +52,21 @@ def push(url: str, token: str, *, timeout: float = 10.0) -> PushResult:
             api.folder.get_folder(FOLDER_UID)
         except GrafanaClientError:
             api.folder.create_folder("Argus", uid=FOLDER_UID)
-        for dashboard in DASHBOARDS:
-            step = f"dashboard {dashboard.uid}"
-            api.dashboard.update_dashboard(
-                {"dashboard": dashboard_json(dashboard), "folderUid": FOLDER_UID, "overwrite": True}
-            )
-            result.dashboards.append(dashboard.uid)
-        for group in alert_rules()["groups"]:
-            for rule in group["rules"]:
-                step = f"alert rule {rule['uid']}"
-                body = {**rule, "folderUID": FOLDER_UID, "ruleGroup": group["name"], "orgID": group["orgId"]}
-                try:
-                    api.alertingprovisioning.get_alertrule(rule["uid"])
-                    api.alertingprovisioning.update_alertrule(rule["uid"], body)
-                except GrafanaClientError:
-                    api.alertingprovisioning.create_alertrule(body)
-                result.rules.append(rule["uid"])
+        docs = [dashboard_json(d, options) for d in DASHBOARDS] + [pipeline_dashboard_json()]
+        for doc in docs:
+            step = f"dashboard {doc['uid']}"
+            api.dashboard.update_dashboard({"dashboard": doc, "folderUid": FOLDER_UID, "overwrite": True})
+            result.dashboards.append(doc["uid"])
+        for body in api_alert_rules(options, folder_uid=FOLDER_UID):
+            uid = body["uid"]
+            step = f"alert rule {uid}"
+            try:
+                api.alertingprovisioning.get_alertrule(uid)
+            except GrafanaClientError:
+                api.alertingprovisioning.create_alertrule(body)
+            else:
+                api.alertingprovisioning.update_alertrule(uid, body)
+            result.rules.append(uid)
     except GrafanaException as exc:
         raise GrafanaPushError(f"Grafana at {url}: {step} failed: {exc}") from None
     except Exception as exc:  # connection errors come from the HTTP library underneath

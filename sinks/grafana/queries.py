@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ALERTS", "DASHBOARDS", "REPORT", "AlertRule", "Dashboard", "Panel", "all_panels"]
+__all__ = ["ALERTS", "DASHBOARDS", "PIPELINE", "REPORT", "AlertRule", "Dashboard", "Panel", "all_panels"]
 
 JOB = "job = decodeURLComponent('${job:percentencode}')"
 RANK = "rank = toUInt32OrZero(decodeURLComponent('${rank:percentencode}'))"
+KERNEL = "name = decodeURLComponent('${kernel:percentencode}')"
 COLLECTIVE = "(all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms)"
 BUSY = f"(step_ms - {COLLECTIVE})"
 """Time a rank spends outside collectives: the straggler is the rank that waits least."""
@@ -58,6 +59,7 @@ class AlertRule:
     summary: str
     description: str
     severity: str = "page"
+    drilldown: str = "job"  # runbook link: "job" overview, or "rank" drill-down (needs a rank label)
 
 
 JOB_OVERVIEW = Dashboard(
@@ -273,13 +275,99 @@ ORDER BY gpu_hours_lost DESC LIMIT 1 BY id LIMIT 50""",
     ),
 )
 
-DASHBOARDS = (JOB_OVERVIEW, RANK_DRILLDOWN, ANOMALY_LIST)
+KERNEL_VIEW = Dashboard(
+    uid="argus-kernel",
+    title="Argus / Kernel",
+    variables=("job", "rank", "kernel"),
+    description="One kernel of one job across its ranks: is this rank's kernel slower than its peers'?",
+    panels=(
+        Panel(
+            "kernel_over_time",
+            "Kernel p99: this rank vs the median rank (µs)",
+            "timeseries",
+            f"""SELECT $__timeInterval(time) AS t, quantileIf(0.5)(p99_ns, {RANK}) / 1e3 AS this_rank,
+       quantile(0.5)(p99_ns) / 1e3 AS median_rank
+FROM kernels WHERE {JOB} AND {KERNEL} AND $__timeFilter(time)
+GROUP BY t ORDER BY t""",
+            "Per-step p99 of the kernel's duration (from the rank's sketch), this rank against all ranks.",
+            width=24,
+        ),
+        Panel(
+            "kernel_ranks",
+            "This kernel on every rank (slowest p99 first)",
+            "table",
+            f"""SELECT rank, sum(count) AS calls, round(sum(total_ns) / 1e6, 2) AS total_ms,
+       round(quantile(0.5)(p50_ns) / 1e3, 2) AS p50_us, round(quantile(0.5)(p99_ns) / 1e3, 2) AS p99_us,
+       round(max(max_ns) / 1e3, 2) AS max_us
+FROM kernels WHERE {JOB} AND {KERNEL} AND $__timeFilter(time)
+GROUP BY rank ORDER BY p99_us DESC, rank LIMIT 50""",
+            "Click a rank for its drill-down.",
+            width=24,
+        ),
+    ),
+)
+
+DASHBOARDS = (JOB_OVERVIEW, RANK_DRILLDOWN, KERNEL_VIEW, ANOMALY_LIST)
+
+PIPELINE = Dashboard(
+    uid="argus-pipeline",
+    title="Argus / Pipeline health",
+    variables=(),
+    description="Argus itself, from Prometheus: consumer lag, throughput, dead letters, sink retries, "
+    "relay drops and the workers' step latency.",
+    panels=(
+        Panel(
+            "lag",
+            "Consumer lag (messages)",
+            "timeseries",
+            "{{topic}}=sum by (topic) (argus_worker_consumer_lag)",
+            "Messages the stream workers have not processed yet, per topic.",
+        ),
+        Panel(
+            "throughput",
+            "Throughput (per second)",
+            "timeseries",
+            "worker records=sum(rate(argus_worker_records_total[5m]))\n"
+            "sink rows {{table}}=sum by (table) (rate(argus_sink_rows_total[5m]))",
+        ),
+        Panel(
+            "dead_letters",
+            "Dead letters (per second)",
+            "timeseries",
+            "worker {{reason}}=sum by (reason) (rate(argus_worker_dead_letters_total[5m]))\n"
+            "sink=sum(rate(argus_sink_dead_letters_total[5m]))",
+        ),
+        Panel(
+            "sink_retries",
+            "Sink insert retries and store down",
+            "timeseries",
+            "retries/s=sum(rate(argus_sink_insert_retries_total[5m]))\n"
+            "sinks with store down=sum(argus_sink_store_down)",
+        ),
+        Panel(
+            "relay_drops",
+            "Node relay: refused datagrams and publisher drops (per second)",
+            "timeseries",
+            "refused {{reason}}=sum by (reason) (rate(argus_relay_refused_total[5m]))\n"
+            "dropped {{reason}}=sum by (reason) (rate(argus_node_publisher_dropped_total[5m]))",
+        ),
+        Panel(
+            "step_latency",
+            "Step latency: first part in to findings out (s)",
+            "timeseries",
+            "p50=histogram_quantile(0.5, sum by (le) (rate(argus_worker_step_completion_seconds_bucket[5m])))\n"
+            "p99=histogram_quantile(0.99, sum by (le) (rate(argus_worker_step_completion_seconds_bucket[5m])))",
+        ),
+    ),
+)
+"""Argus's own health (Prometheus queries, one ``legend=expr`` per line); not a ClickHouse dashboard."""
 
 ALERTS = (
     AlertRule(
         uid="argus-slow-rank",
         title="Argus: slow rank",
-        sql="""SELECT job, cause, suspect, toString(onset) AS onset, ranks, toFloat64(versions) AS paging
+        sql="""SELECT job, cause, suspect, toString(onset) AS onset, ranks, splitByChar(',', ranks)[1] AS rank,
+       toFloat64(versions) AS paging
 FROM (SELECT id, any(job) AS job, any(cause) AS cause, any(suspect) AS suspect, min(start_step) AS onset,
              arrayStringConcat(arraySlice(argMax(anomalies.ranks, (time, end_step)), 1, 8), ',') AS ranks,
              argMax(severity, (time, end_step)) AS latest_severity,
@@ -292,6 +380,7 @@ ORDER BY job, onset, suspect LIMIT 100""",
         recover_below=0.5,
         pending="0s",
         keep_firing="5m",
+        drilldown="rank",
         summary="Job {{ $labels.job }}: {{ $labels.cause }} at {{ $labels.suspect }} since step {{ $labels.onset }}",
         description="An anomaly the stream worker stored with severity page (sustained, worth a person: "
         "transients and persistent stragglers are not pages), its latest version within the rule's window. "

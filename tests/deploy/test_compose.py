@@ -118,10 +118,13 @@ def test_grafana_gets_the_provisioned_dashboards_and_everything_the_datasource_r
     assert mounts[path] == "./deploy/grafana/dashboards"
     assert list((REPO / "deploy/grafana/dashboards").glob("*.json"))
     assert (REPO / "deploy/grafana/provisioning/alerting/argus.yaml").is_file()
-    datasource = (REPO / "deploy/grafana/provisioning/datasources/argus.yaml").read_text()
-    for var in set(re.findall(r"\$\{?(ARGUS_[A-Z_]+)", datasource)):
-        assert var in graf["environment"], var
-    assert SERVICES["clickhouse"]["ports"].count("127.0.0.1:9000:9000") == 1  # the datasource's native port
+    for provisioned in ("datasources", "alerting"):  # Grafana expands $VAR / ${VAR} from its environment
+        text = (REPO / f"deploy/grafana/provisioning/{provisioned}/argus.yaml").read_text()
+        for var in set(re.findall(r"\$\{?(ARGUS_[A-Z_]+)", text)):
+            assert var in graf["environment"], var
+    port = graf["environment"]["ARGUS_CLICKHOUSE_PORT"]
+    assert SERVICES["clickhouse"]["ports"].count(f"127.0.0.1:{port}:{port}") == 1  # the datasource's port
+    assert graf["environment"]["ARGUS_CLICKHOUSE_PROTOCOL"] == "http"  # port 8123 is ClickHouse's HTTP
 
 
 def test_every_variable_is_in_env_example_and_no_secret_is_inlined() -> None:

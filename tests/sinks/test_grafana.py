@@ -24,6 +24,7 @@ from argus.schemas import Anomaly, GpuSample, KernelSketch
 from argus.sinks import to_arrow
 from argus.sinks.grafana import ALERTS, DASHBOARDS, all_panels, expand, percent_encode, rendered_files
 from argus.sinks.grafana.macros import MacroError
+from argus.sinks.grafana.provisioning import DATASOURCE_TYPE, DATASOURCE_UID
 from argus.sinks.kernels import kernel_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +104,10 @@ def run_panel(
     ("dashboard", "panel"), all_panels(), ids=lambda x: getattr(x, "key", getattr(x, "uid", ""))
 )
 def test_every_panel_runs_and_returns_rows(store, jobs, dashboard, panel) -> None:
-    names, rows = run_panel(store, panel.sql, jobs, job=jobs["names"]["slow"], rank=str(STRAGGLER))
+    kernel = store.query_rows(f"SELECT any(name) FROM kernels WHERE job = '{jobs['names']['slow']}'")[0][0]
+    names, rows = run_panel(
+        store, panel.sql, jobs, job=jobs["names"]["slow"], rank=str(STRAGGLER), kernel=kernel
+    )
     assert names, panel.key
     if panel.key == "missing_ranks":  # every rank reported every step: a flat zero line
         assert rows and all(r[1] == 0 for r in rows)
@@ -230,7 +234,7 @@ def test_hostile_job_names_stay_inside_their_string(store, jobs) -> None:
     hostile = "x'; DROP TABLE steps; --"
     assert "'" not in percent_encode(hostile) and "\\" not in percent_encode("a\\'b")
     for _, panel in all_panels():
-        names, _ = run_panel(store, panel.sql, jobs, job=hostile, rank="0' OR 1=1 --")
+        names, _ = run_panel(store, panel.sql, jobs, job=hostile, rank="0' OR 1=1 --", kernel=hostile)
         assert names
     assert store.query_rows("EXISTS TABLE steps") == [(1,)]
 
@@ -252,8 +256,14 @@ def test_dashboards_reference_the_datasource_and_their_queries() -> None:
     for d in DASHBOARDS:
         doc = json.loads((REPO / "deploy" / "grafana" / "dashboards" / f"{d.uid}.json").read_text())
         assert [p["targets"][0]["rawSql"] for p in doc["panels"]] == [p.sql for p in d.panels]
-        assert all(p["datasource"]["uid"] == "argus-clickhouse" for p in doc["panels"])
-        assert {v["name"] for v in doc["templating"]["list"]} == set(d.variables)
+        # every panel and variable queries the datasource the user picks; it defaults to ours
+        assert all(
+            p["datasource"] == {"type": DATASOURCE_TYPE, "uid": "${datasource}"} for p in doc["panels"]
+        )
+        variables = {v["name"]: v for v in doc["templating"]["list"]}
+        assert set(variables) == {"datasource", *d.variables}
+        assert variables["datasource"]["query"] == DATASOURCE_TYPE
+        assert variables["datasource"]["current"]["value"] == DATASOURCE_UID
         for p in doc["panels"]:
             g = p["gridPos"]
             assert g["x"] >= 0 and g["x"] + g["w"] <= 24

@@ -1,0 +1,285 @@
+"""The Grafana files and API bodies against the rules Grafana enforces when it loads them.
+
+No Grafana server can run here (no container runtime; Grafana is not on PyPI), so each rule
+below is the check Grafana's own code makes, cited by file (and line, at the commit named)
+in github.com/grafana/grafana unless said otherwise. A file that breaks one of them stops
+Grafana's provisioning at startup (alerting) or is refused (dashboards, datasources).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from argus.sinks.grafana import ALERTS, DASHBOARDS, PIPELINE, GrafanaOptions, api_alert_rules, rendered_files
+from argus.sinks.grafana.provisioning import DATASOURCE_TYPE
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy" / "grafana"
+CHART = REPO / "helm" / "argus" / "files" / "grafana"
+
+RULES_TYPES = "pkg/services/provisioning/alerting/rules_types.go@0085cf8671"
+ALERT_RULE_GO = "pkg/services/ngalert/models/alert_rule.go"
+DS_READER = "pkg/services/provisioning/datasources/config_reader.go@07b920c55a"
+CH_SETTINGS = "grafana/clickhouse-datasource pkg/plugin/settings.go@030e8e675a"
+
+# AlertRuleV1's yaml tags (rules_types.go L61-77): yaml.Unmarshal drops any other key without a
+# word, so a misspelt key (keep_firing_for in a file) is a setting silently lost.
+RULE_FILE_KEYS = {
+    "uid", "title", "condition", "data", "dasboardUid", "dashboardUid", "panelId", "noDataState",
+    "execErrState", "for", "keepFiringFor", "missing_series_evals_to_resolve", "annotations", "labels",
+    "isPaused", "notification_settings", "record",
+}  # fmt: skip
+QUERY_FILE_KEYS = {"refId", "queryType", "relativeTimeRange", "datasourceUid", "model"}  # QueryV1
+# models.ErrStateFromString / NoDataStateFromString (pkg/services/ngalert/models/alert_rule.go)
+EXEC_ERR_STATES = {"Alerting", "Error", "OK", "KeepLast"}
+NO_DATA_STATES = {"Alerting", "NoData", "OK", "KeepLast"}
+_DURATION = re.compile(
+    r"^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$"
+)
+# pkg/util/shortid_generator.go: IsValidShortUID ^[a-zA-Z0-9\-\_]*$, IsShortUIDTooLong > 40
+_UID = re.compile(r"^[a-zA-Z0-9\-_]{1,40}$")
+
+
+def prometheus_duration(value: str) -> bool:
+    """github.com/prometheus/common/model.ParseDuration, which every duration above goes through."""
+    return value == "0" or (value != "" and _DURATION.match(value) is not None)
+
+
+def check_annotation_pair(annotations: dict[str, str]) -> list[str]:
+    """alert_rule.go, AlertRule.SetDashboardAndPanelFromAnnotations: "both annotations
+    __dashboardUid__ and __panelId__ must be specified", and __panelId__ "must be a valid integer"."""
+    dash, panel = annotations.get("__dashboardUid__", ""), annotations.get("__panelId__", "")
+    if bool(dash) != bool(panel):
+        return ["both annotations __dashboardUid__ and __panelId__ must be specified"]
+    if panel and not re.fullmatch(r"-?\d+", panel):
+        return ["annotation __panelId__ must be a valid integer Panel ID"]
+    return []
+
+
+def check_rule_file(doc: dict[str, Any], dashboards: dict[str, dict[str, Any]]) -> list[str]:
+    """Every check Grafana's file provisioning makes on an alert rules file (v1)."""
+    errors: list[str] = []
+    if doc.get("apiVersion") != 1:
+        errors.append("apiVersion 1 expected")
+    for group in doc["groups"]:
+        if not str(group.get("name", "")).strip():  # rules_types.go L37-38
+            errors.append("rule group has no name set")
+        if not str(group.get("folder", "")).strip():  # rules_types.go L47-48
+            errors.append("rule group has no folder set")
+        if not prometheus_duration(str(group.get("interval", ""))):  # rules_types.go L41
+            errors.append(f"group interval {group.get('interval')!r}")
+        for rule in group["rules"]:
+            title = rule.get("title", "")
+            errors += [f"{title}: unknown key {k!r} (dropped)" for k in set(rule) - RULE_FILE_KEYS]
+            if not title:  # L90-91
+                errors.append("rule has no title set")
+            if not rule.get("uid") or not _UID.match(rule["uid"]):  # L94-95
+                errors.append(f"rule '{title}' failed to parse: no UID set")
+            for key in ("for", "keepFiringFor"):  # L100-104, L110-114
+                if key in rule and not prometheus_duration(str(rule[key])):
+                    errors.append(f"rule '{title}' failed to parse '{key}' field")
+            if rule.get("execErrState", "Alerting") not in EXEC_ERR_STATES:  # L133-135
+                errors.append(f"{title}: execErrState")
+            if rule.get("noDataState", "NoData") not in NO_DATA_STATES:  # L142-144
+                errors.append(f"{title}: noDataState")
+            if not rule.get("data"):  # L162-163
+                errors.append(f"rule '{title}' failed to parse: no data set")
+            refs = [q.get("refId") for q in rule.get("data", [])]
+            for q in rule.get("data", []):
+                errors += [f"{title}: query key {k!r} (dropped)" for k in set(q) - QUERY_FILE_KEYS]
+            if not rule.get("condition"):  # L181-182
+                errors.append(f"rule '{title}' failed to parse: no condition set")
+            elif rule["condition"] not in refs:  # ngalert ErrConditionNotExistBase
+                errors.append(f"Condition {rule['condition']} does not exist, must be one of {refs}")
+            errors += check_annotation_pair(rule.get("annotations", {}))
+            # dashboardUid/panelId (L65-67, L127-131) must name a dashboard panel that exists
+            if "dashboardUid" in rule:
+                dash = dashboards.get(rule["dashboardUid"])
+                ids = {p["id"] for p in dash["panels"]} if dash else set()
+                if rule.get("panelId") not in ids:
+                    errors.append(f"{title}: panel {rule.get('panelId')} not in {rule['dashboardUid']}")
+            for key, value in rule.get("annotations", {}).items():
+                if key == "runbook_url" and not re.match(r"^(https?://|\$\{[A-Z_]+\}/)", value):
+                    errors.append(f"{title}: runbook_url {value!r} is not absolute")
+            labels = set(re.findall(r"\$labels\.(\w+)", json.dumps(rule.get("annotations", {}))))
+            columns = _sql_columns(rule["data"][0]["model"]["rawSql"])
+            errors += [f"{title}: annotation uses $labels.{x}, no such label" for x in labels - columns]
+    return errors
+
+
+def _sql_columns(sql: str) -> set[str]:
+    """The string columns a rule's first SELECT returns (Grafana turns them into labels)."""
+    head = sql.split("\nFROM", 1)[0]
+    return set(re.findall(r"\bAS (\w+)", head)) | set(re.findall(r"(?:SELECT|,)\s*(\w+)\s*(?=,|$)", head))
+
+
+def check_datasource_files(docs: list[dict[str, Any]]) -> list[str]:
+    """config_reader.go validateDefaultUniqueness (L104-107): "Only one datasource per organization
+    can be marked as default" over every file in the folder; access is proxy or direct (L131)."""
+    errors: list[str] = []
+    defaults: dict[int, int] = {}
+    for doc in docs:
+        for ds in doc.get("datasources", []):
+            org = ds.get("orgId", 1) or 1
+            if ds.get("isDefault"):
+                defaults[org] = defaults.get(org, 0) + 1
+                if defaults[org] > 1:
+                    errors.append("Only one datasource per organization can be marked as default")
+            if ds.get("access", "proxy") not in {"proxy", "direct"}:
+                errors.append(f"{ds['name']}: access")
+    return errors
+
+
+def expand_env(value: Any, env: dict[str, str]) -> Any:
+    """Grafana's provisioning expands $VAR and ${VAR} in datasource values (values.go)."""
+    if isinstance(value, dict):
+        return {k: expand_env(v, env) for k, v in value.items()}
+    if isinstance(value, str):
+        return re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), ""), value)
+    return value
+
+
+def check_clickhouse_settings(json_data: dict[str, Any]) -> list[str]:
+    """clickhouse-datasource LoadSettings/isValid: host non-empty, port parses (strconv.ParseInt)
+    and is not 0, secure parses (strconv.ParseBool); protocol is native or http."""
+    errors = []
+    if not str(json_data.get("host", "")).strip():
+        errors.append("invalid host")
+    try:
+        if int(str(json_data.get("port", "0")), 0) == 0:
+            errors.append("invalid port")
+    except ValueError:
+        errors.append("could not parse port value")
+    if str(json_data.get("secure", "false")).lower() not in {"1", "t", "true", "0", "f", "false"}:
+        errors.append("could not parse secure value")
+    if json_data.get("protocol") not in {"native", "http"}:
+        errors.append(f"protocol {json_data.get('protocol')!r}")
+    return errors
+
+
+def _files(root: Path) -> dict[str, Any]:
+    return {
+        "rules": yaml.safe_load((root / "provisioning/alerting/argus.yaml").read_text())
+        if (root / "provisioning").exists()
+        else yaml.safe_load((root / "alerting/argus.yaml").read_text()),
+        "datasource": yaml.safe_load((root / "provisioning/datasources/argus.yaml").read_text())
+        if (root / "provisioning").exists()
+        else yaml.safe_load((root / "datasources/argus.yaml").read_text()),
+        "dashboards": {p.stem: json.loads(p.read_text()) for p in (root / "dashboards").glob("*.json")},
+    }
+
+
+@pytest.mark.parametrize("root", [DEPLOY, CHART], ids=["deploy", "chart"])
+def test_alert_rule_files_pass_grafanas_rule_provisioning(root: Path) -> None:
+    files = _files(root)
+    assert check_rule_file(files["rules"], files["dashboards"]) == []
+    rules = files["rules"]["groups"][0]["rules"]
+    assert {r["uid"] for r in rules} == {a.uid for a in ALERTS}
+    assert all(r["keepFiringFor"] == a.keep_firing for r, a in zip(rules, ALERTS, strict=True))
+
+
+def test_the_rule_checks_catch_what_grafana_refuses() -> None:
+    """The checks fail on the files issue 19 found (and on each rule broken on purpose)."""
+    files = _files(DEPLOY)
+    bad = json.loads(json.dumps(files["rules"]))
+    rule = bad["groups"][0]["rules"][0]
+    rule["annotations"]["__dashboardUid__"] = "argus-job"  # without __panelId__
+    rule["keep_firing_for"] = rule.pop("keepFiringFor")  # the API's key in a file
+    rule["annotations"]["runbook_url"] = "/d/argus-rank/x?var-rank={{ $labels.nope }}"
+    rule["condition"] = "D"
+    errors = check_rule_file(bad, files["dashboards"])
+    assert any("__panelId__ must be specified" in e for e in errors)
+    assert any("'keep_firing_for' (dropped)" in e for e in errors)
+    assert any("not absolute" in e for e in errors) and any("$labels.nope" in e for e in errors)
+    assert any("Condition D does not exist" in e for e in errors)
+    assert check_annotation_pair({"__dashboardUid__": "a", "__panelId__": "x"})
+
+
+@pytest.mark.parametrize("root", [DEPLOY, CHART], ids=["deploy", "chart"])
+def test_datasource_is_never_a_second_default_and_its_settings_load(root: Path) -> None:
+    ours = _files(root)["datasource"]
+    kube_prometheus_stack = {  # the Grafana chart's sidecar datasource in kube-prometheus-stack
+        "apiVersion": 1,
+        "datasources": [{"name": "Prometheus", "type": "prometheus", "uid": "prometheus", "isDefault": True}],
+    }
+    assert check_datasource_files([kube_prometheus_stack, ours]) == []
+    assert check_datasource_files([kube_prometheus_stack, kube_prometheus_stack])  # the check can fail
+    (ds,) = ours["datasources"]
+    assert ds["type"] == DATASOURCE_TYPE and ds["isDefault"] is False
+    https = {
+        "ARGUS_CLICKHOUSE_HOST": "ch.example.com",
+        "ARGUS_CLICKHOUSE_PORT": "8443",
+        "ARGUS_CLICKHOUSE_PROTOCOL": "http",
+        "ARGUS_CLICKHOUSE_SECURE": "true",
+    }
+    loaded = expand_env(ds["jsonData"], https)
+    assert check_clickhouse_settings(loaded) == []
+    assert (loaded["port"], loaded["secure"], loaded["protocol"]) == ("8443", "true", "http")
+    assert check_clickhouse_settings(expand_env(ds["jsonData"], {})) != []  # unset env is caught
+
+
+def test_dashboards_pass_grafanas_save_checks_and_link_job_rank_kernel() -> None:
+    """dashboard_service.go BuildSaveDashboardCommand: IsValidShortUID / IsShortUIDTooLong (uid
+    [a-zA-Z0-9-_], at most 40: "uid too long, max 40 characters"); a title is required."""
+    files = _files(DEPLOY)["dashboards"]
+    assert set(files) == {d.uid for d in DASHBOARDS} | {PIPELINE.uid}
+    for uid, doc in files.items():
+        assert _UID.match(doc["uid"]) and doc["uid"] == uid and doc["title"]
+        ids = [p["id"] for p in doc["panels"]]
+        assert len(ids) == len(set(ids))
+    links = {
+        uid: [
+            link["url"]
+            for p in doc["panels"]
+            for o in p["fieldConfig"]["overrides"]
+            for prop in o["properties"]
+            if prop["id"] == "links"
+            for link in prop["value"]
+        ]
+        for uid, doc in files.items()
+    }
+    assert any(u.startswith("/d/argus-rank/") for u in links["argus-job"])  # job -> rank
+    assert any(u.startswith("/d/argus-kernel/") for u in links["argus-rank"])  # rank -> kernel
+    assert any(u.startswith("/d/argus-rank/") for u in links["argus-kernel"])  # kernel -> ranks
+    assert any(u.startswith("/d/argus-job/") for u in links["argus-anomalies"])  # anomaly -> job
+    assert all("${datasource:queryparam}" in u for urls in links.values() for u in urls)
+    pipeline = files["argus-pipeline"]
+    exprs = " ".join(t["expr"] for p in pipeline["panels"] for t in p["targets"])
+    for metric in (
+        "argus_worker_consumer_lag",
+        "argus_worker_dead_letters_total",
+        "argus_sink_insert_retries_total",
+        "argus_relay_refused_total",
+        "argus_worker_step_completion_seconds_bucket",
+    ):
+        assert metric in exprs
+
+
+def test_api_bodies_use_the_apis_keys_and_the_annotation_pair() -> None:
+    """The provisioning API (definitions ProvisionedAlertRule) reads keep_firing_for; its rules go
+    through SetDashboardAndPanelFromAnnotations, so the pair is both set."""
+    bodies = api_alert_rules(
+        GrafanaOptions(runbook_base_url="https://grafana.example.com"), folder_uid="argus"
+    )
+    for body, rule in zip(bodies, ALERTS, strict=True):
+        assert body["keep_firing_for"] == rule.keep_firing and "keepFiringFor" not in body
+        assert check_annotation_pair(body["annotations"]) == [] and body["annotations"]["__panelId__"]
+        assert body["annotations"]["runbook_url"].startswith("https://grafana.example.com/d/")
+        assert body["condition"] in [q["refId"] for q in body["data"]]
+        assert (body["folderUID"], body["ruleGroup"]) == ("argus", "argus")
+
+
+def test_checked_in_files_are_the_generated_ones_in_deploy_and_the_chart() -> None:
+    for rel, text in rendered_files().items():
+        assert (DEPLOY / rel).read_text() == text, f"run `argus grafana export` ({rel})"
+        chart_rel = rel.replace("provisioning/alerting", "alerting").replace(
+            "provisioning/datasources", "datasources"
+        )
+        if not rel.startswith("provisioning/dashboards"):
+            assert (CHART / chart_rel).read_text() == text, f"run `make helm-files` ({chart_rel})"
