@@ -27,12 +27,13 @@ progress points, :func:`detect_hang` decides, :func:`hang_anomalies` names it.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from argus.schemas import Anomaly, Heartbeat
+from argus.schemas import Anomaly, Heartbeat, HeartbeatBatch
 
 from ._classes import HANG, LOST_RANK
 from ._finding import anomaly_id
@@ -43,8 +44,10 @@ __all__ = [
     "HangFinding",
     "HangState",
     "HangVerdict",
+    "batch_refusals",
     "detect_hang",
     "hang_anomalies",
+    "observe_heartbeats",
     "stack_where",
 ]
 
@@ -210,6 +213,59 @@ class HangState:
         self.nbytes[rows] = pad([b.nbytes for b in fresh], 0)
         return len(fresh)
 
+    def observe_batch(self, batch: HeartbeatBatch) -> int:
+        """Take a batch of heartbeats of this job run in one vectorized pass (rows in any
+        order, a rank's latest kept; older than a rank's latest are ignored, as in
+        :meth:`observe`); return how many rows were taken. A batch of another job run is
+        ignored."""
+        if batch.job != self.job or batch.run != self.run or not len(batch):
+            return 0
+        rank, t = batch["rank"], batch["time_ns"]
+        if len(rank) > 1:  # the latest row of each rank
+            order = np.lexsort((t, rank))
+            last = np.ones(len(order), bool)
+            last[:-1] = rank[order[1:]] != rank[order[:-1]]
+            pick = order[last]
+        else:
+            pick = np.zeros(1, np.int64)
+        steps = batch["last_step"]
+        top_row = int(np.argmax(steps))
+        if not self.first_ns:
+            self.first_ns = int(t[0])
+        if int(steps[top_row]) > self.max_step:
+            self.max_step = int(steps[top_row])
+            self.progress.append((int(t[top_row]), self.max_step))
+        top, width = int(rank.max()), int(batch["ngroups"].max())  # padding beyond is not kept
+        if top >= self.n or width > self.width:
+            self._alloc(max(self.n, top + 1, 2 * self.n if top >= self.n else 0), max(self.width, width))
+        rows = rank[pick]
+        fresh = t[pick] > self.time_ns[rows]
+        if not fresh.all():
+            pick, rows = pick[fresh], rows[fresh]
+        if not len(rows):
+            return 0
+        self.prev_ns[rows] = self.time_ns[rows]
+        self.time_ns[rows] = t[pick]
+        self.last_step[rows] = steps[pick]
+        self.pause_until[rows] = batch["pause_until_ns"][pick]
+        for name in ("host", "stack", "pause"):
+            getattr(self, name)[rows] = batch[name][pick]
+        if self.width:
+            k = batch["ngroups"][pick]
+            used = np.arange(width) < k[:, None]  # the slots a row's groups fill
+            for mat, names, interner in (("gid", "groups", self.groups), ("kind", "kinds", self.kinds)):
+                ids = np.full((len(rows), self.width), -1, np.int64)
+                if width:
+                    text = batch[names][pick, :width]
+                    ids[:, :width][used] = [interner(x) for x in text[used].tolist()]
+                getattr(self, mat)[rows] = ids
+            for mat in ("ent", "fin", "nbytes"):
+                vals = np.zeros((len(rows), self.width), np.int64)
+                if width:
+                    vals[:, :width] = np.where(used, batch[_SLOT_COLUMN[mat]][pick, :width], 0)
+                getattr(self, mat)[rows] = vals
+        return len(rows)
+
     def _ids(self, interner: _Interner, names: tuple[str, ...]) -> tuple[int, ...]:
         key = (id(interner), names)
         ids = self._cache.get(key)
@@ -231,6 +287,100 @@ class HangState:
         if not both.any():
             return 0.0
         return float(np.median(self.time_ns[both] - self.prev_ns[both])) / 1e9
+
+
+_SLOT_COLUMN = {"ent": "seq_entered", "fin": "seq_finished", "nbytes": "nbytes"}
+
+
+def batch_refusals(
+    state: HangState, batches: list[HeartbeatBatch], rank_slack: int = 1024, max_groups: int = 64
+) -> list[tuple[int, str, str]]:
+    """Which batches of one job a hang state must refuse, as (index, reason, detail): the
+    state is as many rows as the largest rank and as wide as the most groups, so a batch
+    claiming a rank beyond ``2 × max(ranks seen, ranks here) + rank_slack``
+    (``absurd_rank``) or more than ``max_groups`` groups (``too_many_groups``) would make
+    it grow with a claim (pure; the same bounds as the worker's per-heartbeat admission)."""
+    seen = int(np.count_nonzero(state.seen))
+    here = len(np.unique(np.concatenate([b["rank"] for b in batches])))
+    bound = 2 * max(seen, here) + rank_slack
+    out = []
+    for i, b in enumerate(batches):
+        top = int(b["rank"].max())
+        if top >= bound:
+            out.append((i, "absurd_rank", f"rank {top}: the job showed {seen} ranks"))
+        elif int(b["ngroups"].max()) > max_groups:
+            out.append((i, "too_many_groups", f"{int(b['ngroups'].max())} groups, limit {max_groups}"))
+    return out
+
+
+def observe_heartbeats(
+    states: MutableMapping[tuple[str, int], HangState],
+    records: Sequence[tuple[Heartbeat | HeartbeatBatch, Any]],
+    *,
+    rank_slack: int = 1024,
+    max_groups: int = 64,
+    progress_points: int = 64,
+    max_jobs: int = 16_384,
+) -> tuple[int, list[tuple[Any, str, str]]]:
+    """Feed a consumer batch of heartbeats and heartbeat batches (each with its token) to
+    the job states, one vectorized pass per job: the job's single heartbeats become one
+    batch, concatenated with its node batches. Returns the heartbeats taken and the refused
+    records' tokens with a reason (``absurd_rank``, ``too_many_groups``: see
+    :func:`batch_refusals`). ``states`` is ordered least recently seen first and kept to
+    ``max_jobs`` jobs (the least recently seen dropped)."""
+    by_job: dict[tuple[str, int], list[tuple[HeartbeatBatch, Any]]] = {}
+    singles: dict[tuple[str, int], list[tuple[Heartbeat, Any]]] = {}
+    for record, token in records:
+        key = (record.job, record.run)
+        if isinstance(record, HeartbeatBatch):
+            by_job.setdefault(key, []).append((record, token))
+        else:
+            singles.setdefault(key, []).append((record, token))
+            by_job.setdefault(key, [])
+    taken, refused = 0, list[tuple[Any, str, str]]()
+    for key, batches in by_job.items():
+        state = states.pop(key, None)  # re-inserted last: least recently seen first
+        if state is None:
+            state = HangState(*key, progress_points=progress_points)
+        states[key] = state
+        parts = [b for b, _ in batches]
+        bad = batch_refusals(state, parts, rank_slack, max_groups) if parts else []
+        refused.extend((batches[i][1], reason, detail) for i, reason, detail in bad)
+        if bad:
+            drop = {i for i, _, _ in bad}
+            parts = [p for i, p in enumerate(parts) if i not in drop]
+        if key in singles:
+            ok, rejected = _admit_singles(state, singles[key], parts, rank_slack, max_groups)
+            refused.extend(rejected)
+            if ok:
+                parts.append(HeartbeatBatch.from_beats(ok))
+        if parts:
+            taken += state.observe_batch(HeartbeatBatch.concat(parts))
+    while len(states) > max_jobs:
+        del states[next(iter(states))]
+    return taken, refused
+
+
+def _admit_singles(
+    state: HangState,
+    beats: list[tuple[Heartbeat, Any]],
+    parts: list[HeartbeatBatch],
+    rank_slack: int,
+    max_groups: int,
+) -> tuple[list[Heartbeat], list[tuple[Any, str, str]]]:
+    seen = int(np.count_nonzero(state.seen))
+    ranks = {b.rank for b, _ in beats}.union(*(b["rank"].tolist() for b in parts))
+    bound = 2 * max(seen, len(ranks)) + rank_slack
+    ok: list[Heartbeat] = []
+    refused: list[tuple[Any, str, str]] = []
+    for beat, token in beats:
+        if beat.rank >= bound:
+            refused.append((token, "absurd_rank", f"rank {beat.rank}: the job showed {seen} ranks"))
+        elif len(beat.groups) > max_groups:
+            refused.append((token, "too_many_groups", f"{len(beat.groups)} groups, limit {max_groups}"))
+        else:
+            ok.append(beat)
+    return ok, refused
 
 
 @dataclass(frozen=True)

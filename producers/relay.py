@@ -17,8 +17,23 @@ The relay never sits on the training path:
   rank's record follows in its own message (the worker assembles steps from any number
   of parts).
 
-Records that do not decode as a ``StepBatch`` are forwarded unchanged, so the worker
-dead-letters them exactly as it would have.
+Heartbeats take the same way (:class:`HeartbeatMerger`): the relay keeps the latest
+heartbeat of each local rank of a job and publishes them as one ``HeartbeatBatch`` per job
+per heartbeat period, when every local rank of the job has sent one since the last
+batch, or ``heartbeat_linger_s`` after the first, whichever comes first: at 8 ranks per
+node, 8× fewer heartbeat messages for the workers. Ranks without a relay keep sending
+their own ``Heartbeat``; the worker takes both.
+
+Records that do not decode as a ``StepBatch`` or a ``Heartbeat`` are forwarded unchanged
+(to the steps or the heartbeats topic, by their schema id), so the worker dead-letters
+them exactly as it would have.
+
+Loss window: what the relay holds is in its memory only. A relay killed with SIGKILL
+loses the step parts it held (at most ``linger_s``, 0.2 s of steps) and the heartbeats it
+held (at most ``heartbeat_linger_s``, 2 s), plus what its publisher had not yet handed to
+Kafka or its spool. A lost step part shows as missing ranks of that step; a lost heartbeat
+is one beat of a rank that sends one every few seconds (the hang detector calls a rank lost
+only after ``3 ×`` its interval). A clean stop (SIGTERM) publishes everything it holds.
 
 Only the node's own ranks write through the relay. Every datagram carries its sender's
 credentials (``SO_PASSCRED``: the kernel attaches the sending process's pid, uid and gid
@@ -48,9 +63,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from argus.schemas import STEPS, Record, SchemaError, StepBatch, decode_many, step_key
+from argus.schemas import (
+    HEARTBEATS,
+    SCHEMAS,
+    STEPS,
+    Heartbeat,
+    HeartbeatBatch,
+    Record,
+    SchemaError,
+    StepBatch,
+    decode_many,
+    job_key,
+    peek_schema_id,
+    step_key,
+)
 
-__all__ = ["MAX_DATAGRAM", "NodeRelay", "RelayClient", "RelayError", "StepMerger"]
+__all__ = [
+    "MAX_DATAGRAM",
+    "RELAYED_TOPICS",
+    "HeartbeatMerger",
+    "NodeRelay",
+    "RelayClient",
+    "RelayError",
+    "StepMerger",
+]
+
+RELAYED_TOPICS = frozenset({STEPS, HEARTBEATS})
+"""The topics whose records a rank's publisher hands to the relay."""
+_HEARTBEAT_IDS = frozenset(sid for sid, info in SCHEMAS.items() if info.record_type is Heartbeat)
 
 log = logging.getLogger("argus.relay")
 
@@ -135,6 +175,71 @@ class StepMerger:
         return StepBatch.concat(group.parts)
 
 
+class HeartbeatMerger:
+    """Collect the heartbeats of each job run that reach this node into batches.
+
+    The latest heartbeat of each rank is kept; a job's batch is released when every local
+    rank of the job (learned: the most ranks seen in one batch) has sent one since the last
+    batch, or ``linger_s`` after the first, whichever comes first. A job silent for
+    ``forget_s`` is forgotten. At most ``max_ranks`` ranks are held in all (beyond, the
+    oldest batch is released early).
+    """
+
+    def __init__(self, linger_s: float = 2.0, max_ranks: int = 65_536, forget_s: float = 3600.0) -> None:
+        if linger_s <= 0 or max_ranks < 1 or forget_s <= 0:
+            raise ValueError("linger_s, max_ranks and forget_s must be positive")
+        self.linger_s = linger_s
+        self.max_ranks = max_ranks
+        self.forget_s = forget_s
+        self._open: dict[tuple[str, int], tuple[float, dict[int, Heartbeat]]] = {}
+        self._local_ranks: dict[tuple[str, int], int] = {}
+        self._last_seen: dict[tuple[str, int], float] = {}
+        self._held = 0
+        self._next_prune = 0.0
+
+    @property
+    def held(self) -> int:
+        """Heartbeats held now."""
+        return self._held
+
+    def add(self, beat: Heartbeat, now: float) -> list[HeartbeatBatch]:
+        """Take one heartbeat; return the batch it completes (at most one) or the oldest when full."""
+        job = (beat.job, beat.run)
+        _, ranks = self._open.setdefault(job, (now, {}))
+        cur = ranks.get(beat.rank)
+        if cur is None:
+            self._held += 1
+        if cur is None or beat.time_ns >= cur.time_ns:
+            ranks[beat.rank] = beat
+        self._last_seen[job] = now
+        if len(ranks) >= self._local_ranks.get(job, 1 << 62):
+            return [self._release(job)]
+        if self._held > self.max_ranks:
+            return [self._release(next(iter(self._open)))]
+        return []
+
+    def due(self, now: float) -> list[HeartbeatBatch]:
+        """Batches whose first heartbeat is ``linger_s`` old."""
+        if now >= self._next_prune:
+            self._next_prune = now + 60.0
+            for job in [j for j, t in self._last_seen.items() if now - t > self.forget_s]:
+                del self._last_seen[job]
+                self._local_ranks.pop(job, None)
+        return [
+            self._release(j) for j, (first, _) in list(self._open.items()) if now - first >= self.linger_s
+        ]
+
+    def drain(self) -> list[HeartbeatBatch]:
+        """Everything held (at shutdown)."""
+        return [self._release(j) for j in list(self._open)]
+
+    def _release(self, job: tuple[str, int]) -> HeartbeatBatch:
+        _, ranks = self._open.pop(job)
+        self._held -= len(ranks)
+        self._local_ranks[job] = max(self._local_ranks.get(job, 0), len(ranks))
+        return HeartbeatBatch.from_beats([ranks[r] for r in sorted(ranks)])
+
+
 class Sink(Protocol):
     """Where the relay publishes (a :class:`~producers.publisher.Publisher`)."""
 
@@ -150,13 +255,15 @@ class NodeRelay:
         path: the Unix socket path (``ARGUS_RELAY_SOCKET``); its directory is created 0750.
         sink: where merged batches go (the node agent's publisher, with its spool).
         linger_s: how long a step waits for the node's other ranks.
+        heartbeat_linger_s: how long a heartbeat waits for the node's other ranks' ones.
         allowed_uids: senders whose uid is one of these are served; None: the relay's own
             uid (``ARGUS_RELAY_ALLOWED_UIDS``).
         allowed_gids: senders whose primary gid is one of these are served too
             (``ARGUS_RELAY_ALLOWED_GIDS``).
         max_datagram: larger datagrams are refused and counted.
 
-    Counters: ``received`` (datagrams served), ``published``, ``forwarded_undecodable``,
+    Counters: ``received`` (datagrams served), ``published`` (step batches),
+    ``published_heartbeats`` (heartbeat batches), ``forwarded_undecodable``,
     ``refused`` (Counter by reason: ``peer``, ``size``, ``no credentials``).
     """
 
@@ -166,6 +273,7 @@ class NodeRelay:
         sink: Sink,
         *,
         linger_s: float = 0.2,
+        heartbeat_linger_s: float = 2.0,
         allowed_uids: Iterable[int] | None = None,
         allowed_gids: Iterable[int] = (),
         max_datagram: int = MAX_DATAGRAM,
@@ -175,11 +283,13 @@ class NodeRelay:
         self.path = Path(path)
         self.sink = sink
         self.merger = StepMerger(linger_s)
+        self.beats = HeartbeatMerger(heartbeat_linger_s)
         self.allowed_uids = frozenset({os.geteuid()} if allowed_uids is None else allowed_uids)
         self.allowed_gids = frozenset(allowed_gids)
         self.max_datagram = max_datagram
         self.received = 0
         self.published = 0
+        self.published_heartbeats = 0
         self.forwarded_undecodable = 0
         self.refused: Counter[str] = Counter()
         self._logged_at: dict[str, float] = {}
@@ -271,6 +381,8 @@ class NodeRelay:
             finally:
                 for batch in self.merger.drain():
                     self._send(batch)
+                for beats in self.beats.drain():
+                    self._send_beats(beats)
                 self._sock.close()
 
     def _unlink_own(self) -> None:
@@ -288,6 +400,8 @@ class NodeRelay:
             self._take(raws, now)
         for batch in self.merger.due(now):
             self._send(batch)
+        for beats in self.beats.due(now):
+            self._send_beats(beats)
         return len(raws)
 
     def _receive(self, timeout: float) -> list[bytes]:
@@ -335,6 +449,10 @@ class NodeRelay:
         return reason
 
     def _take(self, raws: list[bytes], now: float) -> None:
+        beats = [raw for raw in raws if _is_heartbeat(raw)]
+        if beats:
+            raws = [raw for raw in raws if not _is_heartbeat(raw)]
+            self._take_beats(beats, now)
         # One decode for all: the parts' columns are range-checked in one vectorized pass.
         for raw, part in zip(raws, decode_many(raws, expect=StepBatch), strict=True):
             if isinstance(part, SchemaError):
@@ -350,6 +468,25 @@ class NodeRelay:
             for batch in released:
                 self._send(batch)
 
+    def _take_beats(self, raws: list[bytes], now: float) -> None:
+        for raw, beat in zip(raws, decode_many(raws, expect=Heartbeat), strict=True):
+            if isinstance(beat, SchemaError):
+                self.forwarded_undecodable += 1
+                self.sink.publish_raw(HEARTBEATS, b"", raw)
+                continue
+            try:
+                released = self.beats.add(beat, now)
+            except Exception:  # never lose a heartbeat: it goes on as the rank sent it
+                log.exception("node relay: cannot merge a heartbeat of rank %d (forwarded as is)", beat.rank)
+                self.sink.publish_raw(HEARTBEATS, job_key(beat.job), raw)
+                continue
+            for batch in released:
+                self._send_beats(batch)
+
+    def _send_beats(self, batch: HeartbeatBatch) -> None:
+        self.sink.publish(HEARTBEATS, job_key(batch.job), batch)
+        self.published_heartbeats += 1
+
     def _send(self, batch: StepBatch) -> None:
         self.sink.publish(STEPS, step_key(batch.job, batch.step), batch)
         self.published += 1
@@ -359,6 +496,8 @@ class NodeRelay:
         return {
             "received": self.received,
             "published": self.published,
+            "published_heartbeats": self.published_heartbeats,
+            "held_heartbeats": self.beats.held,
             "open_steps": self.merger.open_steps,
             "forwarded_undecodable": self.forwarded_undecodable,
             "refused": sum(self.refused.values()),
@@ -366,8 +505,15 @@ class NodeRelay:
         }
 
 
+def _is_heartbeat(raw: bytes) -> bool:
+    try:
+        return peek_schema_id(raw) in _HEARTBEAT_IDS
+    except SchemaError:
+        return False
+
+
 class RelayClient:
-    """The rank side: send encoded step records to the node relay, never blocking.
+    """The rank side: send encoded step records and heartbeats to the node relay, never blocking.
 
     ``send`` returns False when the record must go to Kafka directly: no relay socket,
     the relay went away, or its queue is full (``net.unix.max_dgram_qlen`` datagrams, 10

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._codec import SCHEMAS, SchemaInfo, decode, decode_many, encode, peek_schema_id
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
+from ._heartbeats import HEARTBEAT_COLUMNS, HeartbeatBatch
 from ._kernels import KernelStats
 from ._records import (
     COLLECTIVE_COLUMNS,
@@ -48,6 +49,7 @@ __all__ = [
     "DEAD_LETTER",
     "GPU_SAMPLES",
     "HEARTBEATS",
+    "HEARTBEAT_COLUMNS",
     "KERNELS",
     "LIMITS",
     "PHASE_COLUMNS",
@@ -62,6 +64,7 @@ __all__ = [
     "DecodeError",
     "GpuSample",
     "Heartbeat",
+    "HeartbeatBatch",
     "KernelNames",
     "KernelSketch",
     "KernelStats",

@@ -21,6 +21,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
+from ._heartbeats import HeartbeatBatch
 from ._records import (
     Anomaly,
     DeadLetter,
@@ -34,7 +35,7 @@ from ._records import (
     StepBatch,
     StepSummary,
 )
-from ._validate import validate, validate_packed
+from ._validate import validate, validate_heartbeat_batches, validate_packed
 
 __all__ = ["SCHEMAS", "SchemaInfo", "decode", "decode_many", "encode", "peek_schema_id"]
 
@@ -48,6 +49,7 @@ _TYPES: dict[str, type[Record]] = {
     "stack_sample": StackSample,
     "gpu_sample": GpuSample,
     "heartbeat": Heartbeat,
+    "heartbeat_batch": HeartbeatBatch,
     "step_summary": StepSummary,
     "anomaly": Anomaly,
     "dead_letter": DeadLetter,
@@ -166,11 +168,12 @@ def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None
     :class:`SchemaError` that rejects it.
 
     The v3 StepBatches among them (what a worker or a sink consumes) are read and checked
-    together, in one vectorized pass (:class:`PackedSteps`); only if that pass fails is
-    each decoded alone, to name the bad ones.
+    together, in one vectorized pass (:class:`PackedSteps`), and so are the
+    HeartbeatBatches; only if that pass fails is each checked alone, to name the bad ones.
     """
     out: list[Any] = []
     steps: list[tuple[int, SchemaInfo]] = []  # v3 StepBatches, still raw dicts in ``out``
+    beats: list[int] = []  # HeartbeatBatches, built but not checked yet
     for data in payloads:
         try:
             writer, raw = _read(data, expect)
@@ -180,8 +183,15 @@ def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None
         if writer.record_type is StepBatch and "rows" in raw:
             steps.append((len(out), writer))
             out.append(raw)
+        elif writer.record_type is HeartbeatBatch:
+            record = _build(writer, raw, check=False)
+            if not isinstance(record, SchemaError):
+                beats.append(len(out))
+            out.append(record)
         else:
             out.append(_build(writer, raw, check=True))
+    if beats:
+        _check_heartbeat_batches(out, beats)
     packed = PackedSteps.read([out[i] for i, _ in steps]) if len(steps) > 1 else None
     if packed is not None and _passes(packed):
         for (i, _), batch in zip(steps, packed.batches(), strict=True):
@@ -190,6 +200,21 @@ def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None
         for i, writer in steps:
             out[i] = _build(writer, out[i], check=True)
     return out
+
+
+def _check_heartbeat_batches(out: list[Any], where: list[int]) -> None:
+    """Check the HeartbeatBatches at ``where`` in one pass; if that fails, one by one (the
+    bad ones are replaced by their :class:`ValidationError`)."""
+    try:
+        validate_heartbeat_batches([out[i] for i in where])
+        return
+    except (ValidationError, TypeError, ValueError):
+        pass  # named below
+    for i in where:
+        try:
+            validate(out[i])
+        except ValidationError as exc:
+            out[i] = exc
 
 
 def _passes(packed: PackedSteps) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ValidationError
+from ._heartbeats import HeartbeatBatch
 from ._records import (
     FLOAT_COLUMNS,
     INT_COLUMNS,
@@ -34,7 +35,7 @@ from ._records import (
     StepSummary,
 )
 
-__all__ = ["LIMITS", "MAX_FLOAT", "validate", "validate_packed"]
+__all__ = ["LIMITS", "MAX_FLOAT", "validate", "validate_heartbeat_batches", "validate_packed"]
 
 LIMITS: dict[str, int] = {
     "max_rank": 1 << 20,  # 1,048,576 ranks
@@ -49,6 +50,7 @@ LIMITS: dict[str, int] = {
     "max_entries": 1 << 16,  # entries in a list field
     "max_payload": 4 << 20,  # bytes in a kernel payload
     "max_dead_payload": 64 << 10,  # bytes of the bad input a dead letter keeps
+    "max_groups": 1024,  # process groups of one rank in a heartbeat batch
 }
 MAX_FLOAT = 1e30
 """Largest magnitude of a float that lands in a Float32 column (float32 overflows near 3.4e38)."""
@@ -227,6 +229,61 @@ def _heartbeat(h: Heartbeat) -> None:
     _int_range(h, "pause_until_ns", h.pause_until_ns, 0, LIMITS["max_time_ns"])
 
 
+def _heartbeat_batch(b: HeartbeatBatch) -> None:
+    validate_heartbeat_batches([b])
+
+
+def validate_heartbeat_batches(batches: list[HeartbeatBatch]) -> None:
+    """Raise :class:`ValidationError` unless every batch is valid: the checks of a
+    :class:`Heartbeat` on every row, a rank at most once per batch; one vectorized pass over
+    all of them (it does not say which batch failed when there are several)."""
+    record: object = batches[0] if len(batches) == 1 else "HeartbeatBatch"
+    lengths = []
+    for b in batches:
+        _text(record, "job", b.job)
+        _int_range(record, "run", b.run, 0, _I32)
+        if not 0 < len(b) <= LIMITS["max_rows"]:
+            raise _fail(record, f"{len(b)} rows, expected 1..{LIMITS['max_rows']}")
+        if b.width > LIMITS["max_groups"] or len(b) * b.width > LIMITS["max_entries"]:
+            raise _fail(
+                record,
+                f"{len(b)} rows × {b.width} groups, limits {LIMITS['max_groups']} groups, "
+                f"{LIMITS['max_entries']} entries",
+            )
+        lengths.append(len(b))
+
+    def col(name: str) -> np.ndarray:
+        return np.concatenate([b.columns[name] for b in batches]) if len(batches) > 1 else batches[0][name]
+
+    rank, ngroups = col("rank"), col("ngroups")
+    for name, values, lo, hi in (
+        ("rank", rank, 0, LIMITS["max_rank"]),
+        ("time_ns", col("time_ns"), LIMITS["min_time_ns"], LIMITS["max_time_ns"]),
+        ("last_step", col("last_step"), -1, LIMITS["max_step"]),
+        ("pause_until_ns", col("pause_until_ns"), 0, LIMITS["max_time_ns"]),
+    ):
+        if values.min() < lo or values.max() >= hi:
+            raise _fail(record, f"{name} holds values outside [{lo}, {hi})")
+    if ngroups.min() < 0 or any(int(b["ngroups"].max()) > b.width for b in batches):
+        raise _fail(record, "ngroups outside [0, width]")
+    if len(rank) > 1:
+        batch = np.repeat(np.arange(len(lengths), dtype=np.int64) << 20, lengths)
+        keys = np.sort(batch + rank)
+        if (keys[1:] == keys[:-1]).any():
+            raise _fail(record, "a rank appears twice in one batch")
+    for name, lo in (("seq_entered", -1), ("seq_finished", -1), ("nbytes", 0)):
+        for b in batches:
+            if b.width and b[name].min() < lo:
+                raise _fail(record, f"{name} holds values below {lo}")
+    for name, limit in (("host", "max_id_len"), ("pause", "max_id_len"), ("stack", "max_stack_len")):
+        if max(map(len, col(name).tolist())) > LIMITS[limit]:
+            raise _fail(record, f"{name} longer than {LIMITS[limit]} characters")
+    for name in ("groups", "kinds"):
+        for b in batches:
+            if b.width and max(map(len, b[name].ravel().tolist())) > LIMITS["max_id_len"]:
+                raise _fail(record, f"{name} longer than {LIMITS['max_id_len']} characters")
+
+
 def _step_summary(s: StepSummary) -> None:
     _text(s, "job", s.job)
     _int_range(s, "run", s.run, 0, _I32)
@@ -283,6 +340,7 @@ _CHECKS: dict[type, Callable[[Any], None]] = {
     StackSample: _stack_sample,
     GpuSample: _gpu_sample,
     Heartbeat: _heartbeat,
+    HeartbeatBatch: _heartbeat_batch,
     StepSummary: _step_summary,
     Anomaly: _anomaly,
     DeadLetter: _dead_letter,

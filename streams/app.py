@@ -20,7 +20,9 @@ Two stages (DESIGN.md):
   again, never loses one, and downstream keeps each id once.
 
 - **hangs** (agent ``watch_heartbeats``, source ``argus.heartbeats`` keyed by job): the
-  latest heartbeat of every rank of a job in a :class:`detectors.HangState`; a timer
+  latest heartbeat of every rank of a job in a :class:`detectors.HangState`, fed one
+  vectorized pass per job per consumer batch (node relays' HeartbeatBatches and direct
+  per-rank Heartbeats alike: :func:`detectors.hang.observe_heartbeats`); a timer
   (``hang_tick_s``, the detector's clock) calls :func:`detectors.detect_hang` for every
   job and sends its hang / lost-rank anomalies to ``argus.anomalies`` (each id when first
   named, then again every ``hang_update_s`` with the cost so far). This state is in
@@ -70,6 +72,7 @@ from argus.detectors import (
     refresh,
     step_findings,
 )
+from argus.detectors.hang import observe_heartbeats
 from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,
@@ -80,11 +83,12 @@ from argus.schemas import (
     STEPS,
     Anomaly,
     DeadLetter,
+    DecodeError,
     Heartbeat,
+    HeartbeatBatch,
     SchemaError,
     StepBatch,
     ValidationError,
-    decode,
     decode_many,
     encode,
     job_key,
@@ -518,25 +522,24 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     @app.agent(heartbeats_topic)
     async def watch_heartbeats(stream: Any) -> None:
         async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            by_job: dict[tuple[str, int], list[tuple[Heartbeat, Any]]] = {}
-            for event in events:
-                try:
-                    beat = decode(event.value or b"", expect=Heartbeat)
-                except SchemaError as exc:
-                    await dead_letter(event, exc.reason, str(exc))
-                    continue
-                by_job.setdefault((beat.job, beat.run), []).append((beat, event))
-            for key, beats in by_job.items():
-                state = hang_states.pop(key, None)  # re-inserted last: least recently seen first
-                if state is None:
-                    state = HangState(*key, progress_points=cfg.hang.progress_points)
-                hang_states[key] = state
-                ok, rejected = admit_heartbeats(state, beats, cfg.assembly.rank_slack, cfg.max_groups)
-                for event, reason, error in rejected:
-                    await dead_letter(event, reason, error)
-                metrics.heartbeats += state.observe(ok)
-            while len(hang_states) > cfg.max_hang_jobs:
-                del hang_states[next(iter(hang_states))]
+            records = []
+            for event, record in zip(events, decode_many([e.value or b"" for e in events]), strict=True):
+                if isinstance(record, Heartbeat | HeartbeatBatch):
+                    records.append((record, event))
+                else:  # a SchemaError, or a record of another type
+                    bad = record if isinstance(record, SchemaError) else DecodeError(type(record).__name__)
+                    await dead_letter(event, bad.reason, f"not a heartbeat: {bad}")
+            taken, refused = observe_heartbeats(
+                hang_states,
+                records,
+                rank_slack=cfg.assembly.rank_slack,
+                max_groups=cfg.max_groups,
+                progress_points=cfg.hang.progress_points,
+                max_jobs=cfg.max_hang_jobs,
+            )
+            for event, reason, error in refused:
+                await dead_letter(event, reason, error)
+            metrics.heartbeats += taken
             metrics.hang_jobs = len(hang_states)
 
     @app.timer(cfg.hang_tick_s)  # type: ignore[untyped-decorator]

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from argus.producers.relay import NodeRelay, RelayError, StepMerger
-from argus.schemas import STEPS, StepBatch, StepRecord
+from argus.producers.relay import HeartbeatMerger, NodeRelay, RelayError, StepMerger
+from argus.schemas import STEPS, Heartbeat, StepBatch, StepRecord
 
 
 def part(job: str, step: int, rank: int) -> StepBatch:
@@ -554,3 +554,74 @@ def test_a_forged_sender_is_refused_while_healthy_ranks_lose_nothing(kafka_conf,
     )
     assert refused == hostile and victim_messages == 0, stats
     assert sorted(rows) == [(s, r) for s in range(steps) for r in range(8)]
+
+
+def hb(job: str, rank: int, t: int, step: int = 3) -> Heartbeat:
+    return Heartbeat(job, 0, rank, "n0", 1_800_000_000_000_000_000 + t, step, stack="train.py:main")
+
+
+def test_heartbeat_merger_sends_one_batch_per_job_per_period():
+    m = HeartbeatMerger(linger_s=2.0)
+    # the first period: the node's rank count is unknown, so the batch waits for the linger
+    assert [m.add(hb("j", r, 0), now=0.0) for r in range(8)] == [[]] * 8
+    assert m.add(hb("j", 3, 5), now=0.5) == []  # a rank's newer heartbeat replaces its older one
+    assert m.due(1.9) == [] and m.held == 8
+    (first,) = m.due(2.0)
+    assert first["rank"].tolist() == list(range(8)) and first["time_ns"][3] == first["time_ns"][0] + 5
+    # from then on the batch goes as soon as every local rank has sent one
+    for r in range(7):
+        assert m.add(hb("j", r, 10), now=5.0) == []
+    (second,) = m.add(hb("j", 7, 10), now=5.1)
+    assert len(second) == 8 and m.held == 0
+    # a silent rank: the others go at the linger; another job on the node is independent
+    for r in range(7):
+        m.add(hb("j", r, 20), now=10.0)
+    m.add(hb("k", 0, 20), now=10.5)
+    (short,) = m.due(12.0)
+    assert short.job == "j" and len(short) == 7
+    assert [b.job for b in m.drain()] == ["k"] and m.held == 0
+
+
+def test_heartbeat_merger_holds_a_bounded_number_of_ranks():
+    m = HeartbeatMerger(linger_s=60.0, max_ranks=16)
+    released = [b for r in range(40) for b in m.add(hb(f"j{r}", 0, r), now=0.0)]
+    assert m.held <= 16 and sum(map(len, released)) + m.held == 40
+
+
+def test_ranks_heartbeats_through_the_relay_become_one_batch(tmp_path):
+    """8 ranks' heartbeats (and their step records) through the relay socket: one
+    HeartbeatBatch on the heartbeats topic, one StepBatch on the steps topic; a heartbeat
+    that does not decode is forwarded to the heartbeats topic unchanged."""
+    from argus.producers.relay import RelayClient
+    from argus.schemas import HEARTBEATS, HeartbeatBatch, encode
+
+    class Keep:
+        def __init__(self) -> None:
+            self.records: list[tuple[str, object]] = []
+            self.raw: list[tuple[str, bytes]] = []
+
+        def publish(self, topic: str, key: bytes, record: object) -> None:
+            self.records.append((topic, record))
+
+        def publish_raw(self, topic: str, key: bytes, value: bytes) -> None:
+            self.raw.append((topic, value))
+
+    sink = Keep()
+    relay = NodeRelay(tmp_path / "relay.sock", sink, linger_s=30, heartbeat_linger_s=30)
+    clients = [RelayClient(relay.path) for _ in range(8)]
+    assert all(c.send(encode(hb("j", r, r))) for r, c in enumerate(clients))
+    bad = bytearray(encode(hb("j", 0, 0)))
+    bad[-12:] = b"\xff" * 12  # a heartbeat's schema id, a broken body
+    assert clients[0].send(bytes(bad))
+    stop = threading.Event()
+    server = threading.Thread(target=relay.serve, args=(stop,))
+    server.start()
+    deadline = time.monotonic() + 10
+    while relay.received < 9 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    server.join(10)
+    ((topic, batch),) = sink.records
+    assert topic == HEARTBEATS and isinstance(batch, HeartbeatBatch)
+    assert batch.beats() == [hb("j", r, r) for r in range(8)]
+    assert sink.raw == [(HEARTBEATS, bytes(bad))] and relay.stats()["published_heartbeats"] == 1

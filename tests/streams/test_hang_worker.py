@@ -1,9 +1,12 @@
 """The stream worker's heartbeat agent, on the real broker: a simulated rank that never
-enters its all-reduce is named on ``argus.anomalies`` within 30 s of the hang."""
+enters its all-reduce is named on ``argus.anomalies`` within 30 s of the hang, whether
+its ranks' heartbeats come one per message (no relay) or as node batches from the relay
+(here: half of the hosts batched, half direct, in one job)."""
 
 from __future__ import annotations
 
 import time
+import zlib
 
 import pytest
 from confluent_kafka import Consumer
@@ -11,15 +14,16 @@ from confluent_kafka import Consumer
 from argus.kafka_admin import ensure_topics
 from argus.producers.publisher import Publisher
 from argus.producers.simulator import HangScenario, HangSimulator, Layout
-from argus.schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, Anomaly, decode, job_key
+from argus.schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, Anomaly, HeartbeatBatch, decode, job_key
 from tests.streams.test_worker import Worker, fresh_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-def test_the_worker_names_a_hung_rank_and_its_all_reduce(kafka_conf, tmp_path, unique) -> None:
+@pytest.mark.parametrize("shape", ["direct", "node_batches"])
+def test_the_worker_names_a_hung_rank_and_its_all_reduce(kafka_conf, tmp_path, unique, shape) -> None:
     ensure_topics(kafka_conf, ALL_TOPICS, partitions=16)
-    job = f"e2e-hang-{unique}"
+    job = f"e2e-hang-{shape}-{unique}"
     worker = Worker(fresh_group(kafka_conf, f"hang-{unique}"), tmp_path, kafka_conf["bootstrap.servers"])
     consumer = Consumer({**kafka_conf, "group.id": f"peek-{job}", "auto.offset.reset": "latest"})
     consumer.subscribe([ANOMALIES])
@@ -38,8 +42,17 @@ def test_the_worker_names_a_hung_rank_and_its_all_reduce(kafka_conf, tmp_path, u
         deadline = time.monotonic() + 90
         while found is None and time.monotonic() < deadline:
             now = time.time_ns()
-            for beat in sim.beats(sent_to, now):
-                publisher.publish(HEARTBEATS, job_key(job), beat)
+            beats = sim.beats(sent_to, now)
+            by_host: dict[tuple[str, int], list] = {}
+            for beat in beats:
+                if shape == "node_batches" and zlib.crc32(beat.host.encode()) % 2:  # a host with a relay
+                    # one batch per host per heartbeat period, as the relay sends
+                    by_host.setdefault((beat.host, beat.time_ns // 2_000_000_000), []).append(beat)
+                else:
+                    publisher.publish(HEARTBEATS, job_key(job), beat)
+            for host_beats in by_host.values():
+                latest = {b.rank: b for b in sorted(host_beats, key=lambda b: b.time_ns)}
+                publisher.publish(HEARTBEATS, job_key(job), HeartbeatBatch.from_beats(list(latest.values())))
             sent_to = now
             publisher.flush(5)
             for m in consumer.consume(100, timeout=0.5):

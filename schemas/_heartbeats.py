@@ -1,0 +1,195 @@
+"""HeartbeatBatch: the heartbeats of one job's ranks on one node, as columns.
+
+A rank sends a :class:`Heartbeat` every few seconds. At 100,000 ranks and one heartbeat
+per 5 s that is 20,000 messages/s, and a stream worker's cost is per message; the node
+relay (:mod:`producers.relay`) sends one ``HeartbeatBatch`` per job per node per
+heartbeat period instead (8 rows on an 8-GPU node), and the worker's hang state takes it
+in one vectorized pass (:meth:`detectors.HangState.observe_batch`).
+
+Per-group fields are ``rows × width`` matrices: a rank's groups fill the first
+``ngroups`` slots of its row, the rest are padding (empty name, zeros).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._records import Heartbeat, Record
+
+__all__ = ["HEARTBEAT_COLUMNS", "HeartbeatBatch"]
+
+_INT_ROWS = ("rank", "time_ns", "last_step", "ngroups", "pause_until_ns")
+_TEXT_ROWS = ("host", "stack", "pause")
+_INT_SLOTS = ("seq_entered", "seq_finished", "nbytes")
+_TEXT_SLOTS = ("groups", "kinds")
+HEARTBEAT_COLUMNS: tuple[str, ...] = _INT_ROWS + _TEXT_ROWS + _INT_SLOTS + _TEXT_SLOTS
+"""Every column of a HeartbeatBatch: per row, then per row and group slot."""
+
+
+def _split(text: str, n: int, name: str) -> np.ndarray:
+    values = text.split("\n") if n else []
+    if len(values) != n:
+        raise ValueError(f"{name} holds {len(values)} values, expected {n}")
+    out = np.empty(n, object)
+    out[:] = values
+    return out
+
+
+def _ints(raw: Any, n: int, name: str) -> np.ndarray:
+    if not isinstance(raw, bytes) or len(raw) != 8 * n:
+        raise ValueError(
+            f"{name} is {len(raw) if isinstance(raw, bytes) else type(raw).__name__} bytes, expected {8 * n}"
+        )
+    return np.frombuffer(raw, dtype="<i8").astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True, eq=False)
+class HeartbeatBatch(Record):
+    """Heartbeats of ranks of one job run, one row per rank (see the module docstring).
+
+    ``columns`` maps every name of :data:`HEARTBEAT_COLUMNS` to an array: per-row columns
+    of length ``rows``, per-slot columns of shape ``(rows, width)``; int64 or object (str).
+    """
+
+    job: str
+    run: int
+    columns: Mapping[str, np.ndarray]
+
+    def __post_init__(self) -> None:
+        n = len(self.columns["rank"])
+        missing = set(HEARTBEAT_COLUMNS).difference(self.columns)
+        if missing:
+            raise ValueError(f"HeartbeatBatch lacks columns: {sorted(missing)}")
+        for name in _INT_ROWS + _TEXT_ROWS:
+            if self.columns[name].shape != (n,):
+                raise ValueError(f"HeartbeatBatch column {name} is not one entry per row")
+        width = self.columns["groups"].shape[1] if self.columns["groups"].ndim == 2 else -1
+        for name in _INT_SLOTS + _TEXT_SLOTS:
+            if self.columns[name].shape != (n, width):
+                raise ValueError(f"HeartbeatBatch column {name} is not rows × width")
+
+    def __len__(self) -> int:
+        return len(self.columns["rank"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        column: np.ndarray = self.columns[name]
+        return column
+
+    @property
+    def width(self) -> int:
+        """Group slots per row."""
+        return int(self.columns["groups"].shape[1])
+
+    @classmethod
+    def from_beats(cls, beats: Sequence[Heartbeat]) -> HeartbeatBatch:
+        """Columnize heartbeats of one job run (ValueError if they are of several)."""
+        if not beats:
+            raise ValueError("HeartbeatBatch.from_beats needs at least one heartbeat")
+        head = beats[0]
+        if any(b.job != head.job or b.run != head.run for b in beats):
+            raise ValueError("a HeartbeatBatch holds one job run")
+        n, width = len(beats), max(len(b.groups) for b in beats)
+        cols: dict[str, np.ndarray] = {
+            "rank": np.array([b.rank for b in beats], np.int64),
+            "time_ns": np.array([b.time_ns for b in beats], np.int64),
+            "last_step": np.array([b.last_step for b in beats], np.int64),
+            "ngroups": np.array([len(b.groups) for b in beats], np.int64),
+            "pause_until_ns": np.array([b.pause_until_ns for b in beats], np.int64),
+        }
+        for name in _TEXT_ROWS:
+            cols[name] = np.empty(n, object)
+            cols[name][:] = [getattr(b, name) for b in beats]
+        for name in _INT_SLOTS:
+            cols[name] = np.zeros((n, width), np.int64)
+        for name in _TEXT_SLOTS:
+            cols[name] = np.full((n, width), "", object)
+        for i, b in enumerate(beats):
+            k = len(b.groups)
+            if not len(b.seq_entered) == len(b.seq_finished) == len(b.kinds) == len(b.nbytes) == k:
+                raise ValueError(f"rank {b.rank}: per-group fields differ in length")
+            if k:
+                for name in _INT_SLOTS + _TEXT_SLOTS:
+                    cols[name][i, :k] = getattr(b, name)
+        return cls(head.job, head.run, cols)
+
+    def beats(self) -> list[Heartbeat]:
+        """One Heartbeat per row."""
+        c = {name: self.columns[name].tolist() for name in HEARTBEAT_COLUMNS}
+        out = []
+        for i, k in enumerate(c["ngroups"]):
+            slots = {name: tuple(c[name][i][:k]) for name in _INT_SLOTS + _TEXT_SLOTS}
+            out.append(
+                Heartbeat(
+                    self.job,
+                    self.run,
+                    c["rank"][i],
+                    c["host"][i],
+                    c["time_ns"][i],
+                    c["last_step"][i],
+                    stack=c["stack"][i],
+                    pause=c["pause"][i],
+                    pause_until_ns=c["pause_until_ns"][i],
+                    **slots,
+                )
+            )
+        return out
+
+    @classmethod
+    def concat(cls, parts: Sequence[HeartbeatBatch]) -> HeartbeatBatch:
+        """One batch of the rows of many batches of one job run (rows kept in order; a rank
+        may appear more than once: :meth:`HangState.observe_batch` keeps its latest)."""
+        head = parts[0]
+        if len(parts) == 1:
+            return head
+        width = max(p.width for p in parts)
+        cols: dict[str, np.ndarray] = {}
+        for name in _INT_ROWS + _TEXT_ROWS:
+            cols[name] = np.concatenate([p.columns[name] for p in parts])
+        for name in _INT_SLOTS + _TEXT_SLOTS:
+            fill: Any = "" if name in _TEXT_SLOTS else 0
+            cols[name] = np.concatenate(
+                [
+                    p.columns[name]
+                    if p.width == width
+                    else np.pad(p.columns[name], ((0, 0), (0, width - p.width)), constant_values=fill)
+                    for p in parts
+                ]
+            )
+        return cls(head.job, head.run, cols)
+
+    def to_avro(self) -> dict[str, Any]:
+        """The wire form: integers packed little-endian, text newline-joined (row-major)."""
+        out: dict[str, Any] = {"job": self.job, "run": self.run, "rows": len(self), "width": self.width}
+        for name in _INT_ROWS + _INT_SLOTS:
+            out[name] = np.ascontiguousarray(self.columns[name], dtype="<i8").tobytes()
+        for name in _TEXT_ROWS + _TEXT_SLOTS:
+            out[name] = "\n".join(self.columns[name].ravel().tolist())
+        return out
+
+    @classmethod
+    def from_avro(cls, data: Mapping[str, Any]) -> HeartbeatBatch:
+        """Build the batch from the dict fastavro read; ValueError when the columns do not
+        match ``rows`` and ``width`` (sizes are checked against the bytes, never trusted)."""
+        n, width = int(data["rows"]), int(data["width"])
+        if n < 0 or width < 0:
+            raise ValueError(f"rows={n}, width={width}")
+        cols: dict[str, np.ndarray] = {}
+        for name in _INT_ROWS:
+            cols[name] = _ints(data[name], n, name)
+        for name in _INT_SLOTS:
+            cols[name] = _ints(data[name], n * width, name).reshape(n, width)
+        for name in _TEXT_ROWS:
+            cols[name] = _split(data[name], n, name)
+        for name in _TEXT_SLOTS:
+            text = data[name]
+            if n * width == 0:
+                if text:
+                    raise ValueError(f"{name} holds values, expected none")
+                cols[name] = np.empty((n, width), object)
+            else:
+                cols[name] = _split(text, n * width, name).reshape(n, width)
+        return cls(data["job"], data["run"], cols)
