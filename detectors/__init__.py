@@ -36,6 +36,7 @@ from ._config import DiagnoserConfig
 from ._finding import Finding
 from .cost import gpu_hours, step_ms_added
 from .cross_rank import METRICS, CrossRankResult, cross_rank, rank_metrics
+from .deepen import Deepening, deepen_ranks
 from .facade import (
     Deepen,
     Episode,
@@ -54,7 +55,7 @@ from .facade import (
 )
 from .hang import HangConfig, HangFinding, HangState, HangVerdict, detect_hang, hang_anomalies, stack_where
 from .iteration import IterationState, IterationVerdict, attribute, iteration_level, update_baseline
-from .kernel import KernelFinding, kernel_level
+from .kernel import DegradedKernel, KernelFinding, common_ids, kernel_family, kernel_level
 from .rootcause import classify_ranks, stage_imbalance
 from .stacks import StackDelta, stack_diff
 
@@ -80,6 +81,8 @@ __all__ = [
     "UNKNOWN",
     "CrossRankResult",
     "Deepen",
+    "Deepening",
+    "DegradedKernel",
     "DiagnoserConfig",
     "Episode",
     "Finding",
@@ -101,13 +104,16 @@ __all__ = [
     "apply_findings",
     "attribute",
     "classify_ranks",
+    "common_ids",
     "cross_rank",
+    "deepen_ranks",
     "detect_hang",
     "diagnose",
     "diagnose_step",
     "gpu_hours",
     "hang_anomalies",
     "iteration_level",
+    "kernel_family",
     "kernel_level",
     "rank_metrics",
     "refresh",

@@ -37,8 +37,15 @@ class DiagnoserConfig:
     ``persistent_within`` steps of the job's settling: past ``warmup_steps``, or where it
     became ``global_ratio`` times faster within its first ``persistent_settle_steps``
     steps). At most ``max_open`` unconfirmed episodes; an anomaly lists at most
-    ``max_listed`` ranks. Kernel evidence compares a suspect with ``kernel_peers`` healthy
-    peers. Group statistics of groups larger than ``max_sample`` ranks come from a strided
+    ``max_listed`` ranks.
+
+    Kernel level (for confirmed rank, link and host suspects only): a suspect's kernels
+    and stacks against those of ``kernel_peers`` healthy peers of its group. A kernel
+    whose per-call duration is ``kernel_degraded_ratio`` times the peers' and adds
+    ``kernel_min_excess`` of the suspect's kernel time, or a frame the suspect samples
+    ``stack_min_delta`` (share of samples) more than its peers, makes the anomaly
+    ``level="kernel"``; while no such evidence is found (its sketches late, say), the
+    anomaly is deepened again on each of the next ``deepen_steps`` steps. Group statistics of groups larger than ``max_sample`` ranks come from a strided
     sample.
     """
 
@@ -73,4 +80,8 @@ class DiagnoserConfig:
     max_listed: int = 1024
     max_open: int = 256
     kernel_peers: int = 8
+    kernel_degraded_ratio: float = 1.15
+    kernel_min_excess: float = 0.02
+    stack_min_delta: float = 0.1
+    deepen_steps: int = 3
     max_sample: int | None = 256

@@ -43,6 +43,7 @@ from ._config import DiagnoserConfig
 from ._finding import Finding, anomaly_id
 from .cost import gpu_hours, step_ms_added
 from .cross_rank import METRICS, CrossRankResult, clean_step_ms, cross_rank, job_reference
+from .deepen import Deepening, deepen_ranks
 from .iteration import (
     IterationState,
     IterationVerdict,
@@ -51,9 +52,7 @@ from .iteration import (
     iteration_level,
     update_baseline,
 )
-from .kernel import kernel_level
 from .rootcause import classify_ranks, stage_imbalance
-from .stacks import stack_diff
 
 _WARN_CAUSES = frozenset({PIPELINE_STAGE_IMBALANCE, SEQUENCE_LENGTH_IMBALANCE})
 
@@ -104,6 +103,9 @@ class Episode:
     idle: int = 0
     reported: int = -1
     hits_at: list[int] = field(default_factory=list)
+    peers: list[int] = field(default_factory=list)
+    deepen_left: int = 0
+    detail: str = ""
 
 
 @dataclass
@@ -202,6 +204,8 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
         f"{e.cause} at {e.suspect}{since}: decided by {e.decided_by}="
         f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {e.hits} step(s)"
     )
+    if e.detail:
+        summary += f"; {e.detail}"
     return Anomaly(
         id=anomaly_id(state.job, state.run, e.cause, e.suspect, e.onset),
         job=state.job,
@@ -223,49 +227,43 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
     )
 
 
-def _peers(batch: StepBatch, cr: CrossRankResult, suspect_rows: np.ndarray, k: int, column: str) -> list[int]:
-    """Up to ``k`` unflagged ranks of the suspects' group, spread over the group."""
-    if k <= 0 or len(suspect_rows) == 0:
-        return []
-    g = batch[column][suspect_rows[0]]
-    rows = np.flatnonzero(batch[column] == g)
-    rows = rows[~np.isin(rows, cr.rows)]
-    if len(rows) > k:
-        rows = rows[np.linspace(0, len(rows) - 1, k).astype(int)]
-    return [int(r) for r in batch["rank"][rows]]
+_PEER_SAMPLE = 4096
+_MAX_PEERED = 64
 
 
-def _deepen(
-    f: Finding,
-    batch: StepBatch,
-    cr: CrossRankResult,
-    cfg: DiagnoserConfig,
-    kernels: KernelSource | None,
-    stacks: StackSource | None,
-    names: Mapping[int, str] | Sequence[str] | None,
-) -> tuple[str, dict[str, float]]:
-    """Kernel and stack evidence for a rank-level finding (progressive: suspects only)."""
-    if not f.ranks or (kernels is None and stacks is None):
-        return f.level, {}
-    suspects = list(f.ranks[:3])
-    srows = cr.rows[np.isin(cr.ranks, suspects)]
-    peers = _peers(batch, cr, srows, cfg.kernel_peers, cfg.group_column)
-    ev: dict[str, float] = {}
-    level = f.level
-    if kernels is not None and peers:
-        got = kernels(suspects + peers)
-        peer_stats = [got[p] for p in peers if p in got]
-        if suspects[0] in got and peer_stats:
-            kf = kernel_level(got[suspects[0]], peer_stats, names, rank=suspects[0])
-            ev.update(kf.evidence())
-            level = "kernel"
-    if stacks is not None and peers:
-        got_s = stacks(suspects + peers)
-        peer_s = [got_s[p] for p in peers if p in got_s]
-        if suspects[0] in got_s and peer_s:
-            for d in stack_diff(got_s[suspects[0]], peer_s, top=2):
-                ev[f"stack:{d.frame[:200]}"] = round(d.delta, 4)
-    return level, ev
+def _peer_table(
+    batch: StepBatch, cr: CrossRankResult, ranks: Sequence[int], k: int, column: str
+) -> dict[int, tuple[int, ...]]:
+    """For each of ``ranks`` (the first ``_MAX_PEERED``), up to ``k`` unflagged ranks of its
+    group, spread over the group: looked for in a strided sample of the step's rows first
+    (a few thousand rows, not the whole job), in every row only when the sample has too few."""
+    if k <= 0 or not len(ranks):
+        return {}
+    rank_col, groups = batch["rank"], batch[column]
+    n = len(rank_col)
+    sample = np.arange(0, n, max(1, n // _PEER_SAMPLE))
+    flagged = np.zeros(n, bool)
+    flagged[cr.rows] = True
+    by_group: dict[Any, tuple[int, ...]] = {}
+    out: dict[int, tuple[int, ...]] = {}
+    for r in list(dict.fromkeys(int(x) for x in ranks))[:_MAX_PEERED]:
+        row = r if r < n and rank_col[r] == r else int(next(iter(np.flatnonzero(rank_col == r)), -1))
+        if row < 0:
+            continue
+        g = groups[row]
+        if g not in by_group:
+            cand = sample[groups[sample] == g]
+            cand = cand[~flagged[cand]]
+            if len(cand) < k:
+                cand = np.flatnonzero((groups == g) & ~flagged)
+            if len(cand) > k:
+                cand = cand[np.linspace(0, len(cand) - 1, k).astype(int)]
+            by_group[g] = tuple(int(x) for x in rank_col[cand])
+        out[r] = by_group[g]
+    return out
+
+
+_DEEP_KINDS = frozenset({"rank", "link", "host", "ranks"})
 
 
 @dataclass(frozen=True)
@@ -275,7 +273,8 @@ class StepFindings:
     reference level of every metric (``job_median``: the typical rank's work, the fastest
     ranks' collectives) and its step without the wait for the slowest rank (``job_ms``) for
     the iteration level, the rank/stage findings, the weakly flagged ranks (hysteresis),
-    and the step summary."""
+    the step summary, and for the first three ranks of each rank, link or host finding a
+    few healthy peers of its group (``peers``: whom the kernel level compares it with)."""
 
     job: str
     run: int
@@ -288,6 +287,7 @@ class StepFindings:
     summary: StepSummary
     weak: tuple[int, ...] = ()
     job_ms: float = -1.0
+    peers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
@@ -305,6 +305,7 @@ class StepFindings:
             "summary": self.summary.to_avro(),
             "weak": list(self.weak),
             "job_ms": self.job_ms,
+            "peers": {str(r): list(p) for r, p in self.peers.items()},
         }
 
     @classmethod
@@ -325,6 +326,7 @@ class StepFindings:
             summary=StepSummary.from_avro(data["summary"]),  # type: ignore[arg-type]
             weak=tuple(int(r) for r in data.get("weak", ())),
             job_ms=float(data.get("job_ms", -1.0)),
+            peers={int(r): tuple(int(x) for x in p) for r, p in data.get("peers", {}).items()},
         )
 
 
@@ -338,6 +340,8 @@ def _cross_rank_stage(
             findings += classify_ranks(cr, batch["host"][cr.rows], batch["dp"][cr.rows], cfg)
         findings += stage_imbalance(cr, cfg.group_column, cfg)
     reference = job_reference(cr)
+    wanted = [r for f in findings if f.suspect_kind in _DEEP_KINDS for r in f.ranks[:3]]
+    peers = _peer_table(batch, cr, wanted, cfg.kernel_peers, cfg.group_column)
     sf = StepFindings(
         job=batch.job,
         run=batch.run,
@@ -350,6 +354,7 @@ def _cross_rank_stage(
         summary=_summary(batch, cr, findings, missing),
         weak=tuple(cr.weak.tolist()),
         job_ms=clean_step_ms(reference),
+        peers=peers,
     )
     return sf, cr
 
@@ -364,8 +369,10 @@ def step_findings(
     return _cross_rank_stage(batch, config or DiagnoserConfig(), missing)[0]
 
 
-Deepen = Callable[[Finding], tuple[str, dict[str, float]]]
-"""Given a newly confirmed finding, its level and extra (kernel, stack) evidence."""
+Deepen = Callable[[Sequence[int], Sequence[int]], Deepening | None]
+"""Given a confirmed anomaly's suspect ranks and healthy peers of their group, what their
+kernels and stacks say (:func:`detectors.deepen.deepen_ranks` over the caller's data), or
+None when there is no data yet."""
 
 
 def apply_findings(
@@ -373,7 +380,9 @@ def apply_findings(
 ) -> StepResult:
     """The temporal half: fold one step's findings into the job's state (iteration baseline,
     episodes) and return the anomalies to publish; updates ``state`` in place. Steps must
-    come in order; ``deepen`` adds kernel/stack evidence when an episode is confirmed.
+    come in order; ``deepen`` adds kernel/stack evidence when an episode is confirmed (and,
+    while none explains it, on each of the next ``deepen_steps`` steps: sketches that come
+    late still deepen it, and the anomaly is sent again, ``level="kernel"``).
 
     Severity (DESIGN.md): a sighting becomes an anomaly once it is sustained (seen in
     ``min_steps`` steps, gaps up to ``close_after`` bridged) or, for a one-off stall, once
@@ -434,21 +443,27 @@ def apply_findings(
             e.score = max(e.score, f.score)
             e.evidence.update(f.evidence)
             e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+        if f.ranks and f.ranks[0] in sf.peers:
+            e.peers = list(sf.peers[f.ranks[0]])
         if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
-            if deepen is not None:
-                level, extra = deepen(f)
-                e.level = level
-                e.evidence.update(extra)
             e.emitted = True
             e.onset = _onset(e)
             e.persistent = _persistent(e, state, cfg)
             e.severity = _severity(e, cfg)
             e.detected_ns = sf.end_ns
             e.reported = step
+            if deepen is not None and e.suspect_kind in _DEEP_KINDS:
+                e.deepen_left = cfg.deepen_steps + 1
+                _deepen(e, deepen)
             out.append(_anomaly(state, e))
         elif e.emitted and step - e.reported >= cfg.update_every:  # a live window and cost
             e.reported = step
             out.append(_anomaly(state, e))
+    if deepen is not None:  # sketches that came after the confirming step
+        for e in state.episodes.values():
+            if e.emitted and e.deepen_left > 0 and e.reported != step and _deepen(e, deepen):
+                e.reported = step
+                out.append(_anomaly(state, e))
     weak = set(sf.weak)
     for key, e in list(state.episodes.items()):
         if key in seen or glob:  # a global step is no evidence either way
@@ -474,6 +489,20 @@ def apply_findings(
 
 
 _GROUP_KINDS = ("host", "link", "ranks")
+
+
+def _deepen(e: Episode, deepen: Deepen) -> bool:
+    """One try at the kernel level for a confirmed episode: True when its kernels or stacks
+    explained it now (its level becomes ``kernel``; no more tries), else one try fewer."""
+    e.deepen_left -= 1
+    found = deepen(e.ranks[:3], e.peers)
+    if found is None:
+        return False
+    e.evidence.update(found.evidence)
+    if not found.explained:
+        return False
+    e.level, e.detail, e.deepen_left = "kernel", found.summary, 0
+    return True
 
 
 def _patience(e: Episode, cfg: DiagnoserConfig) -> int:
@@ -697,10 +726,20 @@ def diagnose_step(
         A :class:`StepResult`; publish ``result.anomalies``.
     """
     cfg = config or DiagnoserConfig()
-    sf, cr = _cross_rank_stage(batch, cfg, ())
+    sf, _ = _cross_rank_stage(batch, cfg, ())
+    if kernels is None and stacks is None:
+        return apply_findings(state, sf, cfg)
 
-    def deepen(f: Finding) -> tuple[str, dict[str, float]]:
-        return _deepen(f, batch, cr, cfg, kernels, stacks, names)
+    def deepen(suspects: Sequence[int], peers: Sequence[int]) -> Deepening | None:
+        ranks = [*suspects, *peers]
+        return deepen_ranks(
+            suspects,
+            peers,
+            kernels(ranks) if kernels is not None else {},
+            stacks(ranks) if stacks is not None else {},
+            names,
+            cfg,
+        )
 
     return apply_findings(state, sf, cfg, deepen=deepen)
 

@@ -12,8 +12,10 @@ __all__ = ["StackDelta", "stack_diff"]
 
 @dataclass(frozen=True)
 class StackDelta:
-    """A leaf frame whose share of samples differs: the suspect's share, the peers' mean
-    share and the difference (positive: the suspect spends more time there)."""
+    """A frame whose share of samples differs: the suspect's share, the peers' mean share
+    and the difference (positive: the suspect spends more time there). ``frame`` is the
+    sampled leaf with its caller (``caller;leaf``: ``queues.py:get`` alone does not say it
+    is the data loader waiting)."""
 
     frame: str
     share: float
@@ -29,16 +31,16 @@ def _shares(s: StackSample) -> dict[str, float]:
     total = float(sum(s.counts)) or 1.0
     out: dict[str, float] = {}
     for stack, n in zip(s.stacks, s.counts, strict=True):
-        leaf = stack.rsplit(";", 1)[-1]
+        leaf = ";".join(stack.rsplit(";", 2)[-2:])
         out[leaf] = out.get(leaf, 0.0) + n / total
     return out
 
 
 def stack_diff(suspect: StackSample, peers: Sequence[StackSample], *, top: int = 3) -> tuple[StackDelta, ...]:
-    """The ``top`` leaf frames the suspect samples more than its peers, largest first.
+    """The ``top`` frames the suspect samples more than its peers, largest first.
 
-    Shares are per sample window (counts / total), peers averaged; frames are the last
-    element of each folded stack (``file:function``).
+    Shares are per sample window (counts / total), peers averaged; frames are the last two
+    elements of each folded stack (``caller;leaf``, each ``file:function``).
     """
     mine = _shares(suspect)
     theirs: dict[str, float] = {}

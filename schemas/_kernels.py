@@ -3,6 +3,7 @@ produces and the kernel-level detectors read (one model, like HTA's per-rank fra
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,3 +43,26 @@ class KernelStats:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def quantiles_at(self, probs: Sequence[float] | np.ndarray) -> np.ndarray:
+        """Every kernel's duration quantiles (ns) at ``probs``: shape (k, len(probs)).
+
+        The one kernel-quantile function (sinks, detectors and the report read it): the
+        piecewise-linear quantile function through ``(0, min)``, ``(p_j, q_j)`` for the
+        stored probabilities and ``(1, max)``, made monotone.
+        """
+        want = np.clip(np.asarray(probs, np.float64), 0.0, 1.0)
+        p = np.concatenate(([0.0], np.asarray(self.probs, np.float64), [1.0]))
+        v = np.column_stack(
+            [
+                np.asarray(self.min_ns, np.float64),
+                np.asarray(self.quantiles_ns, np.float64).reshape(len(self.ids), len(self.probs)),
+                np.asarray(self.max_ns, np.float64),
+            ]
+        )
+        v = np.maximum.accumulate(v, axis=1)
+        j = np.clip(np.searchsorted(p, want, side="right") - 1, 0, len(p) - 2)
+        span = p[j + 1] - p[j]
+        w = np.divide(want - p[j], span, out=np.zeros_like(want), where=span > 0)
+        out: np.ndarray = v[:, j] + w[None, :] * (v[:, j + 1] - v[:, j])
+        return out

@@ -9,7 +9,7 @@ stored in ``kernel_sketches``, so nothing is lost, only not yet decoded.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -17,28 +17,16 @@ import pyarrow as pa
 from argus.schemas import DecodeError, KernelNames, KernelSketch, KernelStats
 from argus.schemas.kernel_codec import CODEC_ID, decode_payload
 
-__all__ = ["KernelDecoder", "kernel_table", "quantiles_at"]
+__all__ = ["KernelDecoder", "kernel_table"]
 
 log = logging.getLogger("argus.sink.kernels")
 
 _Rank = tuple[str, int, int]
 
 
-def quantiles_at(stats: KernelStats, probs: Sequence[float]) -> np.ndarray:
-    """Each kernel's quantiles at ``probs`` (k × len(probs)), interpolated between min, the
-    stored quantiles and max."""
-    grid = np.concatenate([[0.0], np.asarray(stats.probs, dtype=np.float64), [1.0]])
-    values = np.column_stack([stats.min_ns, stats.quantiles_ns, stats.max_ns]).astype(np.float64)
-    return (
-        np.stack([[np.interp(p, grid, row) for p in probs] for row in values])
-        if len(values)
-        else (np.zeros((0, len(probs))))
-    )
-
-
 def kernel_table(sketch: KernelSketch, stats: KernelStats, names: Mapping[int, str]) -> pa.Table:
     """Rows of the ``kernels`` table for one decoded sketch."""
-    q = quantiles_at(stats, (0.5, 0.9, 0.99))
+    q = stats.quantiles_at((0.5, 0.9, 0.99))
     k = len(stats)
     return pa.table(
         {

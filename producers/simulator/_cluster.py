@@ -39,7 +39,7 @@ from ._faults import (
     Fault,
     Label,
 )
-from ._kernels import kernel_stats
+from ._kernels import column_factor, kernel_factors, kernel_stats
 from ._layout import Layout
 from ._noise import REALISTIC, Noise
 from ._stacks import heartbeats, stack_sample
@@ -81,6 +81,8 @@ class SimStep:
     launch_factor: np.ndarray  # per rank: CPU launch gaps factor (host contention)
     hidden_ms: np.ndarray  # per rank: time no phase timer saw (masked straggler)
     active: tuple[Fault, ...] = field(default_factory=tuple)
+    kernel_slow: dict[int, np.ndarray] = field(default_factory=dict)  # rank -> per-kernel factor
+    gap_ms: np.ndarray | None = None  # per rank: compute-phase time the GPU idled (CPU-starved launches)
 
     @property
     def step(self) -> int:
@@ -202,16 +204,23 @@ class ClusterSimulator:
             last = f.last_step
             if last < first:
                 continue
-            if f.kind in (COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER) and f.host is not None:
+            if (
+                f.kind in (COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER, DATALOADER_STALL)
+                and f.host is not None
+            ):
                 h = int(f.host)
-                out.append(Label(f.kind, first, last, "host", Layout.host_name(h), f.ranks))
+                said = f.kernel or ("dataloader" if f.kind == DATALOADER_STALL else "")
+                out.append(Label(f.kind, first, last, "host", Layout.host_name(h), f.ranks, said))
             elif f.kind == LINK_DEGRADATION:
                 a, b = sorted(f.ranks, key=lambda r: (lay.host_of(r), r))
                 ha, hb = Layout.host_name(lay.host_of(a)), Layout.host_name(lay.host_of(b))
-                out.append(Label(f.kind, first, last, "link", f"{ha}<->{hb}", (a, b)))
+                out.append(Label(f.kind, first, last, "link", f"{ha}<->{hb}", (a, b), "nccl:AllReduce"))
             elif f.kind == HOST_CPU_CONTENTION:
                 h = int(f.host or 0)
-                out.append(Label(f.kind, first, last, "host", Layout.host_name(h), lay.ranks_of_host(h)))
+                said = "dataloader" if f.magnitude > 0 else ""  # its data loaders starve
+                out.append(
+                    Label(f.kind, first, last, "host", Layout.host_name(h), lay.ranks_of_host(h), said)
+                )
             elif f.kind == PIPELINE_STAGE_IMBALANCE:
                 out.append(Label(f.kind, first, last, "stage", f"pp:{f.stage or 0}"))
             elif f.kind == SEQUENCE_LENGTH_IMBALANCE:
@@ -219,7 +228,7 @@ class ClusterSimulator:
             elif f.kind == PIPELINE_BUBBLE:
                 out.append(Label(f.kind, first, last, "job", "pipeline"))
             else:
-                out.extend(Label(f.kind, first, last, "rank", f"rank:{r}", (r,)) for r in f.ranks)
+                out.extend(Label(f.kind, first, last, "rank", f"rank:{r}", (r,), f.kernel) for r in f.ranks)
         return tuple(out)
 
     def run(self, steps: int, start: int = 0) -> Iterator[SimStep]:
@@ -272,11 +281,20 @@ class ClusterSimulator:
         ones = np.ones(n)
         gpu_f, coll_f, count_f, launch_f = ones.copy(), ones.copy(), ones.copy(), ones.copy()
         bubble_factor = 1.0
+        kernel_slow: dict[int, np.ndarray] = {}
+        gap = np.zeros(n)
         active = tuple(f for f in self.faults if f.active(step))
         for f in active:
             r = np.asarray(f.ranks, dtype=np.int64)
             m = f.magnitude_at(step)
-            if f.kind == COMPUTE_STRAGGLER:
+            if f.kind == COMPUTE_STRAGGLER and f.kernel:  # some kernels only (a throttled GEMM)
+                kf = kernel_factors(f.kernel, m or 1.3)
+                fwd[r] *= column_factor(kf, "forward_ms")
+                bwd[r] *= column_factor(kf, "backward_ms")
+                opt[r] *= column_factor(kf, "optimizer_ms")
+                for rank in r.tolist():
+                    kernel_slow[rank] = kernel_slow.get(rank, np.ones(len(kf))) * kf
+            elif f.kind == COMPUTE_STRAGGLER:
                 fac = m or 1.4
                 fwd[r] *= fac
                 bwd[r] *= fac
@@ -309,11 +327,13 @@ class ClusterSimulator:
                 count_f[sel] *= ratio
             elif f.kind == HOST_CPU_CONTENTION:
                 sel = c["host"] == (f.host or 0)
-                dl[sel] *= 5.0
+                dl[sel] = dl[sel] * 5.0 + m
                 h2d[sel] *= 4.0
+                before = fwd[sel] + bwd[sel] + opt[sel]
                 fwd[sel] *= 1.15
                 bwd[sel] *= 1.05
                 opt[sel] *= 1.2
+                gap[sel] += fwd[sel] + bwd[sel] + opt[sel] - before  # launches late, kernels as fast
                 launch_f[sel] *= 5.0
             elif f.kind == JIT_COMPILE_STALL:
                 compile_[r] += m or 1500.0
@@ -371,4 +391,6 @@ class ClusterSimulator:
             tokens=tokens.astype(np.int64),
         )
         batch = StepBatch(self.job, self.run_id, step, cols)
-        return SimStep(batch, lay, self.seed, gpu_f, coll_f, count_f, launch_f, hidden, active)
+        return SimStep(
+            batch, lay, self.seed, gpu_f, coll_f, count_f, launch_f, hidden, active, kernel_slow, gap
+        )

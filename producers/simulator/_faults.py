@@ -61,6 +61,10 @@ class Fault:
     ``every``: a flapping fault acts on every ``every``-th step of its window only;
     ``ramp``: a drift, whose slowdown factor grows linearly from 1 to ``magnitude`` over
     the window. A compute straggler given a ``host`` and no ranks slows every rank of it.
+    Host CPU contention with a ``magnitude`` also starves the host's data loaders: that
+    many ms more data-loader wait per step on each of its ranks. ``kernel``: for a compute straggler, only the kernels whose
+    name contains it run ``magnitude`` times slower (``"gemm"``: a throttled GPU's matrix
+    multiplies), the step as much slower as those kernels' share of it.
     """
 
     kind: str
@@ -72,12 +76,15 @@ class Fault:
     magnitude: float = 0.0
     every: int = 1
     ramp: bool = False
+    kernel: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}")
         if self.steps < 1 or self.first_step < 0 or self.every < 1:
             raise ValueError("a fault needs first_step >= 0, steps >= 1 and every >= 1")
+        if self.kernel and self.kind != COMPUTE_STRAGGLER:
+            raise ValueError("only a compute straggler slows chosen kernels")
 
     def active(self, step: int) -> bool:
         """Whether the fault acts on ``step``."""
@@ -112,7 +119,9 @@ class Label:
     ``suspect`` is ``rank:<r>`` (one culprit rank; several culprit ranks give one label
     each), ``<hostA><-><hostB>`` (a link), ``<host>`` (a host), ``pp:<s>`` (a stage),
     ``dp`` (the data-parallel replicas) or ``pipeline``. ``ranks`` are the culprit ranks
-    (empty for job-, stage- and replica-level faults).
+    (empty for job-, stage- and replica-level faults). ``kernel`` is what the kernel level
+    should name, where the fault has one cause there: a kernel family (``gemm``,
+    ``nccl:AllReduce``) or a word of the frame (``dataloader``); empty otherwise.
     """
 
     kind: str
@@ -121,6 +130,7 @@ class Label:
     suspect_kind: str
     suspect: str
     ranks: tuple[int, ...] = ()
+    kernel: str = ""
 
 
 def random_fault(kind: str, layout: Layout, rng: np.random.Generator, first_step: int) -> Fault:

@@ -11,7 +11,7 @@ from argus.schemas import KernelNames, KernelStats
 if TYPE_CHECKING:
     from ._cluster import SimStep
 
-__all__ = ["KERNEL_NAMES", "PROBS", "kernel_names", "kernel_stats"]
+__all__ = ["KERNEL_NAMES", "PROBS", "column_factor", "kernel_factors", "kernel_names", "kernel_stats"]
 
 # (name, step-record column it belongs to, share of that column, calls per step, spread)
 _MIX: tuple[tuple[str, str, float, int, float], ...] = (
@@ -37,6 +37,25 @@ _COMPUTE_COLUMNS = frozenset({"forward_ms", "backward_ms", "optimizer_ms"})
 _Z = np.array([-2.3263, -1.2816, -0.6745, 0.0, 0.6745, 1.2816, 2.3263])
 
 
+_COLUMN = np.array([m[1] for m in _MIX], dtype=object)
+_SHARE = np.array([m[2] for m in _MIX])
+
+
+def kernel_factors(pattern: str, factor: float) -> np.ndarray:
+    """Per-call duration factor of every kernel: ``factor`` for the kernels whose name
+    contains ``pattern`` (case-insensitive), 1 for the others."""
+    hit = np.array([pattern.lower() in n.lower() for n in KERNEL_NAMES])
+    if not hit.any():
+        raise ValueError(f"no simulated kernel matches {pattern!r}")
+    return np.where(hit, factor, 1.0)
+
+
+def column_factor(factors: np.ndarray, column: str) -> float:
+    """How much slower a phase gets when its kernels run ``factors`` slower per call."""
+    sel = column == _COLUMN
+    return float(np.sum(_SHARE[sel] * factors[sel]) / np.sum(_SHARE[sel])) if sel.any() else 1.0
+
+
 def kernel_names(job: str, run: int, rank: int) -> KernelNames:
     """The kernel-name dictionary record a simulated rank sends once."""
     return KernelNames(job, run, rank, tuple(range(len(KERNEL_NAMES))), KERNEL_NAMES)
@@ -46,25 +65,34 @@ def kernel_stats(sim: SimStep, rank: int) -> KernelStats:
     """Kernel statistics of ``rank`` in ``sim``'s step.
 
     GPU truth: compute kernels run ``gpu_factor`` slower per call (throttled GPU, masked
-    straggler, longer sequences), ``count_factor`` more often (more layers on a stage);
+    straggler, longer sequences), ``count_factor`` more often (more layers on a stage), and
+    a rank's ``kernel_slow`` kernels that much slower each (their phase shares it);
     the all-reduce kernels of a slow link ``collective_factor`` slower; collective kernel
-    time includes waiting for peers (NCCL kernels spin). Idle gaps grow with CPU stalls.
+    time includes waiting for peers (NCCL kernels spin). Idle gaps grow with CPU stalls,
+    and a CPU-starved rank's compute phases are longer by idle gaps (``gap_ms``), not by
+    slower kernels.
     """
     b = sim.batch
     rng = np.random.default_rng([sim.seed, b.step, rank, 7])
     ranks = b["rank"]
     row = rank if rank < len(ranks) and ranks[rank] == rank else int(np.flatnonzero(ranks == rank)[0])
     compute_ms = float(b["forward_ms"][row] + b["backward_ms"][row] + b["optimizer_ms"][row])
-    hidden = 1.0 + float(sim.hidden_ms[row]) / max(compute_ms, 1e-9)
+    gap_ms = float(sim.gap_ms[row]) if sim.gap_ms is not None else 0.0
+    hidden = (1.0 + float(sim.hidden_ms[row]) / max(compute_ms, 1e-9)) * (
+        1.0 - gap_ms / max(compute_ms, 1e-9)
+    )
     k = len(_MIX)
     count = np.zeros(k, np.int64)
     total = np.zeros(k)
     spread = np.zeros(k)
+    slow = sim.kernel_slow.get(int(rank))
     for i, (_, col, share, calls, sd) in enumerate(_MIX):
         phase_ms = float(b[col][row])
         if col in _COMPUTE_COLUMNS:
             phase_ms *= hidden
             calls = round(calls * sim.count_factor[row])
+        if slow is not None:
+            phase_ms *= float(slow[i]) / column_factor(slow, col)
         count[i] = calls if phase_ms > 0 else 0
         total[i] = phase_ms * share * 1e6
         spread[i] = sd
@@ -73,9 +101,11 @@ def kernel_stats(sim: SimStep, rank: int) -> KernelStats:
     q = mean[:, None] * np.exp(spread[:, None] * _Z[None, :] - spread[:, None] ** 2 / 2) * jitter
     q = np.sort(q, axis=1)
     keep = count > 0
-    idle_ms = float(
-        b["dataloader_ms"][row] + b["gc_ms"][row] + b["compile_ms"][row] + b["checkpoint_ms"][row]
-    ) + 0.02 * float(b["forward_ms"][row] + b["backward_ms"][row]) * float(sim.launch_factor[row])
+    idle_ms = (
+        float(b["dataloader_ms"][row] + b["gc_ms"][row] + b["compile_ms"][row] + b["checkpoint_ms"][row])
+        + 0.02 * float(b["forward_ms"][row] + b["backward_ms"][row]) * float(sim.launch_factor[row])
+        + gap_ms
+    )
     return KernelStats(
         ids=np.flatnonzero(keep).astype(np.int32),
         count=count[keep],

@@ -53,8 +53,10 @@ def test_kernel_level_against_peers_and_history() -> None:
     ks = s.kernel_stats([21, 22, 23, 24, 25])
     kf = d.kernel_level(ks[21], [ks[r] for r in (22, 23, 24, 25)], KERNEL_NAMES, rank=21, history=ks[22])
     assert 1.4 <= kf.compute_ratio <= 1.6 and kf.collective_ratio < 1.0
-    names = {n for n, _ in kf.degraded}  # a throttled GPU: every compute kernel, no NCCL kernel
-    assert len(names) == 8 and not any(n.startswith("nccl") for n in names)
+    # a throttled GPU: the compute kernels that take time, GEMMs first (most time added), no NCCL
+    names = {k.name for k in kf.degraded}
+    assert len(names) >= 4 and not any(n.startswith("nccl") for n in names)
+    assert kf.families[0] == "gemm" and all(1.4 <= k.p50_ratio <= 1.6 for k in kf.degraded)
     assert kf.distance > 0.2 and kf.history_distance > 0.2
     healthy = d.kernel_level(ks[22], [ks[r] for r in (23, 24, 25)], KERNEL_NAMES)
     assert healthy.degraded == () and healthy.distance < 0.05
@@ -65,7 +67,7 @@ def test_stack_diff_names_what_the_suspect_does_more() -> None:
     s = step_with(Fault(GC_PAUSE, 12, 1, (7,), magnitude=400.0))
     st = s.stacks([7, 8, 9])
     top = d.stack_diff(st[7], [st[8], st[9]])
-    assert top[0].frame == "gc:collect" and top[0].delta > 0.3
+    assert top[0].frame.endswith(";gc:collect") and top[0].delta > 0.3
 
 
 def test_cost_figures() -> None:
