@@ -52,7 +52,7 @@ def kernel_factors(pattern: str, factor: float) -> np.ndarray:
 
 def column_factor(factors: np.ndarray, column: str) -> float:
     """How much slower a phase gets when its kernels run ``factors`` slower per call."""
-    sel = column == _COLUMN
+    sel: np.ndarray = np.equal(_COLUMN, column)
     return float(np.sum(_SHARE[sel] * factors[sel]) / np.sum(_SHARE[sel])) if sel.any() else 1.0
 
 
