@@ -364,9 +364,12 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             log.error("anomaly %s of job %.100s not sent: %s", anomaly.id, anomaly.job, str(exc)[:300])
             return None
 
+    reading = [False]  # the assemble agent is inside a batch of parts
+
     @app.agent(steps_topic)
     async def assemble(stream: Any) -> None:
         async for events in stream.take_events(cfg.take, within=cfg.within_s):
+            reading[0] = True
             now = time.monotonic()
             # One decode for the whole batch of events: its StepBatches are checked in one pass.
             parts = decode_many([event.value or b"" for event in events], expect=StepBatch)
@@ -384,10 +387,13 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                     await finish(done)
             for done in assembler.due(now):
                 await finish(done)
+            reading[0] = False
             metrics.open_steps = assembler.open_steps
 
     @app.timer(0.25)  # type: ignore[untyped-decorator]
     async def complete_waiting() -> None:
+        if reading[0]:
+            return  # mid-batch, a step's next parts may be further on in it; the agent checks at its end
         for done in assembler.due(time.monotonic()):
             await finish(done)
         metrics.open_steps = assembler.open_steps

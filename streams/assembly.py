@@ -142,6 +142,7 @@ class StepAssembler:
         key = (part.job, part.run, part.step)
         entry = self._open.get(key)
         if entry is None and part.step in self._completed.get(job_run, {}):
+            self._grow_world(job_run, part)
             return [CompleteStep(part, (), (token,), "late")]
         if entry is None:
             entry = self._open[key] = _Open(first_seen=now)
@@ -167,6 +168,15 @@ class StepAssembler:
             oldest = min(self._open, key=lambda k: self._open[k].first_seen)
             self._complete(oldest, "overflow")
         return self._released()
+
+    def _grow_world(self, job_run: tuple[str, int], late: StepBatch) -> None:
+        """A late part with ranks beyond the world: its step completed short (the world was
+        learned from a step that had not all its ranks yet), so the world grows, at most to
+        twice its size per part (a rank number is a claim; see :func:`dense_world`)."""
+        world = self._world.get(job_run, 0)
+        top = int(late["rank"].max()) + 1
+        if world and world < top <= 2 * world:
+            self._world[job_run] = self._seen_world[job_run] = top
 
     @staticmethod
     def _inside(entry: _Open, world: int) -> int:
@@ -205,9 +215,11 @@ class StepAssembler:
             world = self._world.get(job_run, 0)
             if world and self._inside(entry, world) >= world:  # the world became known after it arrived
                 ready.append((key, "all_ranks"))
-            elif later >= len(entry.ranks) and now - entry.last_seen >= self.config.quiet_s:
-                # A later step already has as many ranks as this one: this one has all it will get
-                # (how a job's first steps complete before its world size is known).
+            elif not world and later >= len(entry.ranks) and now - entry.last_seen >= self.config.quiet_s:
+                # The world unknown (a job's first steps): a later step already has as many
+                # ranks as this one, so this one has all it will get. Once the world is known,
+                # a step short of it waits for settle_s: a busy worker reads a step's parts
+                # in several batches, and a later step's early parts prove nothing then.
                 ready.append((key, "peers_done"))
             elif now - entry.first_seen >= self.config.max_wait_s:
                 ready.append((key, "timeout"))
