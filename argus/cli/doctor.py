@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import typer
 from rich.markup import escape
@@ -15,7 +18,7 @@ from ..config import redact_url
 from ..wiring import open_configured_store
 from ._app import EXIT_UNAVAILABLE, app, console, settings
 
-__all__ = ["Check", "run_checks"]
+__all__ = ["Check", "install_kind", "run_checks"]
 
 _OPTIONAL = (
     ("confluent_kafka", "agent", "Kafka publisher and consumers"),
@@ -54,15 +57,40 @@ def _one_line(text: str, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def install_kind() -> str:
+    """How this Argus was installed: "source" (a checkout with the Makefile), "container"
+    (the image, in Docker or Kubernetes) or "pip" (a wheel in someone's environment)."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "Makefile").is_file() and (root / "scripts" / "kafka.sh").is_file():
+        return "source"
+    if os.environ.get("KUBERNETES_SERVICE_HOST") or Path("/.dockerenv").exists():
+        return "container"
+    return "pip"
+
+
+def _kafka_hint(bootstrap: object) -> str:
+    return {
+        "source": "start the local broker with `make kafka-up`",
+        "container": f"check the Kafka bootstrap the deployment sets (ARGUS_KAFKA_BOOTSTRAP={bootstrap})",
+        "pip": f"set ARGUS_KAFKA_BOOTSTRAP to your brokers (now {bootstrap})",
+    }[install_kind()]
+
+
+def _extra_hint(extra: str) -> str:
+    if install_kind() == "source":
+        return f"`.venv/bin/pip install -e '.[{extra}]'`"
+    return f"`pip install 'argus-gpu[{extra}]'`"
+
+
 def _kafka(conf: dict[str, object]) -> Check:
     try:
         from ..kafka_admin import KafkaUnavailable, probe_kafka
-    except ImportError as exc:  # pragma: no cover - confluent-kafka missing
-        return Check("Kafka", "fail", f"confluent-kafka not installed ({exc.name})", True)
+    except ImportError:  # pragma: no cover - confluent-kafka missing
+        return Check("Kafka", "fail", f"confluent-kafka not installed: {_extra_hint('agent')}", True)
     try:
         return Check("Kafka", "ok", probe_kafka(conf), True)
     except KafkaUnavailable as exc:
-        return Check("Kafka", "fail", f"{exc} (start it with `make kafka-up`)", True)
+        return Check("Kafka", "fail", f"{exc}; {_kafka_hint(conf.get('bootstrap.servers'))}", True)
 
 
 def _clickhouse() -> Check:
@@ -99,9 +127,7 @@ def _optional() -> list[Check]:
             version = getattr(mod, "__version__", "") or "installed"
             out.append(Check(f"{module}", "ok", f"{version} ({what})"))
         except ImportError:
-            out.append(
-                Check(f"{module}", "absent", f"not installed: pip install 'argus-gpu[{extra}]' ({what})")
-            )
+            out.append(Check(f"{module}", "absent", f"not installed: {_extra_hint(extra)} ({what})"))
     return out
 
 
@@ -145,12 +171,18 @@ def doctor() -> None:
             handler.addFilter(_quiet_clients)
     checks = run_checks()
     table = Table(title="argus doctor", show_lines=False)
-    table.add_column("part")
-    table.add_column("status")
-    table.add_column("detail", overflow="fold")
+    table.add_column("part", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("detail", no_wrap=not sys.stdout.isatty(), overflow="fold")
     for c in checks:
         table.add_row(c.name, _STYLE[c.status], escape(c.detail))
-    console.print(table)
+    if sys.stdout.isatty():
+        console.print(table)
+    else:  # piped or logged: one line per part, however long (never folded at 80 columns)
+        from rich.console import Console
+
+        width = max(len(c.name) for c in checks) + max(len(c.detail) for c in checks) + 20
+        Console(width=max(width, console.width), soft_wrap=False, highlight=False).print(table)
     failed = [c.name for c in checks if c.required and c.status == "fail"]
     if failed:
         console.print(f"[bold red]not ready:[/] {', '.join(failed)}")

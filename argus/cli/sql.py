@@ -1,63 +1,168 @@
-"""``argus sql``: analysts' SQL over the store."""
+"""``argus sql``: analysts' SQL over the store, behaving like clickhouse-client.
+
+- On a terminal the result is a table; piped or redirected it is TSV with a header
+  (``TabSeparatedWithNames``), one row per line, never wrapped.
+- A query ending in ``FORMAT <name>`` is ClickHouse's to format: its bytes are written as
+  they come (``SELECT 1 AS a FORMAT JSONEachRow`` prints ``{"a":1}``).
+- ``-`` reads the query from stdin (``argus sql - < query.sql``).
+- ``-f json`` / ``-f jsonl`` write Decimal as JSON numbers, dates as ISO strings, UInt64 exactly.
+"""
 
 from __future__ import annotations
 
 import csv
-import json
+import re
 import sys
+from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, BinaryIO
 
 import typer
-from rich.table import Table
 
-from ._app import app, console
+from ._app import app, console, fail
 from ._store import command_store
+
+__all__ = ["Format", "format_clause", "tsv_escape"]
+
+_FORMAT_CLAUSE = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9]*)\s*;?\s*\Z", re.IGNORECASE)
 
 
 class Format(StrEnum):
+    """Output formats when the query has no FORMAT clause of its own."""
+
+    auto = "auto"
     table = "table"
+    tsv = "tsv"
     csv = "csv"
     json = "json"
+    jsonl = "jsonl"
 
 
-def _jsonable(value: Any) -> Any:
+def format_clause(query: str) -> str | None:
+    """The ClickHouse output format a query names at its end (``FORMAT JSONEachRow``), or None."""
+    m = _FORMAT_CLAUSE.search(query.strip())
+    return m.group(1) if m else None
+
+
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})
+
+
+def tsv_escape(value: Any) -> str:
+    """A value as ClickHouse's TabSeparated writes it (backslash escapes, \\N for NULL)."""
+    if value is None:
+        return "\\N"
     if isinstance(value, bytes):
-        return value.hex()
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
+        value = value.decode("utf-8", "backslashreplace")
+    elif isinstance(value, bool):
+        value = int(value)
+    elif hasattr(value, "isoformat"):
+        value = (
+            value.isoformat(sep=" ")
+            if hasattr(value, "hour") and hasattr(value, "day")
+            else value.isoformat()
+        )
+    elif isinstance(value, (list, tuple)):
+        value = "[" + ",".join(_literal(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        value = "{" + ",".join(f"{_literal(k)}:{_literal(v)}" for k, v in value.items()) + "}"
+    return str(value).translate(_TSV_ESCAPES)
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return tsv_escape(value)
+
+
+def _json_hook(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    raise NotImplementedError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _json_rows(names: list[str], rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+    import msgspec
+
+    encoder = msgspec.json.Encoder(decimal_format="number", enc_hook=_json_hook)
+    for row in rows:
+        yield encoder.encode(dict(zip(names, row, strict=True)))
+
+
+def _raw(store: Any, query: str, params: Mapping[str, Any] | None, out: BinaryIO) -> None:
+    """Run a query with its own FORMAT clause and copy ClickHouse's bytes to ``out``."""
+    if hasattr(store, "_client"):  # ServerStore: stream the HTTP response as it arrives
+        stream = store._call(store._client.raw_stream, query, parameters=dict(params or {}))
+        try:
+            for chunk in stream:
+                out.write(chunk)
+                out.flush()
+        finally:
+            stream.close()
+        return
+    # chDB runs in this process: the FORMAT clause wins over the session's default format
+    result = store._query(query, "TabSeparated", params)
+    out.write(result.bytes())
+    out.flush()
 
 
 @app.command()
 def sql(
-    query: str = typer.Argument(..., help='ClickHouse SQL, e.g. "SELECT count() FROM steps"'),
-    fmt: Format = typer.Option(Format.table, "--format", "-f", help="table, csv or json"),
+    query: str = typer.Argument(..., help='ClickHouse SQL, e.g. "SELECT count() FROM steps"; - reads stdin'),
+    fmt: Format = typer.Option(
+        Format.auto,
+        "--format",
+        "-f",
+        help="auto (table on a terminal, TSV with a header when piped), table, tsv, csv, json or jsonl; "
+        "a FORMAT clause in the query overrides it",
+    ),
     param: list[str] = typer.Option([], "--param", "-p", help="bound parameter NAME=VALUE for {NAME:Type}"),
 ) -> None:
     """Run SQL over the store and print the result (bound parameters with --param)."""
+    if query == "-":
+        query = sys.stdin.read()
+    if not query.strip():
+        fail("empty query")
     params = {}
     for p in param:
         name, sep, value = p.partition("=")
         if not sep or not name:
-            from ._app import fail
-
             fail(f"--param wants NAME=VALUE, got {p!r}")
         params[name] = value
+    out = sys.stdout.buffer
     with command_store() as store:
+        if format_clause(query):
+            _raw(store, query, params or None, out)
+            return
         result = store.query_arrow(query, params or None)
     names = result.column_names
     rows = list(zip(*(c.to_pylist() for c in result.columns), strict=True)) if names else []
-    if fmt is Format.csv:
-        writer = csv.writer(sys.stdout)
+    if fmt is Format.auto:
+        fmt = Format.table if sys.stdout.isatty() else Format.tsv
+    if fmt is Format.tsv:
+        if names:
+            out.write(("\t".join(tsv_escape(n) for n in names) + "\n").encode())
+        for r in rows:
+            out.write(("\t".join(tsv_escape(v) for v in r) + "\n").encode())
+    elif fmt is Format.csv:
+        import io
+
+        text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
+        writer = csv.writer(text)
         writer.writerow(names)
-        writer.writerows([[_jsonable(v) for v in r] for r in rows])
-    elif fmt is Format.json:
-        sys.stdout.write(
-            json.dumps([{n: _jsonable(v) for n, v in zip(names, r, strict=True)} for r in rows]) + "\n"
+        writer.writerows(
+            [[tsv_escape(v) if v is None or not isinstance(v, str) else v for v in r] for r in rows]
         )
+        text.detach()
+    elif fmt is Format.jsonl:
+        for line in _json_rows(names, rows):
+            out.write(line + b"\n")
+    elif fmt is Format.json:
+        out.write(b"[" + b",".join(_json_rows(names, rows)) + b"]\n")
     else:
+        from rich.table import Table
+
         table = Table(*names, caption=f"{len(rows)} row(s)")
         for r in rows:
-            table.add_row(*(str(_jsonable(v)) for v in r))
+            table.add_row(*(tsv_escape(v) for v in r))
         console.print(table)
+    out.flush()

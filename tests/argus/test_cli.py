@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_doctor_never_prints_secrets(tmp_path: Path) -> None:
 def test_sql_prints_rows_and_rejects_bad_sql(tmp_path: Path) -> None:
     ok = run(["sql", "SELECT {n:UInt32} * 2 AS doubled", "--param", "n=21", "--format", "json"], tmp_path)
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.strip() == '[{"doubled": 42}]'
+    assert json.loads(ok.stdout) == [{"doubled": 42}]
     bad = run(["sql", "SELEC nonsense"], tmp_path)
     assert bad.returncode == 2 and "ClickHouse rejected the query" in bad.stderr
     assert "Traceback" not in bad.stderr
