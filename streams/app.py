@@ -77,7 +77,9 @@ from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,
     HEARTBEATS,
+    KERNELS,
     LIMITS,
+    STACKS,
     STEP_FINDINGS,
     STEP_SUMMARIES,
     STEPS,
@@ -95,6 +97,7 @@ from argus.schemas import (
 )
 
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler
+from .deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, evidence_key
 from .ordering import next_in_order
 
 __all__ = [
@@ -144,6 +147,8 @@ class StreamConfig:
     """Process groups per heartbeat at most (the hang state is ranks × groups wide)."""
     max_hang_jobs: int = 16_384
     """Jobs whose heartbeats are kept at once (the least recently seen is dropped beyond)."""
+    history: HistoryConfig = field(default_factory=HistoryConfig)
+    """The kernel sketches and stack samples kept per rank for the kernel level."""
 
 
 @dataclass
@@ -291,6 +296,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         "argus-held-findings", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
     )
     holding: dict[bytes, dict[int, float]] = {}  # job state key -> held step -> since (monotonic)
+    history = EvidenceHistory(cfg.history)
 
     async def dead_letter(event: Any, reason: str, error: str) -> None:
         """Send one input to the dead-letter topic (bounded) and wait until it is delivered."""
@@ -474,7 +480,8 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                         log.warning("job %s: held step %d is missing from the table; skipped", sf.job, nxt)
                         continue
                     found = StepFindings.from_dict(json.loads(held_raw))
-                result = apply_findings(state, found, cfg.diagnoser)
+                deepen = history.deepener(found.job, found.run, cfg.diagnoser)
+                result = apply_findings(state, found, cfg.diagnoser, deepen=deepen)
                 for anomaly in result.anomalies:
                     if await send_anomaly(anomaly) is not None:
                         metrics.anomalies[anomaly.cause] += 1
@@ -576,5 +583,26 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         for aid in [a for a, t in hang_sent.items() if now - t > cfg.job_ttl_s]:
             del hang_sent[aid]
 
-    app.argus_agents = (assemble, diagnose, watch_heartbeats)  # type: ignore[attr-defined]
+    # Kernel level (streams/deepening.py): kernel sketches and stacks, keyed by rank, re-keyed
+    # by job into a topic co-partitioned with the findings; kept a few steps per rank.
+    evidence_topic = app.topic(
+        EVIDENCE_TOPIC, key_type=bytes, value_type=bytes, partitions=cfg.partitions, internal=True
+    )
+
+    @app.agent(app.topic(KERNELS, STACKS, key_type=bytes, value_type=bytes))
+    async def rekey_evidence(stream: Any) -> None:
+        async for events in stream.take_events(cfg.take, within=cfg.within_s):
+            for event in events:
+                key = evidence_key(event.message.key, event.value or b"")
+                if isinstance(key, SchemaError):
+                    await dead_letter(event, key.reason, str(key))
+                else:
+                    await evidence_topic.send(key=key, value=event.value)
+
+    @app.agent(evidence_topic)
+    async def keep_evidence(stream: Any) -> None:
+        async for values in stream.take(cfg.take, within=cfg.within_s):
+            history.add_many(values)
+
+    app.argus_agents = (assemble, diagnose, watch_heartbeats, rekey_evidence, keep_evidence)  # type: ignore[attr-defined]
     return app, metrics
