@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= agent,cli,nvml,torch,detect,streams,sinks,dev
 export ARGUS_HOME ?= $(CURDIR)/.argus
 
-.PHONY: setup kafka-up kafka-down test lint demo bench-quick clean helm helm-lint helm-files
+.PHONY: setup kafka-up kafka-down test lint demo bench-quick clean helm helm-lint helm-files wheel-check version-sync
 
 # helm for the chart's lint/template and tests/deploy/test_helm.py, built once with Go into a cache
 ARGUS_CACHE ?= $(HOME)/.cache/argus
@@ -51,15 +51,28 @@ $(HELM):
 	GOBIN=$(ARGUS_CACHE)/bin go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 helm-lint: $(HELM)
-	$(HELM) lint helm/argus
+	$(HELM) lint --strict helm/argus
+	$(HELM) lint --strict helm/argus --set serviceMonitor.enabled=true --set prometheusRule.enabled=true
 	$(HELM) template argus helm/argus >/dev/null
 
-# The chart's Grafana files are copies of deploy/grafana (regenerate those with `argus grafana export`).
+# The wheel builds, installs with [agent] into a clean venv, and the Dockerfile's install line resolves.
+wheel-check:
+	@PYTHON=$(BIN)/python .ci/wheel-check
+
+# One version: pyproject.toml's. Copies it into the chart, the compose file and the Dockerfile
+# (tests/deploy/test_version.py fails while they differ).
+VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+version-sync:
+	sed -i 's/^version: .*/version: $(VERSION)/; s/^appVersion: .*/appVersion: "$(VERSION)"/' helm/argus/Chart.yaml
+	sed -i 's|image: argus:.*|image: argus:$(VERSION)|' docker-compose.yml
+	sed -i 's|docker build -t argus:[^ ]* |docker build -t argus:$(VERSION) |' Dockerfile
+
+# The chart's dashboards and alert rules are copies of deploy/grafana (regenerate those with
+# `argus grafana export`); its datasource is rendered from values (templates/grafana-configmaps.yaml).
 helm-files:
-	rm -rf helm/argus/files/grafana && mkdir -p helm/argus/files/grafana/alerting helm/argus/files/grafana/datasources
+	rm -rf helm/argus/files/grafana && mkdir -p helm/argus/files/grafana/alerting
 	cp -r deploy/grafana/dashboards helm/argus/files/grafana/dashboards
 	cp deploy/grafana/provisioning/alerting/*.yaml helm/argus/files/grafana/alerting/
-	cp deploy/grafana/provisioning/datasources/*.yaml helm/argus/files/grafana/datasources/
 
 clean:
 	rm -rf $(VENV) .argus .pytest_cache .mypy_cache .ruff_cache

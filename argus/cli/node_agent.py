@@ -5,10 +5,92 @@ from __future__ import annotations
 import signal
 import socket
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
 from ._app import EXIT_UNAVAILABLE, app, console, err_console, fail, settings
+
+
+def node_metrics(relay: Any, publisher: Any) -> dict[str, Any]:
+    """The node agent's Prometheus families (``argus.metrics`` snapshot format)."""
+    out: dict[str, Any] = {}
+    pub = publisher.stats()
+    out["argus_node_publisher_delivered_total"] = (
+        "counter",
+        "records Kafka acknowledged",
+        {(): pub["delivered"]},
+    )
+    out["argus_node_publisher_dropped_total"] = (
+        "counter",
+        "records dropped by the publisher, by reason",
+        {(("reason", k),): v for k, v in pub["dropped"].items()},
+    )
+    out["argus_node_publisher_spool_bytes"] = ("gauge", "bytes spooled to disk", {(): pub["spool_bytes"]})
+    out["argus_node_publisher_stalled"] = (
+        "gauge",
+        "1 while Kafka is unreachable",
+        {(): float(pub["stalled"])},
+    )
+    if relay is not None:
+        out["argus_relay_received_total"] = ("counter", "step datagrams received", {(): relay.received})
+        out["argus_relay_published_total"] = (
+            "counter",
+            "merged step messages published",
+            {(): relay.published},
+        )
+        out["argus_relay_refused_total"] = (
+            "counter",
+            "datagrams refused, by reason",
+            {(("reason", k.replace(" ", "_")),): v for k, v in relay.refused.items()},
+        )
+        out["argus_relay_open_steps"] = (
+            "gauge",
+            "steps waiting for the node's ranks",
+            {(): relay.merger.open_steps},
+        )
+    return out
+
+
+def serve_health_and_metrics(
+    port: int, addr: str, snapshot: Callable[[], dict[str, Any]], healthy: Callable[[], tuple[bool, str]]
+) -> Any:
+    """``/metrics`` for Prometheus and ``/healthz`` (200 or 503 with the reason) for the kubelet."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import CollectorRegistry, make_wsgi_app
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    class _Collector:
+        def collect(self) -> Any:
+            for name, (kind, help_text, series) in snapshot().items():
+                labels = sorted({k for key in series for k, _ in key})
+                family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+                    name, help_text, labels=labels
+                )
+                for key, value in series.items():
+                    family.add_metric([dict(key).get(k, "") for k in labels], value)
+                yield family
+
+    registry = CollectorRegistry()
+    registry.register(_Collector())
+    metrics_app = make_wsgi_app(registry)
+
+    def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == "/healthz":
+            ok, why = healthy()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [why.encode() + b"\n"]
+        return metrics_app(environ, start_response)
+
+    class _Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = make_server(addr, port, wsgi, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="argus-node-metrics", daemon=True).start()
+    return server
 
 
 @app.command("node-agent")
@@ -23,6 +105,9 @@ def node_agent(
         "--relay",
         help="Serve the node relay on this Unix socket: the node's ranks send their step records "
         "here and each step goes to Kafka as one message (default: ARGUS_RELAY_SOCKET; empty: none).",
+    ),
+    metrics_port: int = typer.Option(
+        0, "--metrics-port", help="serve Prometheus /metrics and /healthz on this port (0: off)"
     ),
 ) -> None:
     """Sample every GPU of this node (utilization, clocks, power, throttling, XID, ECC, NVLink).
@@ -57,6 +142,20 @@ def node_agent(
         console.print(
             f"node relay: serving {relay_path} for uids {sorted(node_relay.allowed_uids)}"
             + (f", gids {sorted(node_relay.allowed_gids)}" if node_relay.allowed_gids else "")
+        )
+
+    if metrics_port:
+        sampling = threading.current_thread()
+
+        def healthy() -> tuple[bool, str]:
+            if node_relay is not None and not relay_thread.is_alive():
+                return False, "relay thread stopped"
+            if not sampling.is_alive() or stop.is_set():
+                return False, "stopping"
+            return True, "ok"
+
+        serve_health_and_metrics(
+            metrics_port, conf.metrics_addr, lambda: node_metrics(node_relay, publisher), healthy
         )
 
     def on_absent(reason: str) -> None:

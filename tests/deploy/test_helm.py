@@ -174,7 +174,10 @@ def test_deployments_probe_the_metrics_port_their_command_opens() -> None:
         assert svc["spec"]["ports"][0]["port"] == port
         assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]["spec"]["containers"][0]
-    assert agent["livenessProbe"]["exec"]["command"][0] == "argus"
+    port = int(agent["args"][agent["args"].index("--metrics-port") + 1])
+    assert agent["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
+    for probe in ("livenessProbe", "readinessProbe"):  # /healthz: 503 once the relay thread stops
+        assert agent[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
 
 
 def test_secrets_are_referenced_never_inlined() -> None:
@@ -269,7 +272,6 @@ def test_grafana_configmaps_carry_the_generated_dashboards_and_alert_rules() -> 
     pairs = {
         **{files / "dashboards" / p.name: p for p in (grafana / "dashboards").glob("*.json")},
         files / "alerting" / "argus.yaml": grafana / "provisioning" / "alerting" / "argus.yaml",
-        files / "datasources" / "argus.yaml": grafana / "provisioning" / "datasources" / "argus.yaml",
     }
     for copy, original in pairs.items():
         assert copy.is_file() and copy.read_text() == original.read_text(), f"run `make helm-files` ({copy})"
@@ -283,6 +285,78 @@ def test_grafana_configmaps_carry_the_generated_dashboards_and_alert_rules() -> 
     assert rules["metadata"]["labels"]["grafana_alert"] == "1"
     assert yaml.safe_load(rules["data"]["argus.yaml"])["groups"][0]["rules"]
     assert maps["argus-datasource"]["metadata"]["labels"]["grafana_datasource"] == "1"
+
+
+def test_the_datasource_follows_clickhouse_url_and_is_never_the_default() -> None:
+    """Grafana's provisioning refuses a second default datasource per organization
+    (pkg/services/provisioning/datasources/config_reader.go, validateDefaultUniqueness)."""
+    (ds,) = yaml.safe_load(by_kind(render(*SECURE), "ConfigMap")["argus-datasource"]["data"]["argus.yaml"])[
+        "datasources"
+    ]
+    assert ds["isDefault"] is False and ds["uid"] == "argus-clickhouse"
+    assert {"host": "ch.example", "port": "8443", "protocol": "http", "secure": True}.items() <= ds[
+        "jsonData"
+    ].items()
+    assert ds["secureJsonData"] == {"password": "$ARGUS_CLICKHOUSE_PASSWORD"}
+    maps = by_kind(render("grafana.datasource.uid=ch-prod", "clickhouse.url=http://ch:8123"), "ConfigMap")
+    (ds,) = yaml.safe_load(maps["argus-datasource"]["data"]["argus.yaml"])["datasources"]
+    assert (ds["uid"], ds["jsonData"]["port"], ds["jsonData"]["secure"]) == ("ch-prod", "8123", False)
+    rules = by_kind(render("grafana.runbookBaseUrl=https://grafana.example.com/"), "ConfigMap")[
+        "argus-alert-rules"
+    ]
+    urls = [
+        r["annotations"]["runbook_url"]
+        for r in yaml.safe_load(rules["data"]["argus.yaml"])["groups"][0]["rules"]
+    ]
+    assert urls and all(u.startswith("https://grafana.example.com/d/") for u in urls)
+
+
+MONITORING = ["serviceMonitor.enabled=true", "prometheusRule.enabled=true"]
+
+
+def test_monitoring_objects_render_lint_and_carry_the_documented_labels() -> None:
+    sets = [
+        *MONITORING,
+        "serviceMonitor.labels.release=kube-prometheus-stack",
+        "prometheusRule.labels.release=kps",
+    ]
+    args = [helm(), "lint", "--strict", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    docs = render(*sets)
+    monitors = by_kind(docs, "ServiceMonitor")
+    assert set(monitors) == {"argus-worker", "argus-sink"}
+    services = by_kind(docs, "Service")
+    for name, sm in monitors.items():
+        labels = sm["metadata"]["labels"]
+        assert labels["release"] == "kube-prometheus-stack" and labels["app.kubernetes.io/part-of"] == "argus"
+        assert sm["spec"]["selector"]["matchLabels"].items() <= services[name]["metadata"]["labels"].items()
+        assert sm["spec"]["endpoints"][0]["port"] == services[name]["spec"]["ports"][0]["name"]
+    (pm,) = by_kind(docs, "PodMonitor").values()
+    agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= agent["metadata"]["labels"].items()
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == agent["spec"]["containers"][0]["ports"][0]["name"]
+    (rule,) = by_kind(docs, "PrometheusRule").values()
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(alerts) >= {"ArgusConsumerLagHigh", "ArgusDeadLetters", "ArgusSinkRetrying", "ArgusStoreDown"}
+    assert "argus_worker_step_completion_seconds_bucket" in alerts["ArgusStepLatencyHigh"]["expr"]
+    for r in alerts.values():
+        assert (
+            r["labels"]["source"] == "argus"
+            and "docs/on-call.md#" + r["alert"].lower() in r["annotations"]["description"]
+        )
+    on_call = (REPO / "docs" / "on-call.md").read_text().lower()
+    assert all(f"### {name.lower()}" in on_call for name in alerts), "every alert has an on-call section"
+
+
+def test_monitoring_is_off_by_default_and_the_schema_refuses_typos() -> None:
+    kinds = {d["kind"] for d in render()}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    args = [helm(), "template", "argus", str(CHART), "--set", "serviceMonitor.enabeld=true"]
+    assert subprocess.run(args, capture_output=True, text=True, timeout=120).returncode != 0
 
 
 def test_relay_senders_are_configurable() -> None:
