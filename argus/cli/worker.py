@@ -2,9 +2,50 @@
 
 from __future__ import annotations
 
+import bisect
+import threading
+from collections import deque
+from collections.abc import Iterable
+
 import typer
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
+
+__all__ = ["LATENCY_BUCKETS_S", "LatencyHistogram"]
+
+LATENCY_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
+"""Bucket bounds of ``argus_worker_step_completion_seconds`` (first part in to findings out)."""
+
+
+class LatencyHistogram(deque[float]):
+    """The worker's completion-latency deque that also keeps a cumulative Prometheus histogram.
+
+    It replaces ``StreamMetrics.completion_s`` (same bounded deque for the quantiles the worker
+    already logs), so every ``append`` is counted once in the buckets, whatever the deque drops.
+    """
+
+    def __init__(self, values: Iterable[float] = (), maxlen: int | None = None) -> None:
+        super().__init__(maxlen=maxlen)
+        self._lock = threading.Lock()
+        self.counts = [0] * len(LATENCY_BUCKETS_S)
+        self.total = 0.0
+        for v in values:
+            self.append(v)
+
+    def append(self, value: float) -> None:
+        with self._lock:
+            super().append(value)
+            self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, value)] += 1
+            self.total += value
+
+    def buckets(self) -> tuple[list[tuple[float, int]], float]:
+        """Cumulative ``(upper bound, count)`` pairs ending with +inf, and the sum of seconds."""
+        with self._lock:
+            out, running = [], 0
+            for le, n in zip(LATENCY_BUCKETS_S, self.counts, strict=True):
+                running += n
+                out.append((le, running))
+            return out, self.total
 
 
 @app.command()
@@ -50,9 +91,10 @@ def worker(
         from ..metrics import serve_metrics
 
         lag = GroupLag(conf, app_id, [STEPS, STEP_FINDINGS])
+        latency = LatencyHistogram(metrics.completion_s, maxlen=metrics.completion_s.maxlen)
+        metrics.completion_s = latency  # the stream appends here; the histogram counts each append
 
         def snapshot() -> dict[str, object]:
-            p50, p99 = metrics.completion_quantiles()
             try:
                 lags = lag()
             except Exception:  # the broker is away: no lag figure this scrape
@@ -86,9 +128,9 @@ def worker(
                 ),
                 "argus_worker_open_steps": ("gauge", "steps waiting for ranks", {(): metrics.open_steps}),
                 "argus_worker_step_completion_seconds": (
-                    "gauge",
-                    "first part in to findings out",
-                    {(("quantile", "0.5"),): p50, (("quantile", "0.99"),): p99},
+                    "histogram",
+                    "first part of a step in to its findings out, seconds",
+                    {(): latency.buckets()},
                 ),
             }
 

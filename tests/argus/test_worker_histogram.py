@@ -1,0 +1,49 @@
+"""The worker's step latency is a Prometheus histogram (aggregatable across workers), served for real."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from argus.cli.worker import LATENCY_BUCKETS_S, LatencyHistogram
+from argus.metrics import serve_metrics
+
+
+def test_every_append_is_counted_once_even_after_the_deque_drops_it() -> None:
+    h = LatencyHistogram(maxlen=3)
+    for v in (0.1, 0.3, 0.3, 7.0, 400.0):
+        h.append(v)
+    assert list(h) == [0.3, 7.0, 400.0]  # the quantile window keeps the last 3
+    buckets, total = h.buckets()
+    by_le = dict(buckets)
+    assert (by_le[0.25], by_le[0.5], by_le[10.0], by_le[300.0], by_le[float("inf")]) == (1, 3, 4, 4, 5)
+    assert total == sum((0.1, 0.3, 0.3, 7.0, 400.0))
+    assert [n for _, n in buckets] == sorted(n for _, n in buckets) and len(buckets) == len(LATENCY_BUCKETS_S)
+
+
+def test_served_as_a_histogram_prometheus_parses() -> None:
+    h = LatencyHistogram([0.2, 1.5, 1.5], maxlen=10)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = serve_metrics(
+        port,
+        lambda: {"argus_worker_step_completion_seconds": ("histogram", "latency", {(): h.buckets()})},
+        addr="127.0.0.1",
+    )
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        server.shutdown()
+    (family,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "argus_worker_step_completion_seconds"
+    ]
+    assert family.type == "histogram"
+    samples = {(s.name, s.labels.get("le")): s.value for s in family.samples}
+    assert samples[("argus_worker_step_completion_seconds_bucket", "0.25")] == 1
+    assert samples[("argus_worker_step_completion_seconds_bucket", "2.0")] == 3
+    assert samples[("argus_worker_step_completion_seconds_bucket", "+Inf")] == 3
+    assert samples[("argus_worker_step_completion_seconds_count", None)] == 3
+    assert abs(samples[("argus_worker_step_completion_seconds_sum", None)] - 3.2) < 1e-9
