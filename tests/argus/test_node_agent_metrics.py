@@ -39,7 +39,16 @@ def test_node_agent_serves_relay_metrics_and_health(kafka_conf, tmp_path: Path) 
         "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
         "ARGUS_METRICS_ADDR": "127.0.0.1",
     }
-    args = [sys.executable, "-m", "argus.cli", "node-agent", "--relay", str(sock), "--metrics-port", str(port)]
+    args = [
+        sys.executable,
+        "-m",
+        "argus.cli",
+        "node-agent",
+        "--relay",
+        str(sock),
+        "--metrics-port",
+        str(port),
+    ]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
