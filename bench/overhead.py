@@ -233,7 +233,7 @@ def components(info: Any) -> None:
     """What each part of the agent costs, timed in isolation (no other load in the loop)."""
     from argus.producers.agent import AgentConfig, RankAgent, RawStep, StackFolder
     from argus.producers.agent._spans import CpuClock, reduce_step
-    from argus.schemas import StepBatch, encode
+    from argus.schemas import encode
 
     class Null:
         def publish(self, *_a: Any) -> None:
@@ -281,8 +281,7 @@ def components(info: Any) -> None:
     raw = RawStep(3, time.time_ns(), 0, 50_000_000, spans)
     agent = RankAgent(Null(), info, quiet)
     ms = reduce_step(raw, CpuClock())
-    rec = agent.step_record(raw, ms)
-    batch = StepBatch.from_records([rec])
+    batch = agent.step_batch(raw, ms)
 
     def wake(n: int = 200) -> float:
         lock = threading.Lock()
@@ -309,8 +308,8 @@ def components(info: Any) -> None:
             _per_call_us(lambda: reduce_step(raw, CpuClock())),
         ),
         (
-            "agent thread: StepRecord + 1-row StepBatch",
-            _per_call_us(lambda: StepBatch.from_records([agent.step_record(raw, ms)])),
+            "agent thread: the 1-row StepBatch",
+            _per_call_us(lambda: agent.step_batch(raw, ms)),
         ),
         ("publisher thread: encode one StepBatch (Avro)", _per_call_us(lambda: encode(batch))),
     ]

@@ -9,8 +9,8 @@ process may need) and
   strings only when published), counted per window of ``stack_window_s``; while the open
   step has run longer than ``slow_factor`` times the median of recent steps it samples at
   ``slow_stack_hz`` instead, into a window of that step alone;
-* reduces finished steps to ``StepRecord`` (exclusive ms per phase and collective kind;
-  on a GPU only once every CUDA event was reached) and publishes a 1-row ``StepBatch``;
+* reduces finished steps to exclusive ms per phase and collective kind (on a GPU only once
+  every CUDA event was reached) and publishes them as a 1-row ``StepBatch``;
 * publishes a ``StackSample`` per time window (``step`` = the step it began in) and one per
   slow step (its own samples), a ``Heartbeat`` every ``heartbeat_s`` (last step, per-group
   collective sequence numbers, current stack);
@@ -29,6 +29,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import numpy as np
 
 from argus.schemas import (
     HEARTBEATS,
@@ -52,6 +54,10 @@ from ._stacks import StackFolder, StackKey, StackWindow
 __all__ = ["AgentConfig", "RankAgent", "Sink"]
 
 log = logging.getLogger("argus.agent")
+
+_RANK_COLUMNS = ("rank", "host", "gpu_uuid", "dp", "tp", "pp", "ep", "cp")
+_COUNT_COLUMNS = ("start_ns", "end_ns", "samples", "tokens")
+"""With the figures (``COLUMNS``), every column of a StepBatch: see ``RankAgent.step_batch``."""
 
 
 class Sink(Protocol):
@@ -123,6 +129,7 @@ class RankAgent:
         self._durations: deque[int] = deque(maxlen=32)  # ns of recent steps
         self._slow_after_ns = 0  # an open step is slow after this long (0: not known yet)
         self._last_key: StackKey | None = None
+        self._rank_columns: dict[str, np.ndarray] | None = None  # see step_batch
         self._pause: tuple[str, int] = ("", 0)  # what the job declared it does instead of steps, until
         self._stop = threading.Event()
         self._sleep = threading.Lock()  # held while the thread runs; released to wake it at close
@@ -310,8 +317,7 @@ class RankAgent:
                 return
             self._finished.popleft()
             self._note_duration(raw.end_mono - raw.start_mono)
-            rec = self.step_record(raw, ms)
-            self.sink.publish(STEPS, step_key(rec.job, rec.step), StepBatch.from_records([rec]))
+            self.sink.publish(STEPS, step_key(self.info.job, raw.step), self.step_batch(raw, ms))
 
     def _note_duration(self, ns: int) -> None:
         """Keep the slow-step threshold: ``slow_factor`` x the median of recent steps."""
@@ -320,28 +326,28 @@ class RankAgent:
         if len(d) >= 4:
             self._slow_after_ns = int(sorted(d)[len(d) // 2] * self.config.slow_factor)
 
-    def step_record(self, raw: RawStep, ms: Any) -> StepRecord:
-        """The step record of a reduced step."""
-        i = self.info
-        values = {name: float(ms[k]) for k, name in enumerate(COLUMNS)}
-        return StepRecord(
-            job=i.job,
-            run=i.run,
-            step=raw.step,
-            rank=i.rank,
-            host=i.host,
-            gpu_uuid=i.gpu_uuid,
-            dp=i.dp,
-            tp=i.tp,
-            pp=i.pp,
-            ep=i.ep,
-            cp=i.cp,
-            start_ns=raw.start_ns,
-            end_ns=raw.start_ns + (raw.end_mono - raw.start_mono),
-            samples=raw.samples,
-            tokens=raw.tokens,
-            **values,
+    def step_batch(self, raw: RawStep, ms: Any) -> StepBatch:
+        """The 1-row StepBatch of a reduced step, built column by column: the rank's own
+        columns once per agent, the figures as views of ``ms`` (a StepRecord first would
+        cost as much again per step)."""
+        if self._rank_columns is None:
+            i = self.info
+            rank = StepBatch.from_records(
+                [StepRecord(i.job, i.run, 0, i.rank, i.host, i.gpu_uuid, i.dp, i.tp, i.pp, i.ep, i.cp)]
+            )
+            self._rank_columns = {k: rank.columns[k] for k in _RANK_COLUMNS}
+            for col in self._rank_columns.values():
+                col.flags.writeable = False  # shared by every batch of this rank
+        cols = dict(self._rank_columns)
+        ends = np.array(
+            [raw.start_ns, raw.start_ns + (raw.end_mono - raw.start_mono), raw.samples, raw.tokens], np.int64
         )
+        for k, name in enumerate(_COUNT_COLUMNS):
+            cols[name] = ends[k : k + 1]
+        figures = np.asarray(ms, dtype=np.float64).reshape(-1, 1)
+        for k, name in enumerate(COLUMNS):
+            cols[name] = figures[k]
+        return StepBatch(self.info.job, self.info.run, raw.step, cols)
 
     def _publish_kernels(self) -> None:
         i = self.info

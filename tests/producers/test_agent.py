@@ -19,7 +19,17 @@ from argus.producers.agent import (
     detect_rank_info,
     exclusive_ms,
 )
-from argus.schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch
+from argus.schemas import (
+    HEARTBEATS,
+    STACKS,
+    STEP_COLUMNS,
+    STEPS,
+    Heartbeat,
+    StackSample,
+    StepBatch,
+    decode,
+    encode,
+)
 
 IDX = {c: i for i, c in enumerate(COLUMNS)}
 
@@ -115,6 +125,10 @@ def test_agent_on_a_real_torch_loop():
     steps = [r for t, _k, r in sink.records if t == STEPS]
     assert [b.step for b in steps] == list(range(8))
     assert all(isinstance(b, StepBatch) and len(b) == 1 for b in steps)
+    for b in steps:  # built column by column (not from a StepRecord): valid on the wire, whole
+        back = decode(encode(b))
+        assert back.step == b.step and all(np.array_equal(back[c], b[c]) for c in STEP_COLUMNS)
+    assert len({b["forward_ms"].ctypes.data for b in steps}) == len(steps)  # no figures shared
     rec = steps[3].records()[0]
     assert (rec.rank, rec.host, rec.dp) == (3, "hostA", 3)
     assert rec.forward_ms > 0 and rec.backward_ms > 0 and rec.optimizer_ms > 0 and rec.dataloader_ms > 0
