@@ -6,6 +6,12 @@ ClickHouse's ``{name:Type}`` syntax, so one DDL and one set of queries serve bot
     store = open_store(data_dir=".argus/clickhouse")          # chDB, file-backed
     store = open_store(url="http://user@clickhouse:8123/argus")  # a server
     store.query_rows("SELECT count() FROM steps WHERE job = {job:String}", {"job": "j1"})
+    for chunk in store.query_raw("SELECT * FROM steps FORMAT JSONEachRow"):  # ClickHouse's bytes
+        sys.stdout.buffer.write(chunk)
+
+Arrow results carry ``DateTime`` columns as timestamps (ClickHouse's Arrow output writes them
+as epoch ``UInt32``; :func:`with_datetimes` puts the type back), so a reader sees the times
+clickhouse-client prints, in the column's time zone.
 
 A chDB data directory can be open in one process at a time: :class:`ChdbStore` takes an
 advisory lock on it and raises :class:`StoreLockedError` naming the holder's PID when
@@ -19,7 +25,7 @@ import fcntl
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +33,15 @@ import pyarrow as pa
 
 from ._errors import QueryError, SinkError, StoreLockedError, StoreUnavailableError
 
-__all__ = ["ChdbStore", "ServerStore", "Store", "dedup_settings", "open_store", "split_statements"]
+__all__ = [
+    "ChdbStore",
+    "ServerStore",
+    "Store",
+    "dedup_settings",
+    "open_store",
+    "split_statements",
+    "with_datetimes",
+]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -75,6 +89,57 @@ def _store_error(message: str) -> SinkError:
     return QueryError(message)
 
 
+_DATETIME = re.compile(r"^DateTime(?:\('([^']*)'\))?$")
+_WRAPPERS = re.compile(r"^(?:Nullable|LowCardinality)\((.*)\)$")
+_SIMPLE_AGGREGATE = re.compile(r"^SimpleAggregateFunction\(\s*\w+\s*,\s*(.*)\)$")
+_ARRAY = re.compile(r"^Array\((.*)\)$")
+
+
+def _datetime_arrow_type(ch_type: str, default_tz: str) -> pa.DataType | None:
+    """The Arrow type a ClickHouse ``DateTime`` column (bare, Nullable, in an Array...) should
+    have, or None for any other type (those come out of Arrow as they should)."""
+    t = ch_type.strip()
+    while True:
+        m = _WRAPPERS.match(t) or _SIMPLE_AGGREGATE.match(t)
+        if not m:
+            break
+        t = m.group(1).strip()
+    m = _ARRAY.match(t)
+    if m:
+        inner = _datetime_arrow_type(m.group(1), default_tz)
+        return None if inner is None else pa.list_(inner)
+    m = _DATETIME.match(t)
+    if m:
+        return pa.timestamp("s", tz=m.group(1) or default_tz)
+    return None
+
+
+def _has_uint32(t: pa.DataType) -> bool:
+    return t == pa.uint32() or (pa.types.is_list(t) and _has_uint32(t.value_type))
+
+
+def _as_int64(t: pa.DataType) -> pa.DataType:
+    return pa.list_(_as_int64(t.value_type)) if pa.types.is_list(t) else pa.int64()
+
+
+def with_datetimes(table: pa.Table, types: Mapping[str, str], default_tz: str) -> pa.Table:
+    """``table`` with its ``DateTime`` columns as Arrow timestamps (seconds, the column's time
+    zone or ``default_tz``, the server's) instead of the epoch ``UInt32`` that ClickHouse's
+    Arrow output writes; ``types`` maps column names to their ClickHouse types (``DESCRIBE``)."""
+    for i, field in enumerate(table.schema):
+        target = _datetime_arrow_type(types.get(field.name, ""), default_tz)
+        if target is None or not _has_uint32(field.type):
+            continue
+        column = table.column(i).cast(_as_int64(field.type)).cast(target)
+        table = table.set_column(i, pa.field(field.name, target, field.nullable), column)
+    return table
+
+
+def _describable(sql: str) -> str:
+    """The query as a ``DESCRIBE (...)`` subquery: without its trailing ``;``."""
+    return sql.strip().rstrip(";").rstrip()
+
+
 def dedup_settings(token: str) -> dict[str, Any]:
     """Insert settings that make a retried insert a no-op, in the table and in its views."""
     return {"insert_deduplication_token": token, "deduplicate_blocks_in_dependent_materialized_views": 1}
@@ -90,7 +155,13 @@ class Store(Protocol):
         """Run a query and return its rows as tuples."""
 
     def query_arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
-        """Run a query and return an Arrow table."""
+        """Run a query and return an Arrow table (``DateTime`` columns as timestamps)."""
+
+    def query_raw(
+        self, sql: str, params: Mapping[str, Any] | None = None, *, fmt: str = "TabSeparatedWithNames"
+    ) -> Iterator[bytes]:
+        """Run a query and yield ClickHouse's output bytes as they come: in the format its own
+        ``FORMAT`` clause names, else in ``fmt``."""
 
     def insert_arrow(self, table: str, data: pa.Table, *, settings: Mapping[str, Any] | None = None) -> None:
         """Insert an Arrow table whose column names are the table's columns."""
@@ -120,6 +191,7 @@ class ChdbStore:
         import chdb.session  # imported here: the agent never needs it
 
         self._turn = threading.Lock()
+        self._tz: str | None = None
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_file = open(self.path / "argus.lock", "a+")  # noqa: SIM115 - held for life
@@ -161,10 +233,33 @@ class ChdbStore:
         self._query(sql, "CSV", params)
 
     def query_arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
+        """Run a query and return an Arrow table (``DateTime`` columns as timestamps)."""
         result = self._query(sql, "ArrowTable", params)
         if not isinstance(result, pa.Table):  # statements without a result set
             return pa.table({})
-        return result
+        if not any(_has_uint32(f.type) for f in result.schema):
+            return result
+        try:  # a UInt32 in Arrow may be a DateTime: ask ClickHouse for the column types
+            described = self._query(f"DESCRIBE ({_describable(sql)})", "ArrowTable", params)
+        except QueryError:  # not a SELECT (SHOW, EXPLAIN...): no DateTime to restore
+            return result
+        types = dict(
+            zip(described.column("name").to_pylist(), described.column("type").to_pylist(), strict=True)
+        )
+        return with_datetimes(result, types, self._timezone())
+
+    def _timezone(self) -> str:
+        """The time zone a ``DateTime`` without its own is shown in (the server's, as clickhouse-client)."""
+        if self._tz is None:
+            self._tz = str(self._query("SELECT timezone() AS tz", "ArrowTable", None).column(0)[0])
+        return self._tz
+
+    def query_raw(
+        self, sql: str, params: Mapping[str, Any] | None = None, *, fmt: str = "TabSeparatedWithNames"
+    ) -> Iterator[bytes]:
+        """Run a query and yield ClickHouse's output bytes: in the format its own ``FORMAT``
+        clause names, else in ``fmt`` (chDB runs in this process: one chunk)."""
+        yield self._query(sql, fmt, params).bytes()
 
     def query_rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         table = self.query_arrow(sql, params)
@@ -223,6 +318,7 @@ class ServerStore:
             kwargs["secure"] = secure
         if ca_cert:
             kwargs["ca_cert"] = ca_cert
+        self._tz: str | None = None
         try:
             self._client = clickhouse_connect.get_client(**kwargs)
         except self._retryable as exc:
@@ -246,7 +342,34 @@ class ServerStore:
         return [tuple(r) for r in result.result_rows]
 
     def query_arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
-        return self._call(self._client.query_arrow, sql, parameters=dict(params or {}))
+        """Run a query and return an Arrow table (``DateTime`` columns as timestamps)."""
+        result: pa.Table = self._call(self._client.query_arrow, sql, parameters=dict(params or {}))
+        if not any(_has_uint32(f.type) for f in result.schema):
+            return result
+        try:  # a UInt32 in Arrow may be a DateTime: ask ClickHouse for the column types
+            described = self.query_rows(f"DESCRIBE ({_describable(sql)})", params)
+        except QueryError:
+            return result
+        return with_datetimes(result, {str(r[0]): str(r[1]) for r in described}, self._timezone())
+
+    def _timezone(self) -> str:
+        """The server's time zone (the one a ``DateTime`` without its own is shown in)."""
+        if self._tz is None:
+            self._tz = str(self._call(self._client.command, "SELECT timezone()"))
+        return self._tz
+
+    def query_raw(
+        self, sql: str, params: Mapping[str, Any] | None = None, *, fmt: str = "TabSeparatedWithNames"
+    ) -> Iterator[bytes]:
+        """Run a query and yield the server's output bytes as the HTTP response brings them: in
+        the format its own ``FORMAT`` clause names, else in ``fmt``."""
+        stream = self._call(self._client.raw_stream, sql, parameters=dict(params or {}), fmt=fmt)
+        read = getattr(stream, "read1", None) or stream.read  # read1: what has arrived, not 64 KiB
+        try:
+            while chunk := self._call(read, 1 << 16):
+                yield bytes(chunk)
+        finally:
+            stream.close()
 
     def insert_arrow(self, table: str, data: pa.Table, *, settings: Mapping[str, Any] | None = None) -> None:
         self._call(self._client.insert_arrow, _ident(table), data, settings=dict(settings or {}))

@@ -15,12 +15,17 @@ import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import typer
 
 from ._app import app, console, fail
 from ._store import command_store
+
+if TYPE_CHECKING:  # imported when a command runs: `argus --version` needs no pyarrow
+    import pyarrow as pa
+
+    from argus.sinks import Store
 
 __all__ = ["Format", "format_clause", "tsv_escape"]
 
@@ -69,8 +74,12 @@ def tsv_escape(value: Any) -> str:
 
 
 def _literal(value: Any) -> str:
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A value inside an Array/Map as ClickHouse's TabSeparated writes it (strings and dates quoted)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str) or hasattr(value, "isoformat"):
+        text = value if isinstance(value, str) else tsv_escape(value)
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return tsv_escape(value)
 
 
@@ -88,21 +97,49 @@ def _json_rows(names: list[str], rows: Iterable[tuple[Any, ...]]) -> Iterator[by
         yield encoder.encode(dict(zip(names, row, strict=True)))
 
 
-def _raw(store: Any, query: str, params: Mapping[str, Any] | None, out: BinaryIO) -> None:
-    """Run a query with its own FORMAT clause and copy ClickHouse's bytes to ``out``."""
-    if hasattr(store, "_client"):  # ServerStore: stream the HTTP response as it arrives
-        stream = store._call(store._client.raw_stream, query, parameters=dict(params or {}))
-        try:
-            for chunk in stream:
-                out.write(chunk)
-                out.flush()
-        finally:
-            stream.close()
-        return
-    # chDB runs in this process: the FORMAT clause wins over the session's default format
-    result = store._query(query, "TabSeparated", params)
-    out.write(result.bytes())
-    out.flush()
+def _raw(store: Store, query: str, params: Mapping[str, Any] | None, out: BinaryIO) -> None:
+    """Run a query with its own FORMAT clause and copy ClickHouse's bytes to ``out`` as they come."""
+    for chunk in store.query_raw(query, params):
+        out.write(chunk)
+        out.flush()
+
+
+def _time_text_type(t: pa.DataType) -> pa.DataType | None:
+    """The type a column with timestamps becomes as text (lists of them too), or None."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(t):
+        return pa.string()
+    if pa.types.is_list(t):
+        inner = _time_text_type(t.value_type)
+        return None if inner is None else pa.list_(inner)
+    return None
+
+
+def _time_text(array: pa.Array) -> pa.Array:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_timestamp(array.type):
+        return pc.strftime(array, format="%Y-%m-%d %H:%M:%S")
+    # a list: its values as text under the same offsets and nulls
+    return pa.ListArray.from_arrays(array.offsets, _time_text(array.values), mask=array.is_null())
+
+
+def _times_as_text(table: pa.Table) -> pa.Table:
+    """Timestamp columns (and lists of them) as clickhouse-client prints them:
+    ``2026-01-02 03:04:05[.123]`` in the column's time zone, no offset (``%S`` carries the
+    column's fraction digits)."""
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        target = _time_text_type(field.type)
+        if target is not None:
+            chunks = [_time_text(c) for c in table.column(i).chunks]
+            table = table.set_column(
+                i, pa.field(field.name, target, field.nullable), pa.chunked_array(chunks, target)
+            )
+    return table
 
 
 @app.command()
@@ -133,7 +170,7 @@ def sql(
         if format_clause(query):
             _raw(store, query, params or None, out)
             return
-        result = store.query_arrow(query, params or None)
+        result = _times_as_text(store.query_arrow(query, params or None))
     names = result.column_names
     rows = list(zip(*(c.to_pylist() for c in result.columns), strict=True)) if names else []
     if fmt is Format.auto:

@@ -83,3 +83,29 @@ def test_sql_on_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
         assert "Traceback" not in out.stderr
     finally:
         holder.communicate("\n", timeout=30)
+
+
+def test_sql_prints_datetimes_as_clickhouse_client_does(tmp_path: Path) -> None:
+    query = (
+        "SELECT toDateTime('2026-01-02 03:04:05', 'UTC') AS at, "
+        "toDateTime64('2026-01-02 03:04:05.250', 3, 'Asia/Tokyo') AS ms, "
+        "[toDateTime('2026-01-02 03:04:05', 'UTC')] AS listed, toUInt32(7) AS n"
+    )
+    tsv = run(["sql", query], tmp_path)
+    assert tsv.returncode == 0, tsv.stderr
+    assert tsv.stdout.splitlines() == [
+        "at\tms\tlisted\tn",
+        "2026-01-02 03:04:05\t2026-01-02 03:04:05.250\t['2026-01-02 03:04:05']\t7",
+    ]
+    # what ClickHouse itself writes for the same query (the FORMAT clause path) is the same text
+    passthrough = run(["sql", query + " FORMAT TabSeparatedWithNames"], tmp_path)
+    assert passthrough.stdout == tsv.stdout
+    js = run(["sql", "-f", "json", query], tmp_path)
+    assert json.loads(js.stdout) == [
+        {
+            "at": "2026-01-02 03:04:05",
+            "ms": "2026-01-02 03:04:05.250",
+            "listed": ["2026-01-02 03:04:05"],
+            "n": 7,
+        }
+    ]

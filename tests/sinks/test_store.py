@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from argus.sinks import TABLE_OF, QueryError, migrate, migrations, to_arrow
-from argus.sinks.store import dedup_settings, split_statements
+from argus.sinks.store import dedup_settings, split_statements, with_datetimes
 
 from ..schemas.test_codec import RECORDS, step_batch
 
@@ -115,3 +115,54 @@ def test_a_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
         assert "StoreLockedError" in probe.stderr and f"in use by process {proc.pid}" in probe.stderr
     finally:
         proc.communicate("\n", timeout=30)
+
+
+def test_query_raw_writes_clickhouses_own_bytes(store) -> None:
+    out = b"".join(store.query_raw("SELECT 1 AS a, 'x' AS s FORMAT JSONEachRow"))
+    assert out == b'{"a":1,"s":"x"}\n'
+    # without a FORMAT clause: the format asked for (TSV with names by default)
+    assert b"".join(store.query_raw("SELECT {n:UInt8} AS n", {"n": 7})) == b"n\n7\n"
+    assert b"".join(store.query_raw("SELECT 2 AS b", fmt="CSV")) == b"2\n"
+    with pytest.raises(QueryError):
+        b"".join(store.query_raw("SELEC 1 FORMAT JSONEachRow"))
+
+
+def test_datetime_columns_come_back_as_timestamps_not_epoch_integers(store, unique: str) -> None:
+    table = store.query_arrow(
+        "SELECT toDateTime('2026-01-02 03:04:05', 'UTC') AS utc, "
+        "toDateTime('2026-01-02 03:04:05', 'Asia/Tokyo') AS tokyo, "
+        "CAST(NULL, 'Nullable(DateTime(\\'UTC\\'))') AS missing, "
+        "[toDateTime('2026-01-02 03:04:05', 'UTC')] AS listed, "
+        "toUInt32(1767323045) AS plain_uint32, toDateTime64('2026-01-02 03:04:05.250', 3, 'UTC') AS ms"
+    )
+    types = {f.name: f.type for f in table.schema}
+    assert types["utc"] == pa.timestamp("s", tz="UTC")
+    assert types["tokyo"] == pa.timestamp("s", tz="Asia/Tokyo")
+    assert types["missing"] == pa.timestamp("s", tz="UTC")
+    assert types["listed"] == pa.list_(pa.timestamp("s", tz="UTC"))
+    assert types["plain_uint32"] == pa.uint32()  # a real UInt32 stays a number
+    row = table.to_pylist()[0]
+    assert row["utc"].isoformat() == "2026-01-02T03:04:05+00:00"
+    assert (
+        row["tokyo"].isoformat() == "2026-01-02T03:04:05+09:00"
+    )  # the column's zone, like clickhouse-client
+    assert row["missing"] is None and row["plain_uint32"] == 1767323045
+    assert row["ms"].isoformat() == "2026-01-02T03:04:05.250000+00:00"
+    # a stored DateTime behind SimpleAggregateFunction (the rollups' `inserted`), through query_rows too
+    store.execute(
+        f"CREATE TABLE t_{unique} (k UInt32, at SimpleAggregateFunction(max, DateTime('UTC'))) "
+        "ENGINE = AggregatingMergeTree ORDER BY k"
+    )
+    store.execute(f"INSERT INTO t_{unique} VALUES (1, '2026-01-02 03:04:05')")
+    [(k, at)] = store.query_rows(f"SELECT k, at FROM t_{unique};")
+    assert k == 1 and at.isoformat() == "2026-01-02T03:04:05+00:00"
+    # statements DESCRIBE cannot take keep their result as it is
+    assert "steps" in store.query_arrow("SHOW TABLES").column("name").to_pylist()
+
+
+def test_with_datetimes_uses_the_servers_zone_for_a_bare_datetime() -> None:
+    table = pa.table({"t": pa.array([0, None], pa.uint32()), "n": pa.array([5, 6], pa.uint32())})
+    out = with_datetimes(table, {"t": "Nullable(DateTime)", "n": "UInt32"}, "Europe/Berlin")
+    assert out.schema.field("t").type == pa.timestamp("s", tz="Europe/Berlin")
+    assert out.column("t").to_pylist()[0].isoformat() == "1970-01-01T01:00:00+01:00"
+    assert out.column("t").null_count == 1 and out.column("n").to_pylist() == [5, 6]
