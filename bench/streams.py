@@ -1,8 +1,14 @@
 """Stream worker throughput and detection latency on the real broker.
 
-1. Throughput: a simulated job of 16,384 ranks (4,096 with --quick) is published ahead,
-   then one `argus worker` process catches up; records/s = rank-steps summarized per
-   second of the worker's wall time (first to last summary).
+1. Throughput: a simulated job of 16,384 ranks (4,096 with --quick) is published as fast
+   as the publisher can while one `argus worker` process consumes; records/s = rank-steps
+   summarized per second from the first record published to the last summary. Measured
+   at --ranks-per-message (64 by default: `argus simulate`'s node batch) and again at 8
+   ranks per message (an 8-GPU node through the node relay: the live shape).
+1b. Heartbeats: the same worker, a job of 16,384 ranks sending heartbeats as node batches
+   (8 ranks per message, one HeartbeatBatch per node per period, as the relay sends),
+   then one per message (no relay); heartbeats/s = heartbeats published per second from
+   the first published to the worker's committed offset reaching the end of the topic.
 2. Latency: the same worker, a job published live at a fixed step rate with faults
    injected; for every anomaly, its Kafka timestamp minus the end of the step that
    confirmed it (both wall clocks of this machine).
@@ -10,7 +16,8 @@ Peak RSS of the worker process is sampled throughout.
 
     python bench/streams.py [--quick]
 
-Last line: JSON with records_per_s, latency_p50_s, latency_p99_s, worker_rss_mb.
+Last line: JSON with records_per_s, records_per_s_8, heartbeats_per_s (node batches of 8),
+heartbeats_per_s_1 (one per message), latency_p50_s, latency_p99_s, worker_rss_mb.
 """
 
 from __future__ import annotations
@@ -34,9 +41,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
-from argus.kafka_admin import ensure_topics, skip_to_end  # noqa: E402
+from argus.kafka_admin import GroupLag, ensure_topics, skip_to_end  # noqa: E402
 from argus.producers.publisher import Publisher  # noqa: E402
-from argus.schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS, decode  # noqa: E402
+from argus.schemas import (  # noqa: E402
+    ALL_TOPICS,
+    ANOMALIES,
+    HEARTBEATS,
+    STEP_FINDINGS,
+    STEP_SUMMARIES,
+    Heartbeat,
+    HeartbeatBatch,
+    decode,
+    encode,
+    job_key,
+)
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
 
 
@@ -110,6 +128,96 @@ def consume(
     return summaries, anomalies
 
 
+def heartbeat_messages(job: str, ranks: int, periods: int, per_message: int) -> list[bytes]:
+    """Encoded heartbeats of ``ranks`` ranks over ``periods`` periods of 5 s: node batches of
+    ``per_message`` ranks (HeartbeatBatch), or one Heartbeat per message when 1."""
+    t0 = time.time_ns() - periods * 5_000_000_000
+    out = []
+    for p in range(periods):
+        beats = [
+            Heartbeat(
+                job,
+                0,
+                r,
+                f"node{r // 8:05d}",
+                t0 + p * 5_000_000_000 + r * 1000,
+                p * 5,
+                groups=(f"dp{r % 8}", f"tp{r // 8 % 64}", "world"),
+                seq_entered=(p * 40 + 3, p * 80 + 1, p),
+                seq_finished=(p * 40 + 3, p * 80, p),
+                kinds=("all_reduce", "all_gather", "barrier"),
+                nbytes=(1 << 26, 1 << 22, 0),
+                stack="train.py:main;train.py:step;model.py:forward;torch/nn/modules/module.py:_call_impl",
+            )
+            for r in range(ranks)
+        ]
+        if per_message == 1:
+            out += [encode(b) for b in beats]
+        else:
+            out += [
+                encode(HeartbeatBatch.from_beats(beats[lo : lo + per_message]))
+                for lo in range(0, ranks, per_message)
+            ]
+    return out
+
+
+def heartbeat_throughput(
+    publisher: Publisher, lag: GroupLag, job: str, ranks: int, periods: int, per_message: int, timeout: float
+) -> float:
+    """Heartbeats per second one worker takes: published as fast as possible, clock from the
+    first published to the worker's committed offset at the end of the heartbeats topic."""
+    messages = heartbeat_messages(job, ranks, periods, per_message)
+    t0 = time.time()
+    for value in messages:
+        publisher.publish_raw(HEARTBEATS, job_key(job), value)
+    publisher.drain(120)
+    deadline = time.monotonic() + timeout
+    while lag().get(HEARTBEATS, 1) > 0:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the worker did not take {len(messages)} heartbeat messages in {timeout} s")
+        time.sleep(0.1)
+    span = time.time() - t0
+    rate = ranks * periods / span
+    print(
+        f"heartbeats: {ranks * periods:,} in {len(messages):,} messages ({per_message} per message) "
+        f"taken in {span:.1f} s -> {rate:,.0f} heartbeats/s",
+        flush=True,
+    )
+    return rate
+
+
+def step_throughput(
+    publisher: Publisher, conf: dict, job: str, ranks: int, steps: int, per_message: int, home: Path
+) -> float:
+    """Rank-steps per second one worker summarizes, ``per_message`` ranks per message. The
+    messages are built and encoded first (the publisher's encoding is not what is measured)."""
+    messages: list[tuple[str, bytes, bytes]] = []
+    publish_simulation(
+        lambda topic, key, record: messages.append((topic, key, encode(record))),
+        job=job,
+        layout=layout_for(ranks),
+        steps=steps,
+        seed=1,
+        ranks_per_message=per_message,
+    )
+    t0 = time.time()
+    for topic, key, value in messages:
+        publisher.publish_raw(topic, key, value)
+    publisher.drain(120)
+    print(f"published {ranks * steps:,} rank-steps of {ranks} ranks in {time.time() - t0:.1f} s", flush=True)
+    summaries, _ = consume(conf, job, steps, timeout=600)
+    if len(summaries) < steps:
+        raise SystemExit(f"worker summarized {len(summaries)} of {steps} steps; see {home / 'worker.log'}")
+    span = summaries[-1] - t0
+    rate = ranks * steps / max(span, 1e-9)
+    print(
+        f"throughput, {per_message} ranks per message: {steps} steps ({ranks * steps:,} rank-steps) in "
+        f"{span:.1f} s from the first record published to the last summary -> {rate:,.0f} rank-steps/s",
+        flush=True,
+    )
+    return rate
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -136,7 +244,13 @@ def main() -> None:
     # joined its group and learned nothing else); then the measured job is published as
     # fast as the publisher can, and the clock runs from its first record to its last
     # summary: the publishing overlaps, so this is what one worker sustains, not a burst.
-    skip_to_end(conf, f"bench-{run}", [STEPS, STEP_FINDINGS, HEARTBEATS])
+    # every topic a worker reads, internal ones included: others' history is not this bench's load
+    topics = [
+        t
+        for t in Consumer({**conf, "group.id": "bench-list"}).list_topics(timeout=10).topics
+        if t.startswith("argus")
+    ]
+    skip_to_end(conf, f"bench-{run}", sorted({*topics, STEP_FINDINGS}))
     worker, home = start_worker(f"bench-{run}")
     rss = PeakRss(worker.pid)
     rss.start()
@@ -146,26 +260,17 @@ def main() -> None:
         publisher.flush(60)
         if len(consume(conf, warm, 8, timeout=120)[0]) < 8:
             raise SystemExit(f"the worker did not start; see {home / 'worker.log'}")
-        job = f"bench-tput-{run}"
-        t0 = time.time()
-        publish_simulation(
-            publisher.publish, job=job, layout=layout, steps=steps, seed=1, ranks_per_message=per_message
+        records_per_s = step_throughput(publisher, conf, f"bench-tput-{run}", ranks, steps, per_message, home)
+        records_per_s_8 = step_throughput(publisher, conf, f"bench-tput8-{run}", ranks, steps, 8, home)
+
+        # 1b. Heartbeats: node batches of 8 (the relay's shape), then one per message.
+        lag = GroupLag(conf, f"bench-{run}", [HEARTBEATS])
+        periods = 10 if args.quick else 30
+        heartbeats_per_s = heartbeat_throughput(
+            publisher, lag, f"bench-hb8-{run}", ranks, periods, 8, timeout=600
         )
-        publisher.drain(120)
-        print(
-            f"published {ranks * steps:,} rank-steps of {ranks} ranks in {time.time() - t0:.1f} s", flush=True
-        )
-        summaries, _ = consume(conf, job, steps, timeout=600)
-        if len(summaries) < steps:
-            raise SystemExit(
-                f"worker summarized {len(summaries)} of {steps} steps; see {home / 'worker.log'}"
-            )
-        span = summaries[-1] - t0
-        records_per_s = ranks * steps / max(span, 1e-9)
-        print(
-            f"throughput: {steps} steps ({ranks * steps:,} rank-steps) in {span:.1f} s from the first record "
-            f"published to the last summary -> {records_per_s:,.0f} rank-steps/s",
-            flush=True,
+        heartbeats_per_s_1 = heartbeat_throughput(
+            publisher, lag, f"bench-hb1-{run}", ranks, 2, 1, timeout=600
         )
 
         # 2. Latency: live job at a rate the worker keeps up with, faults injected.
@@ -212,13 +317,20 @@ def main() -> None:
     rss_mb = rss.peak / 2**20
     print()
     print(
-        f"{'ranks':>8} {'records/s':>12} {'anomalies':>10} {'latency p50 s':>14} {'p99 s':>8} {'worker RSS MB':>14}"
+        f"{'ranks':>8} {'records/s':>12} {'records/s @8':>13} {'beats/s @8':>11} {'beats/s @1':>11} "
+        f"{'anomalies':>10} {'latency p50 s':>14} {'p99 s':>8} {'worker RSS MB':>14}"
     )
-    print(f"{ranks:>8} {records_per_s:>12,.0f} {len(lat):>10} {p50:>14.3f} {p99:>8.3f} {rss_mb:>14.0f}")
+    print(
+        f"{ranks:>8} {records_per_s:>12,.0f} {records_per_s_8:>13,.0f} {heartbeats_per_s:>11,.0f} "
+        f"{heartbeats_per_s_1:>11,.0f} {len(lat):>10} {p50:>14.3f} {p99:>8.3f} {rss_mb:>14.0f}"
+    )
     print(
         json.dumps(
             {
                 "records_per_s": round(records_per_s),
+                "records_per_s_8": round(records_per_s_8),
+                "heartbeats_per_s": round(heartbeats_per_s),
+                "heartbeats_per_s_1": round(heartbeats_per_s_1),
                 "latency_p50_s": round(p50, 3),
                 "latency_p99_s": round(p99, 3),
                 "worker_rss_mb": round(rss_mb, 1),
