@@ -25,6 +25,11 @@ each with its own deterministic token, down to the one record that fails, which 
 ``dead_letters`` with the store's reason. Bad input never stops the sink: it lands in
 ``dead_letters`` with the reason (a bounded :meth:`DeadLetter.of`).
 
+Health (:meth:`KafkaSink.readiness`, :meth:`KafkaSink.liveness`, served by ``argus sink`` for
+the kubelet): ready once the consumer is in its group (partitions assigned, possibly none),
+polling, and the store has answered; live while the consumer polls and the writer's insert
+is within ``stall_s``, or while the store is being retried within ``retry_deadline_s``.
+
 The consumer thread commits the intents and the offsets; the inserts (step 2) run on one
 writer thread, so the next batches are decoded while ClickHouse inserts (its insert
 releases the GIL). A partition has one batch at the writer at a time (its commits stay in
@@ -125,9 +130,10 @@ class KafkaSink:
         max_pending_rows: int = 250_000,
         retry_deadline_s: float = 600.0,
         max_poll_messages: int = 2000,
+        stall_s: float = 120.0,
     ) -> None:
-        if batch_rows <= 0 or batch_seconds <= 0:
-            raise ValueError("batch_rows and batch_seconds must be positive")
+        if batch_rows <= 0 or batch_seconds <= 0 or stall_s <= 0:
+            raise ValueError("batch_rows, batch_seconds and stall_s must be positive")
         self._open_store = open_store
         self._store: Store | None = None
         self.stats = SinkStats()
@@ -136,6 +142,12 @@ class KafkaSink:
         self._max_backoff = max_backoff_s
         self._retry_deadline = retry_deadline_s
         self._max_poll = max(1, max_poll_messages)
+        self._stall_s = stall_s
+        # health, written by the consumer and writer threads, read by the probes' thread
+        self._assigned: int | None = None  # partitions held; None: not in the group
+        self._last_poll: float | None = None
+        self._store_answered: float | None = None
+        self._insert_since: float | None = None  # the writer's batch in progress
         self._stopping = threading.Event()
         self._stop: threading.Event | None = None
         self._pending: dict[tuple[str, int], _Pending] = {}
@@ -174,6 +186,7 @@ class KafkaSink:
 
     # -- partition assignment -------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._assigned = len(partitions)
         for tp in consumer.committed(partitions, timeout=10):
             meta = tp.metadata or ""
             if meta.startswith(_INTENT) and tp.offset != OFFSET_INVALID:
@@ -188,6 +201,7 @@ class KafkaSink:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Every batch of these partitions is stored and committed before they go.
+        self._assigned = None
         self._drain()
         for tp in partitions:
             key = (tp.topic, tp.partition)
@@ -230,6 +244,7 @@ class KafkaSink:
 
     def poll(self, timeout: float = 0.2) -> int:
         """Consume what is there, flush the batches that are due; return messages read."""
+        self._last_poll = time.monotonic()
         self._reap()
         messages, self._backlog = self._backlog, []
         messages.extend(self._consumer.consume(num_messages=self._max_poll, timeout=timeout))
@@ -343,12 +358,20 @@ class KafkaSink:
             while self._writing(key):
                 # A message fetched before the pause is kept for the next poll, not lost.
                 self._backlog.extend(self._consumer.consume(num_messages=100, timeout=0.1))
+                self._last_poll = time.monotonic()
                 self._reap()
         finally:
             self._consumer.resume(assignment)
 
     def _insert_batch(self, key: tuple[str, int], pending: _Pending) -> None:
         """Step 2 of the module docstring for one batch (on the writer thread)."""
+        self._insert_since = time.monotonic()
+        try:
+            self._insert_kinds(key, pending)
+        finally:
+            self._insert_since = None
+
+    def _insert_kinds(self, key: tuple[str, int], pending: _Pending) -> None:
         topic, partition = key
         by_type: dict[type, list[int]] = {}
         decoded: list[pa.Table] = []
@@ -439,6 +462,7 @@ class KafkaSink:
                 if self._store is None:
                     self._store = self._open_store()
                 self._store.insert_arrow(table, data, settings=dedup_settings(token))
+                self._store_answered = time.monotonic()
                 self.stats.inserts += 1
                 if self.stats.store_down_since is not None:
                     log.warning(
@@ -472,9 +496,60 @@ class KafkaSink:
                     self._stopping.wait(min(0.1, max(end - time.monotonic(), 0.0)))
                 backoff = min(backoff * 2, self._max_backoff)
             except QueryError:
+                self._store_answered = time.monotonic()
                 if self.stats.store_down_since is not None:
                     self.stats.store_down_since = None  # it answered: it is up
                 raise
+
+    # -- health -----------------------------------------------------------------------------
+    def store_answered(self) -> None:
+        """Record that the store answered outside the sink (e.g. the migrations at start)."""
+        self._store_answered = time.monotonic()
+
+    def readiness(self, now: float | None = None) -> tuple[bool, str]:
+        """Ready: in the consumer group (partitions assigned, possibly none), polling within
+        ``stall_s``, and the store answered and is not being retried. Returns (ready, why)."""
+        now = time.monotonic() if now is None else now
+        if self._stopping.is_set():
+            return False, "stopped"
+        if self._assigned is None:
+            return False, "not in the consumer group yet (no partition assignment)"
+        if self._last_poll is None or now - self._last_poll > self._stall_s:
+            return False, "the consumer is not polling"
+        if self.stats.store_down_since is not None:
+            return False, f"ClickHouse unavailable for {now - self.stats.store_down_since:.0f} s (retrying)"
+        if self._store_answered is None:
+            return False, "ClickHouse has not answered yet"
+        return True, (
+            f"ready: {self._assigned} partition(s) assigned, polled {now - self._last_poll:.1f} s ago, "
+            f"ClickHouse answered {now - self._store_answered:.0f} s ago"
+        )
+
+    def liveness(self, now: float | None = None) -> tuple[bool, str]:
+        """Live: the consumer polled within ``stall_s`` and the insert in progress (if any) is
+        younger than ``stall_s``; or the store is being retried within ``retry_deadline_s``
+        (the consumer may wait on the writer then). Before the first poll: live (starting).
+        Returns (live, why)."""
+        now = time.monotonic() if now is None else now
+        if self._stopping.is_set():
+            return False, "stopped"
+        down_since = self.stats.store_down_since
+        if down_since is not None:
+            down = now - down_since
+            if down > self._retry_deadline + self._stall_s:
+                return (
+                    False,
+                    f"ClickHouse retried for {down:.0f} s, past the {self._retry_deadline:.0f} s deadline",
+                )
+            return True, f"retrying ClickHouse for {down:.0f} s (deadline {self._retry_deadline:.0f} s)"
+        insert_since = self._insert_since
+        if insert_since is not None and now - insert_since > self._stall_s:
+            return False, f"an insert has run for {now - insert_since:.0f} s (limit {self._stall_s:.0f} s)"
+        if self._last_poll is None:
+            return True, "starting"
+        if now - self._last_poll > self._stall_s:
+            return False, f"no poll for {now - self._last_poll:.0f} s (limit {self._stall_s:.0f} s)"
+        return True, f"polled {now - self._last_poll:.1f} s ago"
 
     def _drop_store(self) -> None:
         if self._store is not None:

@@ -21,7 +21,9 @@ def sink(
     group: str = typer.Option("argus-sink", help="Kafka consumer group"),
     batch_rows: int = typer.Option(5000, min=1, help="rows per insert (or --batch-seconds, whichever first)"),
     batch_seconds: float = typer.Option(1.0, min=0.05, help="seconds per insert at most"),
-    metrics_port: int = typer.Option(0, help="serve Prometheus /metrics on this port (0: off)"),
+    metrics_port: int = typer.Option(
+        0, help="serve Prometheus /metrics and the kubelet's /livez and /readyz on this port (0: off)"
+    ),
     idle_exit: float = typer.Option(0.0, help="exit after this many idle seconds (0: run until SIGTERM)"),
 ) -> None:
     """Consume the Argus topics into ClickHouse, exactly once; stop cleanly on SIGTERM/SIGINT."""
@@ -52,6 +54,7 @@ def sink(
         return first.pop() if first else open_configured_store(s)
 
     worker = KafkaSink(open_store, conf, group=group, batch_rows=batch_rows, batch_seconds=batch_seconds)
+    worker.store_answered()  # the migrations above ran on it
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -80,7 +83,10 @@ def sink(
                 ),
             }
 
-        serve_metrics(metrics_port, snapshot, addr=s.metrics_addr)
+        from ._health import add_probes
+
+        server = serve_metrics(metrics_port, snapshot, addr=s.metrics_addr)
+        add_probes(server, {"/livez": worker.liveness, "/readyz": worker.readiness})
     where = redact_url(s.clickhouse_url) or str(s.data_dir)
     console.print(f"sink: {s.kafka_bootstrap} → ClickHouse {where} (group {group}); Ctrl-C to stop")
     started = time.monotonic()

@@ -109,3 +109,69 @@ def test_sql_prints_datetimes_as_clickhouse_client_does(tmp_path: Path) -> None:
             "n": 7,
         }
     ]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.mark.kafka
+def test_sink_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path: Path) -> None:
+    """`argus sink --metrics-port`: /readyz turns 200 once the consumer is in its group and
+    ClickHouse answered; /livez is 200 while it polls; /metrics stays Prometheus'."""
+    import signal
+    import time
+
+    port = _free_port()
+    env = {
+        **os.environ,
+        "ARGUS_HOME": str(tmp_path),
+        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
+        "ARGUS_METRICS_ADDR": "127.0.0.1",
+    }
+    group = f"health-{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        [*ARGUS, "sink", "--group", group, "--metrics-port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        ready = (0, "")
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                ready = _get(f"{base}/readyz")
+            except OSError:  # not listening yet
+                ready = (0, "")
+            if ready[0] == 200:
+                break
+            time.sleep(0.5)
+        assert ready[0] == 200 and ready[1].startswith("ready: "), ready
+        live = _get(f"{base}/livez")
+        assert live[0] == 200 and live[1].startswith("polled "), live
+        status, metrics = _get(f"{base}/metrics")
+        assert status == 200 and "argus_sink_messages_total" in metrics
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "sink: stopped after" in out

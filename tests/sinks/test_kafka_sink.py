@@ -354,3 +354,103 @@ def test_a_megabyte_of_garbage_is_dead_lettered_with_a_prefix_and_its_size(kafka
         "SELECT length(payload), error FROM dead_letters WHERE topic = {t:String}", {"t": topic}
     )
     assert len(rows) == 1 and rows[0][0] == 64 << 10 and "1000005 bytes" in rows[0][1]
+
+
+def _poll_until(sink: KafkaSink, done: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, (sink.readiness(), sink.liveness())
+        sink.poll(0.2)
+
+
+def test_health_follows_the_group_the_polling_and_the_store(kafka_conf, store, unique) -> None:
+    """Ready once in the group, polling and the store answered; not ready while the store is
+    retried (but live within the deadline); neither once polling stops past ``stall_s``."""
+    import threading
+
+    from argus.sinks import StoreUnavailableError
+
+    topic = make_topic(kafka_conf, f"t-health-{unique}", partitions=1)
+    job = f"health-{unique}"
+    store_down = threading.Event()
+    store_down.set()
+
+    class Switchable(Borrowed):
+        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
+            if store_down.is_set():
+                raise StoreUnavailableError("connection refused (test outage)")
+            self._store.insert_arrow(*args, **kwargs)
+
+    sink = KafkaSink(
+        lambda: Switchable(store),
+        kafka_conf,
+        topics=[topic],
+        group=f"g-{unique}",
+        batch_seconds=0.2,
+        max_backoff_s=0.3,
+        retry_deadline_s=60,
+        stall_s=5,
+    )
+    try:
+        assert sink.readiness() == (False, "not in the consumer group yet (no partition assignment)")
+        assert sink.liveness() == (True, "starting")
+        _poll_until(
+            sink, lambda: sink.readiness()[1] != "not in the consumer group yet (no partition assignment)"
+        )
+        assert sink.readiness() == (False, "ClickHouse has not answered yet")
+
+        produce(kafka_conf, topic, batches(job, 2))
+        _poll_until(sink, lambda: sink.stats.store_down_since is not None)
+        ready, why = sink.readiness()
+        assert not ready and why.startswith("ClickHouse unavailable for")
+        live, why = sink.liveness()
+        assert live and why.startswith("retrying ClickHouse")
+        down_since = sink.stats.store_down_since
+        assert down_since is not None
+        # past the retry deadline (the sink should have failed by then): not live
+        live, why = sink.liveness(now=down_since + 60 + 5 + 1)
+        assert not live and "past the 60 s deadline" in why
+
+        store_down.clear()
+        _poll_until(sink, lambda: count(store, "steps", job) == 16 and sink.readiness()[0])
+        ready, why = sink.readiness()
+        assert ready and why.startswith("ready: 1 partition(s) assigned"), why
+        assert sink.liveness()[0]
+        # nobody polls for longer than stall_s: neither live nor ready
+        later = time.monotonic() + 6
+        assert sink.liveness(now=later)[0] is False and "no poll for" in sink.liveness(now=later)[1]
+        assert sink.readiness(now=later) == (False, "the consumer is not polling")
+    finally:
+        sink.close()
+    assert sink.readiness() == (False, "stopped") and sink.liveness() == (False, "stopped")
+
+
+def test_an_insert_that_hangs_fails_liveness(kafka_conf, store, unique) -> None:
+    import threading
+
+    topic = make_topic(kafka_conf, f"t-hang-{unique}", partitions=1)
+    job = f"hang-{unique}"
+    entered, release = threading.Event(), threading.Event()
+
+    class Hanging(Borrowed):
+        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
+            entered.set()
+            release.wait(60)
+            self._store.insert_arrow(*args, **kwargs)
+
+    sink = KafkaSink(
+        lambda: Hanging(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.2, stall_s=5
+    )
+    try:
+        produce(kafka_conf, topic, batches(job, 1))
+        _poll_until(sink, entered.is_set)
+        assert sink.liveness()[0]  # an insert in progress within stall_s is fine
+        live, why = sink.liveness(now=time.monotonic() + 6)
+        assert not live and why.startswith("an insert has run for"), why
+        release.set()
+        _poll_until(sink, lambda: count(store, "steps", job) == 8)
+        sink.poll(0.2)
+        assert sink.liveness(now=time.monotonic() + 1)[0]
+    finally:
+        release.set()
+        sink.close()
