@@ -51,7 +51,9 @@ class LatencyHistogram(deque[float]):
 @app.command()
 def worker(
     app_id: str = typer.Option("argus-streams", help="Faust app id (the consumer group)"),
-    metrics_port: int = typer.Option(0, help="serve Prometheus /metrics on this port (0: off)"),
+    metrics_port: int = typer.Option(
+        0, help="serve Prometheus /metrics, /livez and /readyz on this port (0: off)"
+    ),
     loglevel: str = typer.Option("warn", help="crit, error, warn, info or debug"),
 ) -> None:
     """Run a stream worker: assemble steps, diagnose them live, publish anomalies (SIGTERM stops it)."""
@@ -134,7 +136,11 @@ def worker(
                 ),
             }
 
-        serve_metrics(metrics_port, snapshot)  # type: ignore[arg-type]
+        from ._health import WorkerHealth, add_probes
+
+        server = serve_metrics(metrics_port, snapshot)  # type: ignore[arg-type]
+        health = WorkerHealth(faust_app)  # the kubelet's /livez and /readyz beside /metrics
+        add_probes(server, {"/livez": health.liveness, "/readyz": health.readiness})
     console.print(
         f"worker {app_id}: {s.kafka_bootstrap}, {s.kafka_partitions} partitions, store {s.streams_store}"
     )
