@@ -130,6 +130,23 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def _wait_ready(proc: subprocess.Popen[str], url: str, timeout: float) -> tuple[int, str]:
+    import time
+
+    deadline = time.monotonic() + timeout
+    got = (0, "")
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            got = _get(url)
+        except OSError:  # not listening yet
+            got = (0, "")
+        if got[0] == 200:
+            break
+        time.sleep(0.5)
+    return got
+
+
 @pytest.mark.kafka
 def test_sink_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path: Path) -> None:
     """`argus sink --metrics-port`: /readyz turns 200 once the consumer is in its group and
@@ -153,18 +170,8 @@ def test_sink_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path
         text=True,
     )
     try:
+        ready = _wait_ready(proc, f"http://127.0.0.1:{port}/readyz", 90)
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        ready = (0, "")
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            try:
-                ready = _get(f"{base}/readyz")
-            except OSError:  # not listening yet
-                ready = (0, "")
-            if ready[0] == 200:
-                break
-            time.sleep(0.5)
         assert ready[0] == 200 and ready[1].startswith("ready: "), ready
         live = _get(f"{base}/livez")
         assert live[0] == 200 and live[1].startswith("polled "), live
@@ -175,3 +182,36 @@ def test_sink_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "sink: stopped after" in out
+
+
+@pytest.mark.kafka
+def test_worker_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path: Path) -> None:
+    """`argus worker --metrics-port`: /readyz is 503 until the Faust consumer has its
+    assignment, then 200; /livez says the event loop ticks."""
+    import signal
+    import time
+
+    port = _free_port()
+    env = {
+        **os.environ,
+        "ARGUS_HOME": str(tmp_path),
+        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
+        "ARGUS_METRICS_ADDR": "127.0.0.1",
+    }
+    app_id = f"health-{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        [*ARGUS, "worker", "--app-id", app_id, "--metrics-port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        ready = _wait_ready(proc, f"{base}/readyz", 120)
+        assert ready[0] == 200 and ready[1].startswith("ready: "), ready
+        live = _get(f"{base}/livez")
+        assert live[0] == 200 and live[1].startswith("event loop ticked "), live
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)

@@ -168,8 +168,10 @@ def test_deployments_probe_the_metrics_port_their_command_opens() -> None:
         (c,) = dep["spec"]["template"]["spec"]["containers"]
         port = int(c["args"][c["args"].index("--metrics-port") + 1])
         assert c["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}], name
-        for probe in ("livenessProbe", "readinessProbe"):
-            assert c[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, (name, probe)
+        # argus worker/sink serve /livez and /readyz beside /metrics (tests/argus/test_cli.py
+        # checks each command answers them): the probes check the consumer and the store
+        assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}, name
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}, name
         svc = by_kind(docs, "Service")[name]
         assert svc["spec"]["ports"][0]["port"] == port
         assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
