@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from ._errors import QueryError, SinkError, StoreLockedError, StoreUnavailableError
+from ._errors import (
+    GrafanaPushError,
+    MacroError,
+    QueryError,
+    SinkError,
+    StoreLockedError,
+    StoreUnavailableError,
+)
 from .migrate import Migration, migrate, migrations
 from .rows import TABLE_OF, to_arrow
 from .store import ChdbStore, ServerStore, Store, open_store
@@ -10,6 +17,8 @@ from .store import ChdbStore, ServerStore, Store, open_store
 __all__ = [
     "TABLE_OF",
     "ChdbStore",
+    "GrafanaPushError",
+    "MacroError",
     "Migration",
     "QueryError",
     "ServerStore",

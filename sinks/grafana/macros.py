@@ -20,11 +20,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from urllib.parse import quote
 
+from .._errors import MacroError
+
 __all__ = ["MacroError", "expand", "percent_encode"]
-
-
-class MacroError(ValueError):
-    """A macro or variable the expander does not know, or bad arguments."""
 
 
 def percent_encode(value: str) -> str:

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._errors import GrafanaPushError
 from .provisioning import GrafanaOptions, api_alert_rules, dashboard_json, pipeline_dashboard_json
 from .queries import DASHBOARDS
 
@@ -13,10 +14,6 @@ __all__ = ["FOLDER_UID", "GrafanaPushError", "PushResult", "push"]
 
 log = logging.getLogger("argus.grafana")
 FOLDER_UID = "argus"
-
-
-class GrafanaPushError(Exception):
-    """Grafana refused or could not be reached; the message says which step failed."""
 
 
 @dataclass
