@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from argus.schemas import COLLECTIVE_COLUMNS
+
 __all__ = ["ALERTS", "DASHBOARDS", "PIPELINE", "REPORT", "AlertRule", "Dashboard", "Panel", "all_panels"]
 
 JOB = "job = decodeURLComponent('${job:percentencode}')"
 RANK = "rank = toUInt32OrZero(decodeURLComponent('${rank:percentencode}'))"
 KERNEL = "name = decodeURLComponent('${kernel:percentencode}')"
-COLLECTIVE = "(all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms)"
+COLLECTIVE = "(" + " + ".join(COLLECTIVE_COLUMNS) + ")"  # a step's collective time (schemas' one list)
 BUSY = f"(step_ms - {COLLECTIVE})"
 """Time a rank spends outside collectives: the straggler is the rank that waits least."""
 

@@ -55,3 +55,20 @@ def test_retention_out_of_bounds_is_refused_before_any_statement(store) -> None:
         with pytest.raises(ValueError, match="ttl_days"):
             migrate(store, ttl_days=bad)
     assert applied_versions(store) == done
+
+
+def test_the_ddls_collective_sums_are_the_one_definition() -> None:
+    """Busy time is step time minus the collective sum of schemas.COLLECTIVE_COLUMNS: the Grafana
+    queries build it from that list; applied migrations cannot be regenerated, so every sum
+    written in them must spell exactly that list (a new collective needs a new migration)."""
+    import re
+
+    from argus.schemas import COLLECTIVE_COLUMNS
+
+    sums = [
+        re.sub(r"\s+", " ", s)
+        for m in migrations()
+        for s in re.findall(r"all_reduce_ms\s*\+[^()]*p2p_ms", m.sql)
+    ]
+    assert len(sums) >= 9
+    assert set(sums) == {" + ".join(COLLECTIVE_COLUMNS)}
