@@ -171,6 +171,7 @@ def heartbeat_throughput(
     for value in messages:
         publisher.publish_raw(HEARTBEATS, job_key(job), value)
     publisher.drain(120)
+    print(f"published {len(messages):,} heartbeat messages in {time.time() - t0:.1f} s", flush=True)
     deadline = time.monotonic() + timeout
     while lag().get(HEARTBEATS, 1) > 0:
         if time.monotonic() > deadline:

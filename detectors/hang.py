@@ -99,6 +99,13 @@ class _Interner:
             self.names.append(name)
         return i
 
+    def many(self, names: list[str]) -> list[int]:
+        """The ids of many names (one dict lookup each; new names interned)."""
+        ids = list(map(self.ids.get, names))
+        if None in ids:
+            ids = [self(n) for n in names]
+        return ids  # type: ignore[return-value]
+
 
 class HangState:
     """The latest heartbeat of every rank of one job run, as columns; progress points.
@@ -257,7 +264,7 @@ class HangState:
                 ids = np.full((len(rows), self.width), -1, np.int64)
                 if width:
                     text = batch[names][pick, :width]
-                    ids[:, :width][used] = [interner(x) for x in text[used].tolist()]
+                    ids[:, :width][used] = interner.many(text[used].tolist())
                 getattr(self, mat)[rows] = ids
             for mat in ("ent", "fin", "nbytes"):
                 vals = np.zeros((len(rows), self.width), np.int64)
@@ -301,15 +308,17 @@ def batch_refusals(
     (``absurd_rank``) or more than ``max_groups`` groups (``too_many_groups``) would make
     it grow with a claim (pure; the same bounds as the worker's per-heartbeat admission)."""
     seen = int(np.count_nonzero(state.seen))
-    here = len(np.unique(np.concatenate([b["rank"] for b in batches])))
-    bound = 2 * max(seen, here) + rank_slack
+    ranks = np.concatenate([b["rank"] for b in batches])
+    bound = 2 * max(seen, len(np.unique(ranks))) + rank_slack
+    starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
+    tops = np.maximum.reduceat(ranks, starts)
+    widest = np.maximum.reduceat(np.concatenate([b["ngroups"] for b in batches]), starts)
     out = []
-    for i, b in enumerate(batches):
-        top = int(b["rank"].max())
-        if top >= bound:
-            out.append((i, "absurd_rank", f"rank {top}: the job showed {seen} ranks"))
-        elif int(b["ngroups"].max()) > max_groups:
-            out.append((i, "too_many_groups", f"{int(b['ngroups'].max())} groups, limit {max_groups}"))
+    for i in np.flatnonzero((tops >= bound) | (widest > max_groups)).tolist():
+        if tops[i] >= bound:
+            out.append((i, "absurd_rank", f"rank {tops[i]}: the job showed {seen} ranks"))
+        else:
+            out.append((i, "too_many_groups", f"{widest[i]} groups, limit {max_groups}"))
     return out
 
 

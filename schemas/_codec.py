@@ -21,7 +21,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
-from ._heartbeats import HeartbeatBatch
+from ._heartbeats import HeartbeatBatch, PackedHeartbeats
 from ._records import (
     Anomaly,
     DeadLetter,
@@ -35,7 +35,7 @@ from ._records import (
     StepBatch,
     StepSummary,
 )
-from ._validate import validate, validate_heartbeat_batches, validate_packed
+from ._validate import validate, validate_packed, validate_packed_heartbeats
 
 __all__ = ["SCHEMAS", "SchemaInfo", "decode", "decode_many", "encode", "peek_schema_id"]
 
@@ -173,7 +173,7 @@ def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None
     """
     out: list[Any] = []
     steps: list[tuple[int, SchemaInfo]] = []  # v3 StepBatches, still raw dicts in ``out``
-    beats: list[int] = []  # HeartbeatBatches, built but not checked yet
+    beats: list[tuple[int, SchemaInfo]] = []  # HeartbeatBatches, still raw dicts in ``out``
     for data in payloads:
         try:
             writer, raw = _read(data, expect)
@@ -184,14 +184,10 @@ def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None
             steps.append((len(out), writer))
             out.append(raw)
         elif writer.record_type is HeartbeatBatch:
-            record = _build(writer, raw, check=False)
-            if not isinstance(record, SchemaError):
-                beats.append(len(out))
-            out.append(record)
+            beats.append((len(out), writer))
+            out.append(raw)
         else:
             out.append(_build(writer, raw, check=True))
-    if beats:
-        _check_heartbeat_batches(out, beats)
     packed = PackedSteps.read([out[i] for i, _ in steps]) if len(steps) > 1 else None
     if packed is not None and _passes(packed):
         for (i, _), batch in zip(steps, packed.batches(), strict=True):
@@ -199,22 +195,26 @@ def decode_many(payloads: Sequence[bytes], *, expect: type[Record] | None = None
     else:
         for i, writer in steps:
             out[i] = _build(writer, out[i], check=True)
+    if beats:
+        _heartbeat_batches(out, beats)
     return out
 
 
-def _check_heartbeat_batches(out: list[Any], where: list[int]) -> None:
-    """Check the HeartbeatBatches at ``where`` in one pass; if that fails, one by one (the
-    bad ones are replaced by their :class:`ValidationError`)."""
-    try:
-        validate_heartbeat_batches([out[i] for i in where])
-        return
-    except (ValidationError, TypeError, ValueError):
-        pass  # named below
-    for i in where:
+def _heartbeat_batches(out: list[Any], where: list[tuple[int, SchemaInfo]]) -> None:
+    """Build the HeartbeatBatches at ``where`` (raw dicts in ``out``) and check them in one
+    pass; if that fails, one by one (the bad ones are replaced by their error)."""
+    packed = PackedHeartbeats.read([out[i] for i, _ in where]) if len(where) > 1 else None
+    if packed is not None:
         try:
-            validate(out[i])
-        except ValidationError as exc:
-            out[i] = exc
+            validate_packed_heartbeats(packed)
+        except ValidationError:
+            pass  # named below
+        else:
+            for (i, _), batch in zip(where, packed.batches(), strict=True):
+                out[i] = batch
+            return
+    for i, writer in where:
+        out[i] = _build(writer, out[i], check=True)
 
 
 def _passes(packed: PackedSteps) -> bool:

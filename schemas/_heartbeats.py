@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from ._records import Heartbeat, Record
 
-__all__ = ["HEARTBEAT_COLUMNS", "HeartbeatBatch"]
+__all__ = ["HEARTBEAT_COLUMNS", "HeartbeatBatch", "PackedHeartbeats"]
 
 _INT_ROWS = ("rank", "time_ns", "last_step", "ngroups", "pause_until_ns")
 _TEXT_ROWS = ("host", "stack", "pause")
@@ -139,9 +140,24 @@ class HeartbeatBatch(Record):
         return out
 
     @classmethod
+    def _unchecked(cls, job: str, run: int, columns: Mapping[str, np.ndarray]) -> HeartbeatBatch:
+        """A batch of columns known to be consistent (views of a checked PackedHeartbeats)."""
+        batch = object.__new__(cls)
+        object.__setattr__(batch, "job", job)
+        object.__setattr__(batch, "run", run)
+        object.__setattr__(batch, "columns", columns)
+        return batch
+
+    @classmethod
     def concat(cls, parts: Sequence[HeartbeatBatch]) -> HeartbeatBatch:
         """One batch of the rows of many batches of one job run (rows kept in order; a rank
         may appear more than once: :meth:`HangState.observe_batch` keeps its latest)."""
+        return cls.concat_any(parts)
+
+    @classmethod
+    def concat_any(cls, parts: Sequence[HeartbeatBatch]) -> HeartbeatBatch:
+        """The rows of many batches in one (named after the first part's job run, whatever
+        theirs: for checking many at once)."""
         head = parts[0]
         if len(parts) == 1:
             return head
@@ -159,7 +175,7 @@ class HeartbeatBatch(Record):
                     for p in parts
                 ]
             )
-        return cls(head.job, head.run, cols)
+        return cls._unchecked(head.job, head.run, cols)
 
     def to_avro(self) -> dict[str, Any]:
         """The wire form: integers packed little-endian, text newline-joined (row-major)."""
@@ -193,3 +209,85 @@ class HeartbeatBatch(Record):
             else:
                 cols[name] = _split(text, n * width, name).reshape(n, width)
         return cls(data["job"], data["run"], cols)
+
+
+@dataclass(frozen=True, eq=False)
+class PackedHeartbeats:
+    """Many HeartbeatBatches (a consumer batch) as one set of columns: every row of every
+    batch, in message order; ``heads`` (job, run) and ``lengths`` per batch, one ``width``.
+
+    A worker reads thousands of small node batches per second; per-message overhead, not
+    rows, is what that costs, so they are read and checked once per consumer batch, and each
+    batch's columns are views of these arrays.
+    """
+
+    heads: tuple[tuple[str, int], ...]
+    lengths: np.ndarray
+    width: int
+    columns: Mapping[str, np.ndarray]
+
+    @classmethod
+    def read(cls, raws: Sequence[Mapping[str, Any]]) -> PackedHeartbeats | None:
+        """The dicts fastavro read, together; None unless they all have one width and
+        columns that match their rows (then build them one by one, which names the bad one)."""
+        try:
+            lengths = [int(r) for r in map(itemgetter("rows"), raws)]
+            widths = set(map(itemgetter("width"), raws))
+            if not raws or min(lengths) < 1 or len(widths) != 1:
+                return None
+            width = int(widths.pop())
+            if width < 0:
+                return None
+            total = sum(lengths)
+            cols: dict[str, np.ndarray] = {}
+            groups: tuple[tuple[tuple[str, ...], bool], ...] = ((_INT_ROWS, False), (_INT_SLOTS, True))
+            for names, slots in groups:
+                per = width if slots else 1
+                expected = [8 * per * n for n in lengths]
+                for name in names:
+                    values = list(map(itemgetter(name), raws))
+                    if list(map(len, values)) != expected:
+                        return None
+                    flat = np.frombuffer(b"".join(values), dtype="<i8")
+                    cols[name] = flat.reshape(total, width) if slots else flat
+            groups = ((_TEXT_ROWS, False), (_TEXT_SLOTS, True))
+            for names, slots in groups:
+                per = width if slots else 1
+                for name in names:
+                    values = list(map(itemgetter(name), raws))
+                    if not per:
+                        if any(values):
+                            return None
+                        cols[name] = np.empty((total, 0), object)
+                        continue
+                    if [v.count("\n") + 1 for v in values] != [per * n for n in lengths]:
+                        return None
+                    col = np.empty(total * per, object)
+                    col[:] = "\n".join(values).split("\n")
+                    cols[name] = col.reshape(total, width) if slots else col
+            heads = tuple(zip(map(itemgetter("job"), raws), map(itemgetter("run"), raws), strict=True))
+        except (KeyError, TypeError, AttributeError, ValueError):
+            return None
+        return cls(heads, np.asarray(lengths), width, cols)
+
+    @classmethod
+    def of(cls, batches: Sequence[HeartbeatBatch]) -> PackedHeartbeats:
+        """The same layout built from batches (narrower ones padded), to check them together."""
+        joined = HeartbeatBatch.concat_any(batches)
+        return cls(
+            tuple((b.job, b.run) for b in batches),
+            np.array([len(b) for b in batches]),
+            joined.width,
+            joined.columns,
+        )
+
+    def batches(self) -> list[HeartbeatBatch]:
+        """One HeartbeatBatch per message; its columns are read-only views of the shared arrays."""
+        out = []
+        lo = 0
+        items = list(self.columns.items())
+        for (job, run), n in zip(self.heads, self.lengths.tolist(), strict=True):
+            hi = lo + n
+            out.append(HeartbeatBatch._unchecked(job, run, {k: v[lo:hi] for k, v in items}))
+            lo = hi
+        return out

@@ -13,13 +13,13 @@ here converts to Arrow and inserts without overflow or wrap-around
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._errors import ValidationError
-from ._heartbeats import HeartbeatBatch
+from ._heartbeats import HeartbeatBatch, PackedHeartbeats
 from ._records import (
     FLOAT_COLUMNS,
     INT_COLUMNS,
@@ -35,7 +35,14 @@ from ._records import (
     StepSummary,
 )
 
-__all__ = ["LIMITS", "MAX_FLOAT", "validate", "validate_heartbeat_batches", "validate_packed"]
+__all__ = [
+    "LIMITS",
+    "MAX_FLOAT",
+    "validate",
+    "validate_heartbeat_batches",
+    "validate_packed",
+    "validate_packed_heartbeats",
+]
 
 LIMITS: dict[str, int] = {
     "max_rank": 1 << 20,  # 1,048,576 ranks
@@ -233,55 +240,53 @@ def _heartbeat_batch(b: HeartbeatBatch) -> None:
     validate_heartbeat_batches([b])
 
 
-def validate_heartbeat_batches(batches: list[HeartbeatBatch]) -> None:
+def validate_heartbeat_batches(batches: Sequence[HeartbeatBatch]) -> None:
     """Raise :class:`ValidationError` unless every batch is valid: the checks of a
     :class:`Heartbeat` on every row, a rank at most once per batch; one vectorized pass over
     all of them (it does not say which batch failed when there are several)."""
-    record: object = batches[0] if len(batches) == 1 else "HeartbeatBatch"
-    lengths = []
-    for b in batches:
-        _text(record, "job", b.job)
-        _int_range(record, "run", b.run, 0, _I32)
-        if not 0 < len(b) <= LIMITS["max_rows"]:
-            raise _fail(record, f"{len(b)} rows, expected 1..{LIMITS['max_rows']}")
-        if b.width > LIMITS["max_groups"] or len(b) * b.width > LIMITS["max_entries"]:
+    validate_packed_heartbeats(PackedHeartbeats.of(batches), batches[0] if len(batches) == 1 else None)
+
+
+def validate_packed_heartbeats(packed: PackedHeartbeats, record: object = None) -> None:
+    """The checks of :func:`validate_heartbeat_batches` over a consumer batch read together."""
+    record = record if record is not None else "HeartbeatBatch"
+    lengths = packed.lengths.tolist()
+    width = packed.width
+    for (job, run), n in zip(packed.heads, lengths, strict=True):
+        _text(record, "job", job)
+        _int_range(record, "run", run, 0, _I32)
+        if not 0 < n <= LIMITS["max_rows"] or n * width > LIMITS["max_entries"]:
             raise _fail(
                 record,
-                f"{len(b)} rows × {b.width} groups, limits {LIMITS['max_groups']} groups, "
-                f"{LIMITS['max_entries']} entries",
+                f"{n} rows × {width} groups, limit {LIMITS['max_rows']} rows, {LIMITS['max_entries']} entries",
             )
-        lengths.append(len(b))
-
-    def col(name: str) -> np.ndarray:
-        return np.concatenate([b.columns[name] for b in batches]) if len(batches) > 1 else batches[0][name]
-
-    rank, ngroups = col("rank"), col("ngroups")
-    for name, values, lo, hi in (
-        ("rank", rank, 0, LIMITS["max_rank"]),
-        ("time_ns", col("time_ns"), LIMITS["min_time_ns"], LIMITS["max_time_ns"]),
-        ("last_step", col("last_step"), -1, LIMITS["max_step"]),
-        ("pause_until_ns", col("pause_until_ns"), 0, LIMITS["max_time_ns"]),
+    if width > LIMITS["max_groups"]:
+        raise _fail(record, f"{width} groups, limit {LIMITS['max_groups']}")
+    c = packed.columns
+    for name, lo, hi in (
+        ("rank", 0, LIMITS["max_rank"]),
+        ("time_ns", LIMITS["min_time_ns"], LIMITS["max_time_ns"]),
+        ("last_step", -1, LIMITS["max_step"]),
+        ("pause_until_ns", 0, LIMITS["max_time_ns"]),
+        ("ngroups", 0, width + 1),
     ):
-        if values.min() < lo or values.max() >= hi:
+        if c[name].min() < lo or c[name].max() >= hi:
             raise _fail(record, f"{name} holds values outside [{lo}, {hi})")
-    if ngroups.min() < 0 or any(int(b["ngroups"].max()) > b.width for b in batches):
-        raise _fail(record, "ngroups outside [0, width]")
-    if len(rank) > 1:
+    if len(c["rank"]) > 1:
         batch = np.repeat(np.arange(len(lengths), dtype=np.int64) << 20, lengths)
-        keys = np.sort(batch + rank)
+        keys = np.sort(batch + c["rank"])
         if (keys[1:] == keys[:-1]).any():
             raise _fail(record, "a rank appears twice in one batch")
-    for name, lo in (("seq_entered", -1), ("seq_finished", -1), ("nbytes", 0)):
-        for b in batches:
-            if b.width and b[name].min() < lo:
+    if width:
+        for name, lo in (("seq_entered", -1), ("seq_finished", -1), ("nbytes", 0)):
+            if c[name].min() < lo:
                 raise _fail(record, f"{name} holds values below {lo}")
-    for name, limit in (("host", "max_id_len"), ("pause", "max_id_len"), ("stack", "max_stack_len")):
-        if max(map(len, col(name).tolist())) > LIMITS[limit]:
+    texts = [("host", "max_id_len"), ("pause", "max_id_len"), ("stack", "max_stack_len")]
+    if width:
+        texts += [("groups", "max_id_len"), ("kinds", "max_id_len")]
+    for name, limit in texts:
+        if max(map(len, c[name].ravel().tolist())) > LIMITS[limit]:
             raise _fail(record, f"{name} longer than {LIMITS[limit]} characters")
-    for name in ("groups", "kinds"):
-        for b in batches:
-            if b.width and max(map(len, b[name].ravel().tolist())) > LIMITS["max_id_len"]:
-                raise _fail(record, f"{name} longer than {LIMITS['max_id_len']} characters")
 
 
 def _step_summary(s: StepSummary) -> None:

@@ -133,3 +133,14 @@ def test_decode_many_checks_batches_together_and_names_the_bad_one():
     # the same rank in two batches of one consumer batch is fine (two heartbeat periods)
     assert all(isinstance(x, HeartbeatBatch) for x in decode_many([good[0], good[0]]))
     assert np.array_equal(out[0]["rank"], np.arange(8))
+
+
+def test_decode_many_reads_batches_of_one_width_together_and_others_one_by_one():
+    same = [HeartbeatBatch.from_beats([beat(r + 8 * n) for r in range(8)]) for n in range(3)]
+    other = HeartbeatBatch.from_beats([beat(r, groups=3) for r in range(4)])
+    for batches in (same, [*same, other]):
+        out = decode_many([encode(b) for b in batches])
+        assert [x.beats() for x in out] == [b.beats() for b in batches]
+    # read together, the columns are views of one array per column
+    out = decode_many([encode(b) for b in same])
+    assert out[0]["rank"].base is not None and out[0]["rank"].base is out[1]["rank"].base
