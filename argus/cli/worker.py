@@ -144,4 +144,7 @@ def worker(
     console.print(
         f"worker {app_id}: {s.kafka_bootstrap}, {s.kafka_partitions} partitions, store {s.streams_store}"
     )
-    faust.Worker(faust_app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    worker = faust.Worker(faust_app, loglevel=loglevel, quiet=True)
+    if not worker.stdout.isatty():
+        worker.spinner = None  # its cursor codes would land in a log file
+    worker.execute_from_commandline()
