@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import socket
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -51,46 +50,6 @@ def node_metrics(relay: Any, publisher: Any) -> dict[str, Any]:
             {(): relay.merger.open_steps},
         )
     return out
-
-
-def serve_health_and_metrics(
-    port: int, addr: str, snapshot: Callable[[], dict[str, Any]], healthy: Callable[[], tuple[bool, str]]
-) -> Any:
-    """``/metrics`` for Prometheus and ``/healthz`` (200 or 503 with the reason) for the kubelet."""
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-    from prometheus_client import CollectorRegistry, make_wsgi_app
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-    class _Collector:
-        def collect(self) -> Any:
-            for name, (kind, help_text, series) in snapshot().items():
-                labels = sorted({k for key in series for k, _ in key})
-                family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
-                    name, help_text, labels=labels
-                )
-                for key, value in series.items():
-                    family.add_metric([dict(key).get(k, "") for k in labels], value)
-                yield family
-
-    registry = CollectorRegistry()
-    registry.register(_Collector())
-    metrics_app = make_wsgi_app(registry)
-
-    def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
-        if environ.get("PATH_INFO") == "/healthz":
-            ok, why = healthy()
-            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [why.encode() + b"\n"]
-        return metrics_app(environ, start_response)
-
-    class _Quiet(WSGIRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = make_server(addr, port, wsgi, handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, name="argus-node-metrics", daemon=True).start()
-    return server
 
 
 @app.command("node-agent")
@@ -154,9 +113,14 @@ def node_agent(
                 return False, "stopping"
             return True, "ok"
 
-        serve_health_and_metrics(
-            metrics_port, conf.metrics_addr, lambda: node_metrics(node_relay, publisher), healthy
+        from argus.metrics import serve_metrics
+
+        from ._health import add_probes
+
+        server = serve_metrics(
+            metrics_port, lambda: node_metrics(node_relay, publisher), addr=conf.metrics_addr
         )
+        add_probes(server, {"/healthz": healthy})
 
     def on_absent(reason: str) -> None:
         absent.append(reason)
