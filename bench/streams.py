@@ -9,12 +9,18 @@
    (8 ranks per message, one HeartbeatBatch per node per period, as the relay sends),
    then one per message (no relay); heartbeats/s = heartbeats published per second from
    the first published to the worker's committed offset reaching the end of the topic.
+1c. Rebalance (--workers 2): a job of 4,096 ranks live at 2 steps/s, 8 ranks per message;
+   a second worker joins the group at 25 % of the run and leaves (SIGTERM) at 60 %:
+   rebalance_lost = steps never summarized with all their ranks, rebalance_duplicated =
+   summaries beyond one per step.
 2. Latency: the same worker, a job published live at a fixed step rate with faults
    injected; for every anomaly, its Kafka timestamp minus the end of the step that
    confirmed it (both wall clocks of this machine).
 Peak RSS of the worker process is sampled throughout.
 
     python bench/streams.py [--quick]
+
+    python bench/streams.py --workers 2   # + the rebalance phase
 
 Last line: JSON with records_per_s, records_per_s_8, heartbeats_per_s (node batches of 8),
 heartbeats_per_s_1 (one per message), latency_p50_s, latency_p99_s, worker_rss_mb.
@@ -73,11 +79,11 @@ class PeakRss(threading.Thread):
                 return
 
 
-def start_worker(app_id: str) -> tuple[subprocess.Popen[bytes], Path]:
+def start_worker(app_id: str, loglevel: str = "warn") -> tuple[subprocess.Popen[bytes], Path]:
     """One `argus worker` in the consumer group ``app_id``, with its own ARGUS_HOME (and log)."""
     home = Path(tempfile.mkdtemp(prefix="argus-bench-"))
     worker = subprocess.Popen(
-        [sys.executable, "-m", "argus.cli", "worker", "--app-id", app_id],
+        [sys.executable, "-m", "argus.cli", "worker", "--app-id", app_id, "--loglevel", loglevel],
         env={**os.environ, "ARGUS_HOME": str(home)},
         stdout=subprocess.DEVNULL,
         stderr=open(home / "worker.log", "w"),  # noqa: SIM115 - lives as long as the worker
@@ -219,6 +225,78 @@ def step_throughput(
     return rate
 
 
+def rebalance(
+    publisher: Publisher, conf: dict, app_id: str, ranks: int, steps: int, rate: float
+) -> tuple[int, int, int]:
+    """A job published live (8 ranks per message) while a second worker joins the group a
+    quarter of the way in and leaves (SIGTERM) at 60 %; every step must be summarized
+    exactly once, with all its ranks. Returns (steps lost or cut short, summaries beyond
+    one per step, rebalances seen by the second worker's log: joined + left)."""
+    job = f"bench-rebalance-{app_id}"
+    got: dict[int, list[int]] = {}  # step -> ranks of each of its summaries
+    done = threading.Event()
+
+    def collect() -> None:
+        c = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex}", "auto.offset.reset": "latest"})
+        c.subscribe([STEP_SUMMARIES])
+        try:
+            while not done.is_set():
+                for m in c.consume(1000, timeout=0.2):
+                    # other groups' workers on this broker summarize the job too: only this group's count
+                    if m.error() or ("argus-group", app_id.encode()) not in (m.headers() or []):
+                        continue
+                    r = decode(m.value())
+                    if r.job == job:
+                        got.setdefault(r.step, []).append(r.ranks - len(r.missing))
+        finally:
+            c.close()
+
+    collector = threading.Thread(target=collect)
+    collector.start()
+    time.sleep(3)  # the collector has joined before the first summary
+    pub = threading.Thread(
+        target=lambda: publish_simulation(
+            publisher.publish,
+            job=job,
+            layout=layout_for(ranks),
+            steps=steps,
+            seed=3,
+            rate=rate,
+            ranks_per_message=8,
+        )
+    )
+    t0 = time.monotonic()
+    pub.start()
+    time.sleep(0.25 * steps / rate)
+    second, home = start_worker(app_id, loglevel="info")
+    print(f"rebalance: a second worker joins at {time.monotonic() - t0:.1f} s", flush=True)
+    time.sleep(max(0.0, 0.6 * steps / rate - (time.monotonic() - t0)))
+    stop_worker(second)
+    print(f"rebalance: the second worker left at {time.monotonic() - t0:.1f} s", flush=True)
+    pub.join()
+    publisher.flush(30)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and (len(got) < steps or any(max(v) < ranks for v in got.values())):
+        time.sleep(0.5)
+    time.sleep(5)  # a duplicate would come within the settle time
+    done.set()
+    collector.join()
+    odd = {s: got.get(s, []) for s in range(steps) if got.get(s, [0]) != [ranks]}
+    if odd:
+        print(
+            "rebalance: steps not summarized exactly once whole (step: ranks of each summary):",
+            dict(list(odd.items())[:12]),
+        )
+    lost = sum(1 for s in range(steps) if max(got.get(s, [0])) < ranks)
+    duplicated = sum(len(v) - 1 for v in got.values())
+    print(
+        f"rebalance: {steps} steps, {len(got)} summarized, {lost} lost or cut short, {duplicated} summaries "
+        f"beyond one per step; second worker's log: {home / 'worker.log'}",
+        flush=True,
+    )
+    return lost, duplicated, len(got)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -227,6 +305,13 @@ def main() -> None:
         type=int,
         default=64,
         help="rank-steps per Kafka message (64: a node batch as `argus simulate` sends; 1: a live rank agent)",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        choices=(1, 2),
+        help="2: also run the rebalance phase (a second worker joins mid-run and leaves again)",
     )
     args = ap.parse_args()
     per_message = args.ranks_per_message
@@ -272,6 +357,11 @@ def main() -> None:
         )
         heartbeats_per_s_1 = heartbeat_throughput(
             publisher, lag, f"bench-hb1-{run}", ranks, 2, 1, timeout=600
+        )
+
+        # 1c. Rebalance: a second worker joins and leaves while a job is live.
+        rebalance_figures = (
+            rebalance(publisher, conf, f"bench-{run}", 4096, 60, 2.0) if args.workers == 2 else None
         )
 
         # 2. Latency: live job at a rate the worker keeps up with, faults injected.
@@ -332,6 +422,11 @@ def main() -> None:
                 "records_per_s_8": round(records_per_s_8),
                 "heartbeats_per_s": round(heartbeats_per_s),
                 "heartbeats_per_s_1": round(heartbeats_per_s_1),
+                **(
+                    {"rebalance_lost": rebalance_figures[0], "rebalance_duplicated": rebalance_figures[1]}
+                    if rebalance_figures
+                    else {}
+                ),
                 "latency_p50_s": round(p50, 3),
                 "latency_p99_s": round(p99, 3),
                 "worker_rss_mb": round(rss_mb, 1),

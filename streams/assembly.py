@@ -26,6 +26,9 @@ Steps are released as they complete, which is not always step order (a worker ca
 up after a restart reads many partitions at once): the temporal stage puts them back in
 order (:func:`streams.ordering.next_in_order`).
 
+At a rebalance the caller drops the steps still waiting (:meth:`StepAssembler.drop_open`):
+their parts were not acknowledged, so whoever owns the partition next reads them again.
+
 Memory is bounded by configuration: at most ``max_open_steps`` steps wait at once; beyond
 that the oldest is completed early with what it has; at most ``max_jobs`` jobs are
 remembered.
@@ -228,6 +231,15 @@ class StepAssembler:
         for key, reason in reversed(ready):  # released in step order, as the temporal stage wants them
             self._complete(key, reason)
         return self._released()
+
+    def drop_open(self) -> list[Any]:
+        """Forget every step still waiting, its parts unacknowledged (a rebalance: the
+        partitions go to their next owner, which reads those parts again from the last
+        committed offset; completing them here, short of the parts still unread, would
+        give a step twice). Returns the dropped parts' tokens."""
+        tokens = [t for entry in self._open.values() for t in entry.tokens]
+        self._open.clear()
+        return tokens
 
     def drain(self) -> Iterator[CompleteStep]:
         """Complete and release everything that waits (shutdown)."""

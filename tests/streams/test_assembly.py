@@ -211,3 +211,24 @@ def test_late_parts_beyond_the_world_grow_it() -> None:
     far.columns["rank"][:] = 10_000  # a claim far beyond the world grows nothing
     asm.add(far, 4, now=3.2)
     assert asm.world("h", 0) == 64
+
+
+def test_a_rebalance_drops_open_steps_unacknowledged_and_the_next_owner_completes_them_whole() -> None:
+    """The parts of a step still open at a rebalance are dropped (their tokens returned,
+    not completed); the partition's next owner reads all of them again and the step comes
+    out once, whole."""
+    sim = ClusterSimulator(Layout(dp=4, tp=8, pp=2), seed=1, job="r")
+    first, second = (s.batch for s in sim.run(2))
+    before = StepAssembler(AssemblyConfig(settle_s=1.0, max_wait_s=5.0))
+    for i, p in enumerate(parts(first, 16)):
+        before.add(p, ("first", i), now=0.0)
+    assert [c.reason for c in before.due(now=5.0)] == ["timeout"]
+    halves = parts(second, 16)
+    assert [c for i, p in enumerate(halves[:2]) for c in before.add(p, ("second", i), now=6.0)] == []
+    assert sorted(before.drop_open()) == [("second", 0), ("second", 1)]
+    assert before.open_steps == 0 and before.due(now=60.0) == []  # nothing left to complete short
+    after = StepAssembler(AssemblyConfig(settle_s=1.0, max_wait_s=5.0))
+    for i, p in enumerate(halves):
+        after.add(p, ("second", i), now=7.0)
+    (done,) = after.due(now=13.0)
+    assert done.batch.step == second.step and len(done.batch) == 64 and done.missing == ()
