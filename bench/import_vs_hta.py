@@ -1,14 +1,16 @@
 """Import speed and memory: ``argus import-trace --local`` vs Holistic Trace Analysis' load.
 
-A real trace (``$ARGUS_KINETO_DATA``, default tests/data/kineto) is replicated to 8 and
-32 ranks (``distributedInfo.rank`` rewritten), then, in the same run, imported by
+A real trace (``$ARGUS_KINETO_DATA``, default tests/data/kineto) is replicated to 8,
+32 and 1,024 ranks (``distributedInfo.rank`` rewritten), then, in the same run, imported by
 ``argus import-trace --local`` (into a fresh embedded store) and loaded by HTA
 (``pip install traceinsight``: ``TraceAnalysis(trace_dir=...)``). Each runs in its own
 process tree; wall seconds and the peak of the tree's summed PSS (proportional set size:
 the resident memory with shared pages split between the processes that share them; RSS
 where the platform has no PSS) are printed. Where a broker is reachable, the default
 import (to Kafka, no embedded engine in the process) is measured too, and the import
-without any destination, for scale.
+without any destination, for scale. At 1,024 ranks only ``argus import-trace --local`` runs
+(``argus_rss_mb_1024``, ``argus_s_1024``); HTA's figure there is extrapolated linearly from
+its 8- and 32-rank figures (``hta_*_1024_extrapolated``).
 
 Last, HTA's own verdict on ``trace_filter_2rank`` (``get_potential_stragglers`` names rank 1:
 it computes ~30 ms more per step, rank 0 waits in NCCL meanwhile) is checked through
@@ -173,7 +175,7 @@ def main() -> None:
     kafka = _kafka_reachable()
     if not kafka:
         print("no Kafka broker reachable (scripts/kafka.sh up): the import to Kafka is not measured")
-    for ranks in (8, 32):
+    for ranks in (8, 32, 1024):
         with tempfile.TemporaryDirectory(prefix=f"argus-bench-{ranks}-") as tmp:
             folder = Path(tmp) / "traces"
             folder.mkdir()
@@ -186,6 +188,19 @@ def main() -> None:
                     "argus",
                     *run_measured([PY, "-c", "from argus.cli import main; main()", *cmd[3:]], env, 1800),
                 ),
+            ]
+            if (
+                ranks > 32
+            ):  # HTA is extrapolated from 8 and 32 ranks (below); the import alone keeps all records
+                for tool, s, mb, anon_mb, rc, err in measured:
+                    rows.append((ranks, tool, size, s, mb, anon_mb, rc))
+                    if rc != 0:
+                        print(f"{tool} at {ranks} ranks failed (exit {rc}): {err.strip()}", file=sys.stderr)
+                    results[f"{tool}_s_{ranks}"] = round(s, 2)
+                    results[f"{tool}_rss_mb_{ranks}"] = round(mb, 1)
+                    results[f"{tool}_anon_mb_{ranks}"] = round(anon_mb, 1)
+                continue
+            measured += [
                 ("argus_import_only", *run_measured([PY, "-c", IMPORT_ONLY, *files], env, 1800)),
                 ("hta", *run_measured([PY, "-c", HTA, str(folder)], env, 3600)),
             ]
@@ -224,6 +239,20 @@ def main() -> None:
             f"{n} ranks: argus {h / a:.1f}x faster, {hm / max(am, 1e-9):.1f}x less memory "
             f"({ha / max(aa, 1e-9):.1f}x less anonymous memory)"
         )
+    # HTA keeps every event of every rank in memory: linear in ranks, fitted on 8 and 32
+    per_rank_mb = (results["hta_rss_mb_32"] - results["hta_rss_mb_8"]) / 24
+    per_rank_s = (results["hta_s_32"] - results["hta_s_8"]) / 24
+    hta_mb_1024 = results["hta_rss_mb_8"] + per_rank_mb * (1024 - 8)
+    hta_s_1024 = results["hta_s_8"] + per_rank_s * (1024 - 8)
+    results["hta_rss_mb_1024_extrapolated"] = round(hta_mb_1024, 1)
+    results["hta_s_1024_extrapolated"] = round(hta_s_1024, 1)
+    a_s = results["argus_s_1024"]
+    print(
+        f"1024 ranks: argus {a_s:.1f} s, peak {results['argus_rss_mb_1024']:.0f} MB PSS "
+        f"({a_s / 1024:.3f} s per rank; {results['argus_s_32'] / 32:.3f} s per rank at 32); HTA extrapolated "
+        f"linearly from 8 and 32 ranks ({per_rank_mb:.1f} MB and {per_rank_s:.2f} s per rank): "
+        f"{hta_mb_1024:,.0f} MB, {hta_s_1024:,.0f} s"
+    )
     with tempfile.TemporaryDirectory(prefix="argus-bench-2rank-") as tmp:
         suspect, lines = two_rank_suspect(Path(tmp))
     print("trace_filter_2rank through `argus import-trace --local` (HTA names rank 1):")

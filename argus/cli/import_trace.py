@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import defaultdict
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import ExitStack
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
-__all__ = ["diagnose_records", "import_files"]
+__all__ = ["StepParts", "diagnose_records", "diagnose_steps", "import_files", "iter_imports"]
 
 _BIG = 32 << 20  # show a progress bar past this many bytes of input
 
@@ -40,7 +41,7 @@ def _import_one(path: str, job: str, run: int, rank: int | None) -> tuple[list[A
     return list(imp.records()), imp.summary
 
 
-def import_files(
+def iter_imports(
     paths: Sequence[str],
     *,
     job: str,
@@ -48,16 +49,17 @@ def import_files(
     rank: int | None = None,
     workers: int = 1,
     started: Callable[[], object] | None = None,
-) -> tuple[list[Any], list[Any]]:
-    """Import trace files (in ``workers`` processes); returns all records and the summaries.
+) -> Iterator[tuple[list[Any], Any]]:
+    """Import trace files (in ``workers`` processes), yielding each file's records and
+    summary in the order of ``paths``.
 
+    Memory stays flat in the number of files: each file is streamed a chunk at a time
+    (:class:`producers.kineto.TraceReader`), at most ``2 × workers`` files are in flight,
+    and a file's records are the caller's to consume before the next ones are taken.
     ``started`` is called once the work is under way (after the worker processes are
-    forked, while they parse). Raises ``producers.kineto.TraceError`` for the first
-    bad file.
+    forked, while they parse). Raises ``producers.kineto.TraceError`` for the first bad file.
     """
     total = sum(os.path.getsize(p) for p in paths)
-    records: list[Any] = []
-    summaries: list[Any] = []
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True, disable=total < _BIG) as bar:
         task = bar.add_task("importing", total=total)
@@ -74,25 +76,76 @@ def import_files(
                     bar.update(task, completed=offset + n)
 
                 imp = KinetoImport(p, job=job, run=run, rank=rank, progress=advance)
-                records.extend(imp.records())
-                summaries.append(imp.summary)
+                yield list(imp.records()), imp.summary
                 done += size
                 bar.update(task, completed=done)
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(_import_one, p, job, run, rank) for p in paths]
-                if started is not None:
-                    try:
-                        started()
-                    except BaseException:  # e.g. the store is locked: do not parse the rest first
-                        pool.shutdown(wait=False, cancel_futures=True)
-                        raise
-                for p, fut in zip(paths, futures, strict=True):
-                    recs, summary = fut.result()
-                    records.extend(recs)
-                    summaries.append(summary)
+            return
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            window: deque[tuple[str, Future[tuple[list[Any], Any]]]] = deque()
+            todo = iter(paths)
+            for p in islice(todo, 2 * workers):
+                window.append((p, pool.submit(_import_one, p, job, run, rank)))
+            if started is not None:
+                try:
+                    started()
+                except BaseException:  # e.g. the store is locked: do not parse the rest first
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+            try:
+                while window:
+                    p, fut = window.popleft()
+                    result = fut.result()
+                    nxt = next(todo, None)
+                    if nxt is not None:
+                        window.append((nxt, pool.submit(_import_one, nxt, job, run, rank)))
                     bar.advance(task, os.path.getsize(p))
+                    yield result
+            finally:
+                for _, fut in window:
+                    fut.cancel()
+
+
+def import_files(
+    paths: Sequence[str],
+    *,
+    job: str,
+    run: int = 0,
+    rank: int | None = None,
+    workers: int = 1,
+    started: Callable[[], object] | None = None,
+) -> tuple[list[Any], list[Any]]:
+    """Import trace files and return all their records and the summaries (kept in memory:
+    for a few files; :func:`iter_imports` streams them). Raises like :func:`iter_imports`."""
+    records: list[Any] = []
+    summaries: list[Any] = []
+    for recs, summary in iter_imports(paths, job=job, run=run, rank=rank, workers=workers, started=started):
+        records.extend(recs)
+        summaries.append(summary)
     return records, summaries
+
+
+class StepParts:
+    """The step records of many ranks, kept compact until diagnosis: per step, the parts
+    are concatenated every ``every`` parts (a 1-row StepBatch costs far more than its row)."""
+
+    def __init__(self, every: int = 64) -> None:
+        self.every = every
+        self._parts: dict[int, list[Any]] = defaultdict(list)
+
+    def add(self, batch: Any) -> None:
+        """Keep one StepBatch."""
+        from argus.schemas import StepBatch
+
+        parts = self._parts[batch.step]
+        parts.append(batch)
+        if len(parts) > self.every:
+            self._parts[batch.step] = [StepBatch.concat(parts)]
+
+    def steps(self) -> list[Any]:
+        """Whole steps (every rank of a step in one batch), in step order."""
+        from argus.schemas import StepBatch
+
+        return [StepBatch.concat(self._parts[s]) for s in sorted(self._parts)]
 
 
 class _LocalStore:
@@ -124,6 +177,29 @@ def _store_local(records: list[Any], store: Any) -> int:
     return len(records)
 
 
+class _Buffered:
+    """Records on their way to a destination, flushed every ``limit`` records (one insert or
+    publish round per many files, never all files' records at once)."""
+
+    def __init__(self, flush: Callable[[list[Any]], int], limit: int = 50_000) -> None:
+        self._flush = flush
+        self.limit = limit
+        self.pending: list[Any] = []
+        self.count = 0
+
+    def add(self, records: Sequence[Any]) -> None:
+        """Take records; flush when the buffer is full."""
+        self.pending.extend(records)
+        if len(self.pending) >= self.limit:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what is buffered."""
+        if self.pending:
+            self.count += self._flush(self.pending)
+            self.pending = []
+
+
 def diagnose_records(records: Sequence[Any], *, job: str, run: int = 0) -> list[Any]:
     """The final anomalies of the one engine over the step records among ``records``.
 
@@ -133,14 +209,19 @@ def diagnose_records(records: Sequence[Any], *, job: str, run: int = 0) -> list[
     the engine confirms only when the record ends (``flush``) carries no detection time;
     it gets the end of its last step, so it is stored at the time the trace describes.
     """
-    from argus.detectors import diagnose
     from argus.schemas import StepBatch
 
-    parts: dict[int, list[StepBatch]] = defaultdict(list)
+    parts = StepParts()
     for r in records:
         if isinstance(r, StepBatch):
-            parts[r.step].append(r)
-    steps = [StepBatch.concat(parts[s]) for s in sorted(parts)]
+            parts.add(r)
+    return diagnose_steps(parts.steps(), job=job, run=run)
+
+
+def diagnose_steps(steps: Sequence[Any], *, job: str, run: int = 0) -> list[Any]:
+    """:func:`diagnose_records` over whole steps already joined (in step order)."""
+    from argus.detectors import diagnose
+
     ends = {b.step: int(b["end_ns"].max()) for b in steps}
     out = []
     for a in diagnose(steps, job=job, run=run):
@@ -159,24 +240,33 @@ def _describe(anomaly: Any) -> str:
     return f"  {anomaly.severity:4} {anomaly.cause} · {anomaly.suspect_kind} {anomaly.suspect} · {window}"
 
 
-def _publish(records: list[Any]) -> int:
+def _publisher() -> Any:
     from argus.producers.publisher import Publisher, PublishError
-    from argus.schemas import KERNELS, STEPS, KernelNames, KernelSketch, StepBatch, rank_key, step_key
 
     try:
-        publisher = Publisher(settings().kafka_client_config(), block_when_full=True)
+        return Publisher(settings().kafka_client_config(), block_when_full=True)
     except PublishError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
+
+
+def _publish(records: list[Any], publisher: Any) -> int:
+    from argus.schemas import KERNELS, STEPS, KernelNames, KernelSketch, StepBatch, rank_key, step_key
+
     for r in records:
         if isinstance(r, StepBatch):
             publisher.publish(STEPS, step_key(r.job, r.step), r)
         elif isinstance(r, KernelSketch | KernelNames):
             publisher.publish(KERNELS, rank_key(r.job, r.rank), r)
+    return len(records)
+
+
+def _drain(publisher: Any) -> None:
+    from argus.producers.publisher import PublishError
+
     try:
         publisher.drain(60)
     except PublishError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
-    return len(records)
 
 
 @app.command("import-trace")
@@ -197,27 +287,47 @@ def import_trace(
         if not p.is_file():
             fail(f"{p}: no such file")
     job_id = job or _default_job(paths[0])
+    from argus.schemas import StepBatch
+
+    summaries: list[Any] = []
+    anomalies: list[Any] = []
     with ExitStack() as stack:
         store = _LocalStore(stack) if local else None
+        if store is not None:
+            out = _Buffered(lambda recs: _store_local(recs, store.open()))
+        else:
+            publisher = _publisher()
+            out = _Buffered(lambda recs: _publish(recs, publisher))
+        parts = StepParts()
+        seen: set[int] = set()
         try:
-            records, summaries = import_files(
+            for records, summary in iter_imports(
                 [str(p) for p in paths],
                 job=job_id,
                 run=run,
                 rank=rank,
                 workers=workers,
                 started=store.open if store is not None else None,
-            )
+            ):
+                if summary.rank in seen:
+                    fail(f"two files claim rank {summary.rank}; import them separately with --rank")
+                seen.add(summary.rank)
+                summaries.append(summary)
+                out.add(records)
+                if store is not None:
+                    for r in records:
+                        if isinstance(r, StepBatch):
+                            parts.add(r)
+                del records
         except TraceError as exc:
             fail(str(exc))
-        ranks = [s.rank for s in summaries]
-        if len(set(ranks)) != len(ranks):
-            fail(f"two files claim the same rank ({sorted(ranks)}); import them separately with --rank")
-        anomalies = diagnose_records(records, job=job_id, run=run) if store is not None else []
         if store is not None:
-            count = _store_local([*records, *anomalies], store.open()) - len(anomalies)
-        else:
-            count = _publish(records)
+            anomalies = diagnose_steps(parts.steps(), job=job_id, run=run)
+            out.add(anomalies)
+        out.flush()
+        if store is None:
+            _drain(publisher)
+        count = out.count - len(anomalies)
     steps = sum(s.steps for s in summaries)
     kernels = sum(s.kernels for s in summaries)
     where = "the embedded store" if local else "Kafka (argus.steps, argus.kernels)"
