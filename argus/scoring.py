@@ -30,7 +30,18 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["GROUP_KINDS", "AnomalyLike", "LabelLike", "Match", "Scoring", "match_faults", "window_iou"]
+__all__ = [
+    "GROUP_KINDS",
+    "AnomalyLike",
+    "Evidenced",
+    "LabelLike",
+    "Match",
+    "Scoring",
+    "kernel_named_right",
+    "match_faults",
+    "named_kernels",
+    "window_iou",
+]
 
 GROUP_KINDS = frozenset({"job", "stage", "dp_group"})
 """Suspect kinds of faults with no culprit rank: any two of them are at the same place."""
@@ -181,3 +192,26 @@ def match_faults(
         misses=tuple(j for j in range(len(labels)) if j not in found),
         n_labels=len(labels),
     )
+
+
+class Evidenced(Protocol):
+    """An anomaly's evidence (an Anomaly record or a stored row's)."""
+
+    @property
+    def evidence(self) -> Mapping[str, float]: ...
+
+
+def named_kernels(a: Evidenced) -> tuple[str, ...]:
+    """What an anomaly's kernel level names: the degraded kernel families (most time added
+    first), then the frames its suspect samples more than its peers (largest first)."""
+    ev = a.evidence
+    fams = [k.split(":", 1)[1] for k in ev if k.startswith("kernel_family:")]
+    frames = sorted((k for k in ev if k.startswith("stack:")), key=lambda k: -ev[k])
+    return (*fams, *(f.split(":", 1)[1] for f in frames))
+
+
+def kernel_named_right(a: Evidenced, expected: str) -> bool:
+    """Whether the first thing the kernel level names is ``expected`` (a kernel family, or
+    a word of a frame: ``dataloader``)."""
+    named = named_kernels(a)
+    return bool(named) and (named[0] == expected or (":" not in expected and expected in named[0]))

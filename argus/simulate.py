@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -10,8 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from argus.producers.simulator import FAULT_KINDS, ClusterSimulator, Fault, Label, Layout
-from argus.schemas import STEPS, step_key
+from argus.producers.simulator import (
+    FAULT_KINDS,
+    ClusterSimulator,
+    Fault,
+    Label,
+    Layout,
+    SimStep,
+    kernel_names,
+)
+from argus.producers.sketch import RankSketchEncoder
+from argus.schemas import KERNELS, STACKS, STEPS, rank_key, step_key
 
 from .config import ConfigError
 
@@ -35,7 +45,9 @@ def layout_for(ranks: int, *, tp: int = 8, pp: int = 0) -> Layout:
 
 def parse_fault(spec: str, layout: Layout) -> Fault:
     """``CLASS@STEP[+STEPS][:TARGET]``; TARGET is ranks (``17`` or ``17,18``), ``host=3`` or
-    ``stage=1``. Without a target the culprit is rank n/3 (host n/24, stage pp-1)."""
+    ``stage=1``, optionally followed by ``,x=1.3`` (the magnitude) and, for a compute
+    straggler, ``,kernel=gemm`` (only those kernels slow: ``compute_straggler@20:17,kernel=gemm``).
+    Without a target the culprit is rank n/3 (host n/24, stage pp-1)."""
     m = _FAULT.match(spec.strip())
     if not m:
         raise ConfigError(
@@ -51,7 +63,16 @@ def parse_fault(spec: str, layout: Layout) -> Fault:
     host: int | None = None
     stage: int | None = None
     target = m["target"] or ""
+    magnitude, kernel = 0.0, ""
     try:
+        parts = target.split(",")
+        for opt in [p for p in parts if p.startswith(("x=", "kernel="))]:
+            name, _, val = opt.partition("=")
+            if name == "x":
+                magnitude = float(val)
+            else:
+                kernel = val
+        target = ",".join(p for p in parts if not p.startswith(("x=", "kernel=")))
         if target.startswith("host="):
             host = int(target[5:])
         elif target.startswith("stage="):
@@ -68,7 +89,10 @@ def parse_fault(spec: str, layout: Layout) -> Fault:
         stage = layout.pp - 1
     if kind == "link_degradation" and len(ranks) == 1:
         ranks = (ranks[0], (ranks[0] + layout.gpus_per_host) % n)
-    return Fault(kind, step, steps, ranks, host=host, stage=stage)
+    try:
+        return Fault(kind, step, steps, ranks, host=host, stage=stage, magnitude=magnitude, kernel=kernel)
+    except ValueError as exc:
+        raise ConfigError(f"bad --fault {spec!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -95,12 +119,15 @@ def publish_simulation(
     ranks_per_message: int = 64,
     checkpoint_every: int = 0,
     progress: Callable[[int], None] | None = None,
+    kernels: bool = False,
 ) -> SimulationResult:
     """Publish ``steps`` steps of a simulated job through ``publish(topic, key, record)``.
 
     Each step goes out as StepBatches of ``ranks_per_message`` ranks (a node agent's batch;
     one Kafka message each), at ``rate`` steps per second (0: as fast as possible); wall
-    clocks are the machine's, so latencies measured downstream are real.
+    clocks are the machine's, so latencies measured downstream are real. With ``kernels``,
+    every rank also publishes its kernel sketch (delta-coded, names once) and its stack
+    sample every step, keyed by rank, as the agent does (``records`` counts them too).
     """
     if ranks_per_message < 1:
         raise ConfigError("ranks per message must be >= 1")
@@ -109,6 +136,7 @@ def publish_simulation(
     )
     began = time.monotonic()
     records = messages = 0
+    encoders: dict[int, RankSketchEncoder] = {}
     for i, s in enumerate(sim.run(steps)):
         if rate > 0:
             wait = began + i / rate - time.monotonic()
@@ -125,6 +153,27 @@ def publish_simulation(
             publish(STEPS, key, batch.take(np.arange(lo, min(lo + ranks_per_message, len(batch)))))
             messages += 1
         records += len(batch)
+        if kernels:
+            records += _publish_kernels(publish, s, encoders, shift)
         if progress is not None:
             progress(1)
     return SimulationResult(job, steps, records, messages, tuple(sim.labels), time.monotonic() - began)
+
+
+def _publish_kernels(
+    publish: Callable[[str, bytes, Any], None], s: SimStep, encoders: dict[int, RankSketchEncoder], shift: int
+) -> int:
+    """Every rank's kernel sketch (its names first, once) and stack sample of one step."""
+    b = s.batch
+    ranks = b["rank"].tolist()
+    for rank, stats in s.kernel_stats(ranks).items():
+        key = rank_key(b.job, rank)
+        enc = encoders.get(rank)
+        if enc is None:
+            enc = encoders[rank] = RankSketchEncoder(b.job, b.run, rank)
+            publish(KERNELS, key, kernel_names(b.job, b.run, rank))
+        publish(KERNELS, key, enc.encode(b.step, stats))
+    for rank, sample in s.stacks(ranks).items():
+        moved = dataclasses.replace(sample, start_ns=sample.start_ns + shift, end_ns=sample.end_ns + shift)
+        publish(STACKS, rank_key(b.job, rank), moved)
+    return 2 * len(ranks)

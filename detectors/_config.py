@@ -44,8 +44,9 @@ class DiagnoserConfig:
     whose per-call duration is ``kernel_degraded_ratio`` times the peers' and adds
     ``kernel_min_excess`` of the suspect's kernel time, or a frame the suspect samples
     ``stack_min_delta`` (share of samples) more than its peers, makes the anomaly
-    ``level="kernel"``; while no such evidence is found (its sketches late, say), the
-    anomaly is deepened again on each of the next ``deepen_steps`` steps. Group statistics of groups larger than ``max_sample`` ranks come from a strided
+    ``level="kernel"``; while no such evidence is found, the anomaly is deepened again on
+    each step it stays open: up to ``deepen_steps`` times with data, and whenever the
+    suspect has no data yet (its sketches late). Group statistics of groups larger than ``max_sample`` ranks come from a strided
     sample.
     """
 

@@ -369,10 +369,10 @@ def step_findings(
     return _cross_rank_stage(batch, config or DiagnoserConfig(), missing)[0]
 
 
-Deepen = Callable[[Sequence[int], Sequence[int]], Deepening | None]
-"""Given a confirmed anomaly's suspect ranks and healthy peers of their group, what their
-kernels and stacks say (:func:`detectors.deepen.deepen_ranks` over the caller's data), or
-None when there is no data yet."""
+Deepen = Callable[[Sequence[int], Sequence[int], int], Deepening | None]
+"""Given a confirmed anomaly's suspect ranks, healthy peers of their group and its onset
+step, what their kernels and stacks say from that step on (:func:`detectors.deepen.deepen_ranks`
+over the caller's data), or None when there is no such data yet."""
 
 
 def apply_findings(
@@ -382,7 +382,8 @@ def apply_findings(
     episodes) and return the anomalies to publish; updates ``state`` in place. Steps must
     come in order; ``deepen`` adds kernel/stack evidence when an episode is confirmed (and,
     while none explains it, on each of the next ``deepen_steps`` steps: sketches that come
-    late still deepen it, and the anomaly is sent again, ``level="kernel"``).
+    late still deepen it, and the anomaly is sent again, ``level="kernel"``; steps without any
+    data for the suspect do not count).
 
     Severity (DESIGN.md): a sighting becomes an anomaly once it is sustained (seen in
     ``min_steps`` steps, gaps up to ``close_after`` bridged) or, for a one-off stall, once
@@ -493,11 +494,12 @@ _GROUP_KINDS = ("host", "link", "ranks")
 
 def _deepen(e: Episode, deepen: Deepen) -> bool:
     """One try at the kernel level for a confirmed episode: True when its kernels or stacks
-    explained it now (its level becomes ``kernel``; no more tries), else one try fewer."""
-    e.deepen_left -= 1
-    found = deepen(e.ranks[:3], e.peers)
+    explained it now (its level becomes ``kernel``; no more tries), else one try fewer; no
+    data yet (its sketches late, or not collected) costs no try."""
+    found = deepen(e.ranks[:3], e.peers, e.onset)
     if found is None:
         return False
+    e.deepen_left -= 1
     e.evidence.update(found.evidence)
     if not found.explained:
         return False
@@ -730,8 +732,8 @@ def diagnose_step(
     if kernels is None and stacks is None:
         return apply_findings(state, sf, cfg)
 
-    def deepen(suspects: Sequence[int], peers: Sequence[int]) -> Deepening | None:
-        ranks = [*suspects, *peers]
+    def deepen(suspects: Sequence[int], peers: Sequence[int], since: int) -> Deepening | None:
+        ranks = [*suspects, *peers]  # this step's data, which is past ``since``
         return deepen_ranks(
             suspects,
             peers,

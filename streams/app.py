@@ -97,7 +97,7 @@ from argus.schemas import (
 )
 
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler
-from .deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, evidence_key
+from .deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, rekey
 from .ordering import next_in_order
 
 __all__ = [
@@ -592,17 +592,17 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     @app.agent(app.topic(KERNELS, STACKS, key_type=bytes, value_type=bytes))
     async def rekey_evidence(stream: Any) -> None:
         async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            for event in events:
-                key = evidence_key(event.message.key, event.value or b"")
-                if isinstance(key, SchemaError):
-                    await dead_letter(event, key.reason, str(key))
-                else:
-                    await evidence_topic.send(key=key, value=event.value)
+            items = [(event.message.key, bytes(event.value or b"")) for event in events]
+            out, bad = rekey(items, cfg.max_message_bytes)
+            for i, exc in bad:
+                await dead_letter(events[i], exc.reason, str(exc))
+            for key, blob in out:  # queued, not awaited: the history is best effort
+                await app.producer.send(EVIDENCE_TOPIC, key, blob, None, None, None)
 
     @app.agent(evidence_topic)
     async def keep_evidence(stream: Any) -> None:
-        async for values in stream.take(cfg.take, within=cfg.within_s):
-            history.add_many(values)
+        async for blobs in stream.take(cfg.take, within=cfg.within_s):
+            history.add_packed(blobs)
 
     app.argus_agents = (assemble, diagnose, watch_heartbeats, rekey_evidence, keep_evidence)  # type: ignore[attr-defined]
     return app, metrics
