@@ -260,6 +260,22 @@ def _held_key(state_key: bytes, step: int) -> bytes:
     return b"%s|%d" % (state_key, step)
 
 
+def _forget_unacked(app: faust.App, events: Sequence[Any]) -> None:
+    """Let Faust's consumer stop waiting for events that will never be acknowledged.
+
+    At a rebalance or a stop, Faust waits until every message it delivered is acknowledged
+    (``stream_wait_empty``) before it commits and gives the partitions up. The parts of a
+    step dropped then (:meth:`StepAssembler.drop_open`) never will be: their offsets stay
+    uncommitted, so the partition's next owner reads them again, whole. Faust offers no call
+    for that, so they leave its set of unacknowledged messages here.
+    """
+    unacked = getattr(app.consumer, "_unacked_messages", None)
+    if unacked is None:
+        return
+    for event in events:
+        unacked.discard(event.message)
+
+
 def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     """The Faust app and the metrics its agents keep."""
     Path(cfg.datadir).mkdir(parents=True, exist_ok=True)
@@ -324,6 +340,8 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
             await dead_letter(event, reason, error)
             event.ack()
 
+    origin = [("argus-group", cfg.app_id.encode())]  # which worker group summarized a step
+
     async def finish(done: CompleteStep) -> None:
         metrics.steps[done.reason] += 1
         if done.rejected:
@@ -345,8 +363,8 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                 key = job_key(done.batch.job)
                 try:
                     sent = [
-                        await summaries_topic.send(key=key, value=summary),
-                        await findings_topic.send(key=key, value=findings),
+                        await summaries_topic.send(key=key, value=summary, headers=origin),
+                        await findings_topic.send(key=key, value=findings, headers=origin),
                     ]
                     for fut in sent:
                         await fut  # delivered before the parts are acknowledged
@@ -391,7 +409,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
                 metrics.records += len(part)
                 for done in assembler.add(part, event, now):
                     await finish(done)
-            for done in assembler.due(now):
+            for done in assembler.due(now) if not (app.rebalancing or app.should_stop) else ():
                 await finish(done)
             reading[0] = False
             metrics.open_steps = assembler.open_steps
@@ -400,6 +418,13 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     async def complete_waiting() -> None:
         if reading[0]:
             return  # mid-batch, a step's next parts may be further on in it; the agent checks at its end
+        if app.rebalancing or app.should_stop:  # the partitions go elsewhere (or back): read again there
+            dropped = assembler.drop_open()
+            if dropped:
+                _forget_unacked(app, dropped)
+                log.info("rebalance: %d parts of open steps dropped, unacknowledged", len(dropped))
+            metrics.open_steps = 0
+            return
         for done in assembler.due(time.monotonic()):
             await finish(done)
         metrics.open_steps = assembler.open_steps
