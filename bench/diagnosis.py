@@ -5,8 +5,11 @@ ranks (1,024 only with --quick): the **realistic** one (heavy-tailed jitter, sta
 offsets, warm-up, unannotated evaluation and checkpoint steps, GC pauses; plus flapping,
 drifting, whole-host and multi-rank stragglers, up to 40 % of a pipeline stage), which
 decides the defaults, and the **clean** one the detectors were first built on. Quiet
-realistic jobs (no fault; 3,000 steps at 1,024 ranks) count false anomalies and
-transients. Anomalies are matched to the injected faults by :mod:`argus.scoring` (the
+realistic jobs (no fault; 3,000 steps at 1,024 ranks; kernel sketches and stacks at hand,
+as live) count false anomalies and transients. The kernel-level classes (one GPU's GEMMs
+slower, NCCL slow on one link, a host starving its data loaders) add precision, recall and
+``kernel_named_accuracy``: of the faults found, the share whose anomaly is ``level=kernel``
+and names the slowed kernel family or frame. Anomalies are matched to the injected faults by :mod:`argus.scoring` (the
 demo's matcher). Also: the time to analyse one step at 16,384 and 100,000 ranks; the hang
 classes on every hang scenario, with the delay from the hang to the alarm (1 s detector
 tick) and the alarms on a declared long checkpoint; ``trace_filter_2rank`` (HTA's masked
@@ -37,7 +40,9 @@ from argus.producers.simulator import (
     COMPUTE_STRAGGLER,
     FAULT_KINDS,
     HANG_SCENARIOS,
+    HOST_CPU_CONTENTION,
     KERNEL_NAMES,
+    LINK_DEGRADATION,
     ONE_OFF_KINDS,
     PIPELINE_STAGE_IMBALANCE,
     REALISTIC,
@@ -51,7 +56,7 @@ from argus.producers.simulator import (
     random_fault,
 )
 from argus.schemas import Anomaly
-from argus.scoring import match_faults
+from argus.scoring import kernel_named_right, match_faults
 
 REPO = Path(__file__).resolve().parents[1]
 LAYOUTS = {
@@ -61,6 +66,9 @@ LAYOUTS = {
 }
 REALISTIC_KINDS = ("flapping", "drift", "host", "multi")
 """The realistic suite's straggler shapes, beside every class of the clean suite."""
+KERNEL_KINDS = ("kernel:gemm", "kernel:nccl_link", "stack:dataloader_host")
+"""Kernel-level causes (realistic noise): one GPU's GEMMs slower (thermal throttling), NCCL
+slow on one link, a host whose CPU starves its data loaders."""
 
 
 @dataclass
@@ -183,6 +191,56 @@ def realistic_fault(kind: str, layout: Layout, rng: np.random.Generator, first: 
     raise ValueError(kind)
 
 
+def kernel_fault(kind: str, layout: Layout, rng: np.random.Generator, first: int) -> Fault:
+    """A kernel-level fault of ``kind`` (one of :data:`KERNEL_KINDS`), realistic magnitude."""
+    steps = int(rng.integers(12, 31))
+    if kind == "kernel:gemm":
+        rank = int(rng.integers(0, layout.n_ranks))
+        return Fault(
+            COMPUTE_STRAGGLER, first, steps, (rank,), magnitude=float(rng.uniform(1.25, 1.4)), kernel="gemm"
+        )
+    if kind == "kernel:nccl_link":
+        return random_fault(LINK_DEGRADATION, layout, rng, first)
+    if kind == "stack:dataloader_host":
+        host = int(rng.integers(0, layout.n_hosts))
+        return Fault(HOST_CPU_CONTENTION, first, steps, host=host, magnitude=float(rng.uniform(80.0, 300.0)))
+    raise ValueError(kind)
+
+
+@dataclass
+class KernelTally:
+    """Per kernel-level class: anomalies, right ones, labels recalled, and recalled labels
+    whose anomaly is at kernel level and names the right kernel family (or frame)."""
+
+    anomalies: int = 0
+    right: int = 0
+    labels: int = 0
+    recalled: int = 0
+    named: int = 0
+
+
+def kernel_suite(n_ranks: int, seeds: int, base_seed: int, tallies: dict[str, KernelTally]) -> None:
+    """Every kernel-level class ``seeds`` times under realistic noise, kernels and stacks
+    flowing; tallied by class."""
+    layout = LAYOUTS[n_ranks]
+    for k, kind in enumerate(KERNEL_KINDS):
+        for i in range(seeds):
+            seed = base_seed + 70_000 + 1000 * k + i
+            rng = np.random.default_rng(seed)
+            f = kernel_fault(kind, layout, rng, int(rng.integers(30, 50)))
+            run = simulate(layout, seed, [f], f.first_step + f.steps + 8, noise=REALISTIC)
+            sc = match_faults(run.anomalies, run.labels, slack=3)
+            t = tallies[kind]
+            t.anomalies += len(run.anomalies)
+            t.right += len(sc.right_anomalies)
+            for j, lab in enumerate(run.labels):
+                t.labels += 1
+                good = [run.anomalies[m.anomaly] for m in sc.of_label(j) if m.right]
+                if good:
+                    t.recalled += 1
+                    t.named += any(a.level == "kernel" and kernel_named_right(a, lab.kernel) for a in good)
+
+
 def suite(n_ranks: int, seeds: int, mixed: int, base_seed: int, noise: Noise) -> list[Run]:
     """Every class alone (``seeds`` runs each) and ``mixed`` runs of all classes; under
     realistic noise also every realistic straggler shape alone."""
@@ -297,7 +355,7 @@ def quiet(n_ranks: int, steps: int, seed: int, noise: Noise) -> tuple[int, int, 
     alarms = transients = 0
     per_run = min(3000, steps)
     for i in range(max(steps // per_run, 1)):
-        run = simulate(layout, seed + i, [], per_run, noise=noise, kernels=False)
+        run = simulate(layout, seed + i, [], per_run, noise=noise)  # kernels flow, as live
         alarms += len(run.anomalies)
         transients += run.transients
     return alarms, transients, steps * layout.n_ranks
@@ -380,6 +438,9 @@ def main() -> None:
             if name == "realistic":
                 multi += runs
         suites[name] = tallies
+    kernel_tallies: dict[str, KernelTally] = defaultdict(KernelTally)
+    for n in sizes:
+        kernel_suite(n, 3 if args.quick else (6 if n == 1024 else 2), n, kernel_tallies)
     hang_tallies: dict[str, Tally] = defaultdict(Tally)
     ckpt_runs = ckpt_alarms = 0
     hang_tick: dict[int, float] = {}
@@ -415,6 +476,18 @@ def main() -> None:
         havg = float(np.mean(t.hang_delays)) if t.hang_delays else -1.0
         hang_prec.append(p), hang_rec.append(r), hang_delay.append(hmax), hang_susp.append(smax)
         print(f"{kind:28s} {p:6.3f} {r:6.3f} {acc:6.3f} {t.labels:4d} {hmax:11.1f} {havg:11.1f} {smax:8d}")
+    print(f"\n{'kernel-level class':28s} {'prec':>6s} {'recall':>6s} {'named':>6s} {'n':>4s}")
+    k_prec, k_rec, k_named = [], [], []
+    for kind in KERNEL_KINDS:
+        kt = kernel_tallies[kind]
+        p = kt.right / kt.anomalies if kt.anomalies else 0.0
+        r = kt.recalled / kt.labels if kt.labels else 0.0
+        nm = kt.named / kt.recalled if kt.recalled else 0.0
+        k_prec.append(p), k_rec.append(r), k_named.append(nm)
+        print(f"{kind:28s} {p:6.3f} {r:6.3f} {nm:6.3f} {kt.labels:4d}")
+    print(
+        "(named: of the faults found, the anomaly is level=kernel and names the slowed kernel family or frame)"
+    )
     print(f"declared long checkpoints: {ckpt_alarms} alarm(s) in {ckpt_runs} runs")
     print("hang detector p99 ms per tick: " + ", ".join(f"{n:,} ranks {v:.1f}" for n, v in hang_tick.items()))
     print(
@@ -445,6 +518,9 @@ def main() -> None:
         "false_alarms_per_10k_steps": round(clean_alarms * 10_000 / (3000 if args.quick else 10_000), 3),
         "ms_per_step_100k": round(ms100, 2),
         "ms_per_step_16k": round(ms16, 2),
+        "kernel_precision_min": round(min(k_prec), 4),
+        "kernel_recall_min": round(min(k_rec), 4),
+        "kernel_named_accuracy": round(min(k_named), 4),
         "hang_precision_min": round(min(hang_prec), 4),
         "hang_recall_min": round(min(hang_rec), 4),
         "hang_alarm_s_max": round(max(hang_delay), 1),
