@@ -115,7 +115,8 @@ class JobState:
     ``iteration``: the step-time baseline; ``episodes``: open suspects by
     ``cause|suspect``; ``last_step``: the last step diagnosed; ``first_step``: the first
     step past the warm-up; ``transients``: per suspect, the sightings that never became
-    an anomaly (one-step blips), at most ``max_open`` suspects.
+    an anomaly (one-step blips), at most ``max_open`` suspects; ``closed``: anomalies closed
+    lately, which the same fault confirmed again continues (:func:`_recurring`).
     """
 
     job: str
@@ -125,6 +126,7 @@ class JobState:
     last_step: int = -1
     first_step: int = -1
     transients: dict[str, int] = field(default_factory=dict)
+    closed: dict[str, Episode] = field(default_factory=dict)
     steps: int = 0
     last_end_ns: int = 0
     n_ranks: int = 0
@@ -155,6 +157,7 @@ class JobState:
             "last_end_ns": self.last_end_ns,
             "n_ranks": self.n_ranks,
             "transients": dict(self.transients),
+            "closed": {k: asdict(e) for k, e in self.closed.items()},
         }
 
     @classmethod
@@ -178,6 +181,7 @@ class JobState:
             last_end_ns=int(data.get("last_end_ns", 0)),
             n_ranks=int(data.get("n_ranks", 0)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
+            closed={k: Episode(**v) for k, v in data.get("closed", {}).items()},
         )
 
 
@@ -398,7 +402,10 @@ def apply_findings(
     step = sf.step
     job_ms = sf.job_ms if sf.job_ms >= 0 else sf.step_ms
     verdict = iteration_level(state.iteration, step, job_ms, sf.job_median, cfg)
-    if (state.first_step < 0 and step >= cfg.warmup_steps) or _settled_now(state, verdict, cfg):
+    settled = _settled_now(state, verdict, cfg)
+    if settled:
+        state.iteration.n = 0  # the baseline starts afresh without the warm-up's slow steps
+    if (state.first_step < 0 and step >= cfg.warmup_steps) or settled:
         state.first_step = step
     if step >= cfg.warmup_steps:
         state.steps += 1
@@ -410,10 +417,12 @@ def apply_findings(
         job = attribute(verdict, cfg)
         if job is not None:
             findings.append(job)
-    # the baseline stands still while a fault is confirmed or a job-level one may be starting
-    hold = any(e.emitted or e.level == "iteration" for e in state.episodes.values())
-    suspicious = verdict.z >= cfg.weak_frac * cfg.iter_z  # kept out of the baseline it is tested on
-    if not (verdict.anomalous or suspicious or glob or hold):
+    # The baseline stands still while a fault is confirmed, except that a job-wide change
+    # that lasted ``iter_adopt_steps`` is taken in as the job's new level (a schedule or data
+    # change, a permanent loss): its anomaly closes as the baseline catches up.
+    emitted = [e for e in state.episodes.values() if e.emitted]
+    adopting = any(e.level == "iteration" and step - e.onset >= cfg.iter_adopt_steps for e in emitted)
+    if not glob and (adopting or not emitted):
         update_baseline(state.iteration, verdict, step, sf.job_median, cfg)
     base_ms = verdict.base_ms if verdict.base_ms > 0 else sf.step_ms
     out: list[Anomaly] = []
@@ -428,7 +437,10 @@ def apply_findings(
             state.episodes[key] = e
             if f.suspect_kind in _GROUP_KINDS:
                 _absorb(state, key, e)
-                groups.update({(_family(f.cause), r): key for r in f.ranks})
+                if f.suspect_kind != "ranks":
+                    groups.update({(_family(f.cause), r): key for r in f.ranks})
+        if f.suspect_kind == "ranks" and e.hits and 2 * len(set(f.ranks) & set(e.ranks)) < len(f.ranks):
+            continue  # other ranks of the group than before: noise moving about, not one fault
         if key in seen:  # a second finding of the same episode in this step
             e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
             continue
@@ -447,6 +459,12 @@ def apply_findings(
         if f.ranks and f.ranks[0] in sf.peers:
             e.peers = list(sf.peers[f.ranks[0]])
         if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
+            old = _recurring(state, key, e, cfg)
+            if old is not None:  # the same fault back: its anomaly goes on
+                e = state.episodes[key] = _continue(old, e, cfg)
+                e.reported = step
+                out.append(_anomaly(state, e))
+                continue
             e.emitted = True
             e.onset = _onset(e)
             e.persistent = _persistent(e, state, cfg)
@@ -477,6 +495,10 @@ def apply_findings(
             state.episodes.pop(key)
             if e.emitted:
                 out.append(_anomaly(state, e))
+                if e.cause not in ONE_OFF_CAUSES and not e.persistent:
+                    state.closed[key] = e
+                    if len(state.closed) > cfg.max_open:
+                        del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
             else:
                 _count_transient(state, e.suspect, cfg)
     if len(state.episodes) > cfg.max_open:
@@ -505,6 +527,35 @@ def _deepen(e: Episode, deepen: Deepen) -> bool:
         return False
     e.level, e.detail, e.deepen_left = "kernel", found.summary, 0
     return True
+
+
+def _recurring(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> Episode | None:
+    """The anomaly of ``key`` that closed lately, if ``e`` (just confirmed) is that fault
+    back: a flapping rank, a job-wide change that wavers about its threshold. It came within
+    ``recur_within`` steps and within twice the last stretch. Forgets what closed too long
+    ago."""
+    for k, was in list(state.closed.items()):
+        if e.onset - was.last_seen > cfg.recur_within:
+            del state.closed[k]
+    old = state.closed.get(key)
+    if old is None or e.onset - old.last_seen > 2 * (old.last_seen - old.onset + 1):
+        return None
+    return state.closed.pop(key)
+
+
+def _continue(old: Episode, e: Episode, cfg: DiagnoserConfig) -> Episode:
+    """``old`` (an anomaly closed lately) taking in ``e``, the same fault back: one anomaly,
+    its id and onset kept, its window, sightings and cost grown."""
+    old.last_seen, old.idle = e.last_seen, 0
+    old.hits += e.hits
+    old.hits_at = [*old.hits_at, *e.hits_at][-8:]
+    old.added_ms_sum += e.added_ms_sum
+    old.gpu_hours += e.gpu_hours
+    if e.score >= old.score:
+        old.score = e.score
+        old.evidence.update(e.evidence)
+    old.ranks = sorted(set(old.ranks) | set(e.ranks))[: cfg.max_listed]
+    return old
 
 
 def _patience(e: Episode, cfg: DiagnoserConfig) -> int:
@@ -554,10 +605,7 @@ def _near(e: Episode, weak: set[int], verdict: IterationVerdict, cfg: DiagnoserC
     if e.cause in ONE_OFF_CAUSES:
         return False
     if e.level == "iteration":
-        rise = verdict.step_ms - verdict.base_ms
-        return (
-            verdict.z >= cfg.weak_frac * cfg.iter_z and rise >= cfg.weak_frac * cfg.iter_rel * verdict.base_ms
-        )
+        return verdict.near(cfg.weak_frac)
     return bool(weak) and 2 * sum(r in weak for r in e.ranks) >= len(e.ranks) > 0
 
 
@@ -592,10 +640,13 @@ def _family(cause: str) -> str:
 
 def _group_index(state: JobState) -> dict[tuple[str, int], str]:
     """(cause family, rank) -> key of the open episode the rank belongs to (a host or link
-    episode before a rank's own)."""
+    episode before a rank's own). Ranks of a group across hosts belong to it once it is
+    confirmed: before, they are whichever ranks a step flagged, and noise that moves about
+    a large group would add up to one sustained fault."""
     out: dict[tuple[str, int], str] = {}
     for k, e in sorted(state.episodes.items(), key=lambda kv: kv[1].suspect_kind in _GROUP_KINDS):
-        out.update({(_family(e.cause), r): k for r in e.ranks})
+        if e.suspect_kind != "ranks" or e.emitted:
+            out.update({(_family(e.cause), r): k for r in e.ranks})
     return out
 
 
@@ -796,16 +847,19 @@ class JobDiagnoser:
         """Diagnose one completed step (updates the state)."""
         return diagnose_step(self.state, batch, self.config, kernels=kernels, stacks=stacks, names=names)
 
-    def flush(self) -> list[Anomaly]:
+    def flush(self, deepen: Deepen | None = None) -> list[Anomaly]:
         """Close every open episode (the end of the job): the final version of each confirmed
         one. A record shorter than ``min_steps`` (a profiler trace of two steps) confirms an
-        episode seen in every one of its steps."""
+        episode seen in every one of its steps; ``deepen`` gives the kernel level one last
+        try at every confirmed rank, link or host episode it has not explained yet."""
         st, cfg = self.state, self.config
         out = []
         for e in st.episodes.values():
             need = _sightings_needed(cfg, st.n_ranks, e.level)
             if not e.emitted and 0 < st.steps < need and e.hits >= st.steps:
                 e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg), st.last_end_ns
+            if e.emitted and deepen is not None and e.level != "kernel" and e.suspect_kind in _DEEP_KINDS:
+                _deepen(e, deepen)
             if e.emitted:
                 out.append(_anomaly(st, e))
         st.episodes.clear()
@@ -818,16 +872,26 @@ def diagnose(
     *,
     job: str | None = None,
     run: int = 0,
+    deepen: Deepen | None = None,
 ) -> list[Anomaly]:
-    """Diagnose a whole run offline: the final version of every anomaly, by onset."""
+    """Diagnose a whole run offline: the final version of every anomaly, by onset.
+
+    ``deepen``: the kernel level over the run's kernel sketches and stacks (e.g.
+    ``streams.deepening.EvidenceHistory.deepener`` fed with what ``import-trace`` read),
+    as in the stream worker.
+    """
     diag: JobDiagnoser | None = None
     final: dict[str, Anomaly] = {}
     for b in batches:
         if diag is None:
             diag = JobDiagnoser(job or b.job, b.run if job is None else run, config)
-        for a in diag.step(b).anomalies:
+        if deepen is None:
+            res = diag.step(b)
+        else:
+            res = apply_findings(diag.state, step_findings(b, diag.config), diag.config, deepen=deepen)
+        for a in res.anomalies:
             final[a.id] = a
     if diag is not None:
-        for a in diag.flush():
+        for a in diag.flush(deepen):
             final[a.id] = a
     return sorted(final.values(), key=lambda a: (a.start_step, a.cause, a.suspect))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -266,3 +267,30 @@ def test_the_live_worker_names_the_slow_kernel_family_or_frame(kafka_conf, worke
         assert deep[0].start_step == 15 and deep[0].ranks, deep[0]
         assert named in deep[0].summary
     report("kernel_level_live", steps_after_confirmation=delays)
+
+
+def test_a_real_kineto_straggler_is_explained_by_its_embedding_kernels() -> None:
+    """HTA's ``trace_filter_2rank``: rank 1 is the straggler, and its embedding kernels
+    (FBGEMM's ``split_embedding_*``) run slower than rank 0's, as HTA's kernel breakdown
+    shows. The kernel level reads what ``import-trace`` publishes (sketches, names,
+    stacks), through the worker's history, as live."""
+    from argus.cli.import_trace import StepParts, iter_imports
+    from argus.detectors import diagnose
+    from argus.schemas import KernelNames, KernelSketch, StepBatch
+
+    traces = Path(__file__).resolve().parents[1] / "data" / "kineto" / "trace_filter_2rank"
+    paths = sorted(str(p) for p in traces.glob("*.json*"))
+    parts, hist = StepParts(), EvidenceHistory()
+    for recs, _ in iter_imports(paths, job="hta-2rank"):
+        for r in recs:
+            if isinstance(r, StepBatch):
+                parts.add(r)
+            elif isinstance(r, KernelSketch | KernelNames | StackSample):
+                hist.add(r)
+    (a,) = diagnose(parts.steps(), job="hta-2rank", deepen=hist.deepener("hta-2rank", 0))
+    assert (a.suspect, a.level) == ("rank:1", "kernel"), a
+    assert named_kernels(a)[0] == "split_embedding", named_kernels(a)
+    assert a.evidence["kernel_family:split_embedding"] > 2.0 and "split_embedding" in a.summary
+    # without the kernel level, the same anomaly at rank level
+    (plain,) = diagnose(parts.steps(), job="hta-2rank")
+    assert (plain.id, plain.level) == (a.id, "cross_rank")
