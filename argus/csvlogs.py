@@ -15,15 +15,27 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from argus.detectors import JobDiagnoser
+from argus.detectors import DiagnoserConfig, JobDiagnoser
 from argus.schemas import Anomaly, StepBatch
 
-__all__ = ["CsvError", "LogDiagnosis", "diagnose_log", "log_batches", "phase_of", "read_series"]
+__all__ = [
+    "HOST_COLUMNS",
+    "CsvError",
+    "LogDiagnosis",
+    "LogRows",
+    "as_written",
+    "diagnose_log",
+    "log_batches",
+    "phase_of",
+    "read_series",
+]
 
 MAX_ROWS = 50_000_000
 MAX_WINDOWS = 1_000_000
@@ -51,38 +63,78 @@ class CsvError(ValueError):
     """The CSV cannot be read as rank, time (or step) and value columns."""
 
 
+HOST_COLUMNS = ("host", "hostname", "host_name", "node", "nodename", "node_name")
+"""Column names taken as the rank's host when no host column is given."""
+
+
+@dataclass(frozen=True)
+class LogRows:
+    """The usable rows of a log CSV: rank, time (or step) and value per row, each rank's host
+    (when the log names hosts), and notes on what was skipped or looks odd."""
+
+    rank: np.ndarray
+    t: np.ndarray
+    value: np.ndarray
+    hosts: dict[int, str] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def _number(text: str, *, time: bool) -> float:
+    """A number, or for a time column an ISO 8601 time (seconds since the epoch)."""
+    try:
+        return float(text)
+    except ValueError:
+        if not time:
+            raise
+    when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
 def read_series(
-    path: Path, rank_col: str, t_col: str, value_col: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The three columns as numbers; other columns ignored, rows with a blank value skipped.
+    path: Path, rank_col: str, t_col: str, value_col: str, host_col: str | None = None
+) -> LogRows:
+    """The rank, time (or step) and value columns as numbers, and the hosts of ``host_col``
+    (default: the first of :data:`HOST_COLUMNS` in the header, if any); other columns are
+    ignored. Rows with a blank, NaN or infinite value are skipped and counted in a note.
 
     Raises :class:`CsvError` naming the file (and line) for anything it cannot use: a
-    missing column, a non-number, a negative rank, NaN or infinity, no data rows.
+    missing column, a non-number, a negative rank, no data rows.
     """
     ranks: list[int] = []
     ts: list[float] = []
     vs: list[float] = []
+    hosts: dict[int, str] = {}
+    skipped = 0
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a spreadsheet's BOM
             reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in (rank_col, t_col, value_col) if c not in header]
+            header = [h.strip() for h in reader.fieldnames or []]
+            reader.fieldnames = header
+            missing = [
+                c for c in (rank_col, t_col, value_col, *([host_col] if host_col else [])) if c not in header
+            ]
             if missing:
                 raise CsvError(
                     f"{path}: missing column(s) {', '.join(missing)}; the header has {', '.join(header) or 'nothing'}"
                 )
+            host_col = host_col or next((h for h in header if h.lower() in HOST_COLUMNS), None)
             for line, row in enumerate(reader, start=2):
                 raw = (row.get(rank_col), row.get(t_col), row.get(value_col))
                 if any(v is None or v.strip() == "" for v in raw):
+                    skipped += 1
                     continue
                 try:
-                    r, t, v = float(raw[0] or ""), float(raw[1] or ""), float(raw[2] or "")
+                    r, v = float(raw[0] or ""), float(raw[2] or "")
+                    t = _number(raw[1] or "", time=True)
                 except ValueError:
                     raise CsvError(
                         f"{path}:{line}: not a number in {rank_col}/{t_col}/{value_col}: {raw!r}"
                     ) from None
                 if not all(math.isfinite(x) for x in (r, t, v)):
-                    raise CsvError(f"{path}:{line}: NaN or infinity in {rank_col}/{t_col}/{value_col}")
+                    skipped += 1
+                    continue
                 if r < 0 or r != int(r) or r >= 1 << 20:
                     raise CsvError(f"{path}:{line}: {rank_col} must be a rank (0, 1, 2, ...), got {raw[0]!r}")
                 if v < 0:
@@ -90,6 +142,8 @@ def read_series(
                 ranks.append(int(r))
                 ts.append(t)
                 vs.append(v)
+                if host_col and int(r) not in hosts:
+                    hosts[int(r)] = (row.get(host_col) or "").strip()[:256]
                 if len(vs) > MAX_ROWS:
                     raise CsvError(f"{path}: more than {MAX_ROWS:,} rows")
     except OSError as exc:
@@ -98,7 +152,37 @@ def read_series(
         raise CsvError(f"{path} is not a readable CSV: {exc}") from None
     if not vs:
         raise CsvError(f"{path}: no data rows")
-    return np.array(ranks, np.int64), np.array(ts), np.array(vs)
+    rows = LogRows(
+        np.array(ranks, np.int64), np.array(ts), np.array(vs), {k: v for k, v in hosts.items() if v}
+    )
+    notes = [f"{skipped:,} row(s) with a blank, NaN or infinite value skipped"] if skipped else []
+    return dataclasses.replace(rows, notes=(*notes, *_oddities(rows.rank, rows.t, t_col)))
+
+
+def as_written(x: float) -> str:
+    """A step or time as a log writes it (an epoch time whole, not as 1.75e+09)."""
+    return f"{x:.0f}" if abs(x) >= 1e5 else f"{x:g}"
+
+
+def _oddities(rank: np.ndarray, t: np.ndarray, t_col: str) -> list[str]:
+    """What a reader should know about the rows: repeated (rank, time) pairs, which are
+    averaged, and a rank whose time goes back in the file (a restarted run's counter)."""
+    notes = []
+    order = np.lexsort((t, rank))
+    same = (rank[order][1:] == rank[order][:-1]) & (t[order][1:] == t[order][:-1])
+    if same.any():
+        notes.append(f"{int(same.sum()):,} repeated (rank, {t_col}) row(s): their values are averaged")
+    by_rank = np.argsort(rank, kind="stable")  # each rank's rows in file order
+    rr, tt = rank[by_rank], t[by_rank]
+    back = np.flatnonzero((rr[1:] == rr[:-1]) & (tt[1:] < tt[:-1])) + 1
+    # once or twice per rank: a counter that restarted (rows merely out of order go back often)
+    if len(back) and np.bincount(rr[back]).max() <= 2:
+        i = int(back[0])
+        notes.append(
+            f"{t_col} of rank {int(rr[i])} goes back in the file ({as_written(tt[i - 1])} then {as_written(tt[i])}): "
+            "a restarted run? Both runs are diagnosed as one; split the file per run to tell them apart"
+        )
+    return notes
 
 
 def phase_of(name: str) -> str | None:
@@ -136,8 +220,10 @@ def log_batches(
     metric: str = "step_ms",
     higher_is_better: bool = False,
     job: str = "log",
+    hosts: Mapping[int, str] | None = None,
 ) -> tuple[list[StepBatch], np.ndarray, float]:
-    """One StepBatch per window (a rank's samples in a window averaged).
+    """One StepBatch per window (a rank's samples in a window averaged); ``hosts`` names
+    ranks' hosts (a rank without one is a host of its own).
 
     Returns the batches, the start label of every window (in ``t``'s unit) and the scale
     the values were multiplied by (their median becomes 1,000).
@@ -179,7 +265,7 @@ def log_batches(
         cols.update(
             rank=r,
             dp=r,
-            host=np.array([f"rank-{x}" for x in r.tolist()], dtype=object),
+            host=np.array([(hosts or {}).get(x) or f"rank-{x}" for x in r.tolist()], dtype=object),
             gpu_uuid=np.array([f"rank-{x}" for x in r.tolist()], dtype=object),
             start_ns=np.full(n, start, np.int64),
             end_ns=start + np.round(v * 1e6).astype(np.int64),
@@ -193,12 +279,14 @@ def log_batches(
 @dataclass(frozen=True)
 class LogDiagnosis:
     """What the engine found in a log: the anomalies (windows as window indexes, costs in
-    the log's own unit), the start label of every window, and the transients per suspect."""
+    the log's own unit), the start label of every window, the transients per suspect, and
+    notes for the reader (a log too short to call anything)."""
 
     anomalies: list[Anomaly]
     labels: np.ndarray
     transients: dict[str, int]
     scale: float = 1.0
+    notes: tuple[str, ...] = ()
 
     def slowdown(self, a: Anomaly) -> float:
         """What the suspect adds to a typical step, as a fraction of it (unit-free)."""
@@ -222,12 +310,27 @@ def diagnose_log(
     metric: str = "step_ms",
     higher_is_better: bool = False,
     job: str = "log",
+    hosts: Mapping[int, str] | None = None,
 ) -> LogDiagnosis:
-    """Diagnose a log with the one engine (:class:`JobDiagnoser`), as a live job would be."""
+    """Diagnose a log with the one engine (:class:`JobDiagnoser`), as a live job would be.
+
+    A log of one phase (``metric`` names one, e.g. ``dataloader_ms``) has no step time to
+    weigh a one-step spike against: such spikes stay transients, and only sustained
+    findings are anomalies."""
     batches, labels, scale = log_batches(
-        rank, t, value, by_time=by_time, metric=metric, higher_is_better=higher_is_better, job=job
+        rank,
+        t,
+        value,
+        by_time=by_time,
+        metric=metric,
+        higher_is_better=higher_is_better,
+        job=job,
+        hosts=hosts,
     )
-    diag = JobDiagnoser(job, 0)
+    cfg = DiagnoserConfig()
+    if phase_of(metric) is not None:
+        cfg = dataclasses.replace(cfg, min_cost_frac=math.inf)
+    diag = JobDiagnoser(job, 0, cfg)
     final: dict[str, Anomaly] = {}
     for b in batches:
         for a in diag.step(b).anomalies:
@@ -238,4 +341,10 @@ def diagnose_log(
         dataclasses.replace(a, step_ms_added=a.step_ms_added / scale, gpu_hours_lost=a.gpu_hours_lost / scale)
         for a in sorted(final.values(), key=lambda a: (a.start_step, a.suspect))
     ]
-    return LogDiagnosis(out, labels, dict(diag.state.transients), scale)
+    needed = cfg.warmup_steps + cfg.iter_min_steps + cfg.min_steps
+    notes = (
+        (f"{len(batches)} window(s): too few to call anything (the engine needs about {needed})",)
+        if len(batches) < needed
+        else ()
+    )
+    return LogDiagnosis(out, labels, dict(diag.state.transients), scale, notes)

@@ -34,7 +34,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from argus.detectors import HANG_CAUSES, HangState, JobDiagnoser, detect_hang, hang_anomalies
+from argus.detectors import (
+    HANG_CAUSES,
+    PIPELINE_BUBBLE,
+    DiagnoserConfig,
+    HangState,
+    JobDiagnoser,
+    detect_hang,
+    hang_anomalies,
+)
 from argus.producers.simulator import (
     CLEAN,
     COMPUTE_STRAGGLER,
@@ -64,6 +72,9 @@ LAYOUTS = {
     16384: Layout(dp=64, tp=8, pp=32),
     100_000: Layout(dp=125, tp=8, pp=100),
 }
+JOB_LEVEL_FROM = DiagnoserConfig().iter_min_steps
+"""Steps after the warm-up before the job level can call a step anomalous (it learns how
+the job's pace varies first): a job-level fault starts this much later."""
 REALISTIC_KINDS = ("flapping", "drift", "host", "multi")
 """The realistic suite's straggler shapes, beside every class of the clean suite."""
 KERNEL_KINDS = ("kernel:gemm", "kernel:nccl_link", "stack:dataloader_host")
@@ -253,6 +264,8 @@ def suite(n_ranks: int, seeds: int, mixed: int, base_seed: int, noise: Noise) ->
             seed = base_seed + 1000 * k + i
             rng = np.random.default_rng(seed)
             first = 5 if kind == PIPELINE_STAGE_IMBALANCE else int(rng.integers(start, start + 20))
+            if kind == PIPELINE_BUBBLE:  # a job-level fault: once the job level has its baseline
+                first += JOB_LEVEL_FROM
             f = random_fault(kind, layout, rng, first)
             end = first + f.steps
             if kind in ONE_OFF_KINDS:
@@ -272,7 +285,7 @@ def suite(n_ranks: int, seeds: int, mixed: int, base_seed: int, noise: Noise) ->
         seed = base_seed + 99_000 + i
         rng = np.random.default_rng(seed)
         faults: list[Fault] = []
-        step = start
+        step = start + JOB_LEVEL_FROM
         for kind in rng.permutation(FAULT_KINDS).tolist():
             f = random_fault(kind, layout, rng, step)
             faults.append(f)

@@ -24,7 +24,9 @@ class DiagnoserConfig:
 
     Iteration level: the job's step without the wait for its slowest rank is anomalous when
     it exceeds the median of the last ``iter_window`` clean steps by ``iter_z`` robust sigmas
-    and by ``iter_rel`` of it (after ``iter_min_steps`` clean steps); a checkpoint
+    and their 95th percentile by ``iter_rel`` of the median (after ``iter_min_steps`` clean
+    steps; a share of slow steps on every rank, e.g. long sequences, is the job's normal);
+    a job-wide change that lasted ``iter_adopt_steps`` becomes the baseline; a checkpoint
     ``checkpoint_ratio`` times the last one is a stall. Steps where the typical rank works
     ``global_ratio`` times its reference or more (evaluation, checkpoint, warm-up) are no
     sightings for ranks. No alarm before ``warmup_steps``.
@@ -36,8 +38,9 @@ class DiagnoserConfig:
     rank keeps a confirmed one open; ``persistent_close_after`` for a straggler seen within
     ``persistent_within`` steps of the job's settling: past ``warmup_steps``, or where it
     became ``global_ratio`` times faster within its first ``persistent_settle_steps``
-    steps). At most ``max_open`` unconfirmed episodes; an anomaly lists at most
-    ``max_listed`` ranks.
+    steps). A fault confirmed again within ``recur_within`` steps of its anomaly's end (and
+    within twice its last stretch) continues that anomaly (a flapping rank is one anomaly).
+    At most ``max_open`` unconfirmed episodes; an anomaly lists at most ``max_listed`` ranks.
 
     Kernel level (for confirmed rank, link and host suspects only): a suspect's kernels
     and stacks against those of ``kernel_peers`` healthy peers of its group. A kernel
@@ -63,8 +66,10 @@ class DiagnoserConfig:
     group_min_frac: float = 0.05
     group_min_size: int = 32
     warmup_steps: int = 5
-    iter_window: int = 32
-    iter_min_steps: int = 8
+    iter_window: int = 128
+    iter_adopt_steps: int = 256
+    recur_within: int = 64
+    iter_min_steps: int = 32
     iter_z: float = 6.0
     iter_rel: float = 0.05
     checkpoint_ratio: float = 1.5

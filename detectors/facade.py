@@ -116,7 +116,8 @@ class JobState:
     ``cause|suspect``; ``last_step``: the last step diagnosed; ``first_step``: the first
     step past the warm-up; ``transients``: per suspect, the sightings that never became
     an anomaly (one-step blips), at most ``max_open`` suspects; ``closed``: anomalies closed
-    lately, which the same fault confirmed again continues (:func:`_recurring`).
+    lately, which the same fault confirmed again continues (:func:`_recurring`);
+    ``global_run``: how many steps in a row every rank has been far slower than usual.
     """
 
     job: str
@@ -130,6 +131,7 @@ class JobState:
     steps: int = 0
     last_end_ns: int = 0
     n_ranks: int = 0
+    global_run: int = 0
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -156,6 +158,7 @@ class JobState:
             "steps": self.steps,
             "last_end_ns": self.last_end_ns,
             "n_ranks": self.n_ranks,
+            "global_run": self.global_run,
             "transients": dict(self.transients),
             "closed": {k: asdict(e) for k, e in self.closed.items()},
         }
@@ -180,6 +183,7 @@ class JobState:
             steps=int(data.get("steps", 0)),
             last_end_ns=int(data.get("last_end_ns", 0)),
             n_ranks=int(data.get("n_ranks", 0)),
+            global_run=int(data.get("global_run", 0)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
             closed={k: Episode(**v) for k, v in data.get("closed", {}).items()},
         )
@@ -411,19 +415,26 @@ def apply_findings(
         state.steps += 1
     findings = list(sf.findings)
     glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
+    state.global_run = state.global_run + 1 if glob else 0
     if glob:
         findings = [f for f in findings if f.level != "cross_rank"]
-    if step >= cfg.warmup_steps and not _explained(state, findings, verdict):
+    # an evaluation or a checkpoint is a few global steps; the whole job slow for longer is news
+    sustained = state.global_run > 2 * cfg.min_steps
+    if step >= cfg.warmup_steps and (sustained or not glob) and not _explained(state, findings, verdict):
         job = attribute(verdict, cfg)
         if job is not None:
             findings.append(job)
-    # The baseline stands still while a fault is confirmed, except that a job-wide change
-    # that lasted ``iter_adopt_steps`` is taken in as the job's new level (a schedule or data
-    # change, a permanent loss): its anomaly closes as the baseline catches up.
+    # The baseline stands still while a fault is confirmed. Until then every step goes into
+    # its ring (where a share of steps is slow on every rank, that is the job's pace), but
+    # an anomalous one not into the phase reference a rise is attributed against. A job-wide
+    # change that lasted ``iter_adopt_steps`` is taken in as the job's new level (a schedule
+    # or data change, a permanent loss): its anomaly closes as the baseline catches up.
     emitted = [e for e in state.episodes.values() if e.emitted]
     adopting = any(e.level == "iteration" and step - e.onset >= cfg.iter_adopt_steps for e in emitted)
     if not glob and (adopting or not emitted):
-        update_baseline(state.iteration, verdict, step, sf.job_median, cfg)
+        update_baseline(
+            state.iteration, verdict, step, sf.job_median, cfg, phases=adopting or not verdict.anomalous
+        )
     base_ms = verdict.base_ms if verdict.base_ms > 0 else sf.step_ms
     out: list[Anomaly] = []
     groups = _group_index(state)

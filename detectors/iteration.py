@@ -62,6 +62,11 @@ _CAUSE = {
     "p2p_ms": (PIPELINE_BUBBLE, "pipeline"),
 }
 _ALPHA = 0.2
+_HIGH_Q = 0.95
+_BASE_STEPS = 8
+_RECENT = 8
+"""Clean steps that make a baseline (the end of a warm-up shows against it); a step is
+anomalous only once ``iter_min_steps`` show how the job's pace varies."""
 
 
 @dataclass
@@ -91,6 +96,14 @@ class IterationVerdict:
     checkpoint: bool
     checkpoint_ms: float
     checkpoint_ratio: float
+    threshold_ms: float = 0.0
+    """The step time from which a step is anomalous (0 while the baseline is not ready)."""
+
+    def near(self, frac: float) -> bool:
+        """Whether the step time is ``frac`` of the way from the baseline to the threshold."""
+        return self.threshold_ms > 0 and self.step_ms - self.base_ms >= frac * (
+            self.threshold_ms - self.base_ms
+        )
 
 
 def iteration_level(
@@ -115,16 +128,22 @@ def iteration_level(
     x = job_step_ms - ckpt
     rise = job_median[_ROWS] - state.ref
     k = min(state.n, len(state.window))
-    ready = k >= cfg.iter_min_steps and step >= cfg.warmup_steps
-    if not ready:
+    if k < _BASE_STEPS or step < cfg.warmup_steps:
         return IterationVerdict(x, x, 0.0, False, rise, is_ckpt, ckpt, 0.0)
     w = state.window[:k]
-    base = float(np.median(w))
-    sigma = MAD_TO_SIGMA * float(np.median(np.abs(w - base)))
-    z = (x - base) / max(sigma, 1e-3 * base, 1e-6)
-    anomalous = z >= cfg.iter_z and x - base >= cfg.iter_rel * base
+    if k - _RECENT >= _BASE_STEPS:  # the newest steps may be a fault's first: not a yardstick yet
+        keep = np.ones(k, dtype=bool)
+        keep[(state.n - 1 - np.arange(_RECENT)) % len(state.window)] = False
+        w = w[keep]
+    base, high = (float(v) for v in np.quantile(w, (0.5, _HIGH_Q)))
+    sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(w - base))), 1e-3 * base, 1e-6)
+    z = (x - base) / sigma
+    # Above the baseline's own high steps as well: where a share of steps is slow on every
+    # rank (long sequences, a periodic extra), the MAD sees only the fast majority.
+    threshold = max(base + cfg.iter_z * sigma, max(base, high) + cfg.iter_rel * base)
     ratio = ckpt / state.ckpt_ref_ms if is_ckpt and state.ckpt_ref_ms > 0 else 0.0
-    return IterationVerdict(x, base, float(z), bool(anomalous), rise, is_ckpt, ckpt, ratio)
+    anomalous = k >= cfg.iter_min_steps and x >= threshold
+    return IterationVerdict(x, base, float(z), anomalous, rise, is_ckpt, ckpt, ratio, threshold)
 
 
 def update_baseline(
@@ -133,8 +152,12 @@ def update_baseline(
     step: int,
     job_median: np.ndarray,
     config: DiagnoserConfig | None = None,
+    *,
+    phases: bool = True,
 ) -> None:
-    """Fold a clean step (no anomaly, no finding, past warm-up) into the baseline."""
+    """Fold a step into the baseline: its step time into the ring whose spread the test
+    uses, and with ``phases`` its phase medians into the reference a rise is attributed
+    against (not for an anomalous step: a fault's first steps would move it)."""
     cfg = config or DiagnoserConfig()
     if step < cfg.warmup_steps:
         return
@@ -145,8 +168,11 @@ def update_baseline(
     state.window[state.n % w] = verdict.step_ms
     vals = job_median[_ROWS]
     work = job_work_ms(job_median)
-    state.ref = vals.copy() if state.n == 0 else (1 - _ALPHA) * state.ref + _ALPHA * vals
-    state.work_ref_ms = work if state.n == 0 else (1 - _ALPHA) * state.work_ref_ms + _ALPHA * work
+    if state.n == 0:
+        state.ref, state.work_ref_ms = vals.copy(), work
+    elif phases:
+        state.ref = (1 - _ALPHA) * state.ref + _ALPHA * vals
+        state.work_ref_ms = (1 - _ALPHA) * state.work_ref_ms + _ALPHA * work
     state.n += 1
 
 

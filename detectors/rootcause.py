@@ -273,11 +273,10 @@ def stragglers(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
         loose = sum(n for n in per_host.values() if n < cfg.host_min_ranks)  # not in a host's cluster
         many = max(cfg.host_min_ranks, cfg.group_min_frac * size.get(g, 0))  # more than noise flags
         if loose >= many and size.get(g, 0) >= cfg.group_min_size:  # slow across a large group
-            out.append(
-                _group_finding(
-                    cr, f"{cfg.group_column}:{g}", cause, members, [metrics[j] for j in members], False
-                )
-            )
+            # named by its group where the job has several (a pipeline stage); "ranks" where
+            # the group is the whole job (no layout known: "pp:0" would read as a stage)
+            where = f"{cfg.group_column}:{g}" if len(size) > 1 else "ranks"
+            out.append(_group_finding(cr, where, cause, members, [metrics[j] for j in members], False))
         else:
             out.extend(_split_by_host(cr, hosts, cause, members, metrics, cfg))
     return out

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import typer
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from ..csvlogs import CsvError, diagnose_log, read_series
-from ._app import app, console, fail
+from ..csvlogs import CsvError, as_written, diagnose_log, phase_of, read_series
+from ._app import app, console, err_console, fail
 
 
 @app.command()
@@ -24,6 +26,9 @@ def diagnose(
         None, "--step-col", help="column holding the step (instead of --time-col)"
     ),
     value_col: str = typer.Option(..., "--value-col", help="column holding the value (e.g. step_ms)"),
+    host_col: str | None = typer.Option(
+        None, "--host-col", help="column naming each rank's host (default: a column called host, node, ...)"
+    ),
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="the value is a throughput"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of anomalies"),
 ) -> None:
@@ -33,19 +38,22 @@ def diagnose(
         fail("give exactly one of --time-col or --step-col")
     t_col = time_col or step_col or ""
     try:
-        rank, t, value = read_series(steps_csv, rank_col, t_col, value_col)
+        rows = read_series(steps_csv, rank_col, t_col, value_col, host_col)
     except CsvError as exc:
         fail(str(exc))
     try:
         result = diagnose_log(
-            rank, t, value, by_time=time_col is not None, metric=value_col,
-            higher_is_better=higher_is_better, job=steps_csv.stem or "log",
+            rows.rank, rows.t, rows.value, by_time=time_col is not None, metric=value_col,
+            higher_is_better=higher_is_better, job=steps_csv.stem or "log", hosts=rows.hosts,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))
+    for note in (*rows.notes, *result.notes):
+        err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     found = result.anomalies
+    rank = rows.rank
     if as_json:
-        rows = [
+        out = [
             {
                 "rank": a.ranks[0] if a.suspect_kind == "rank" and a.ranks else None,
                 "suspect": a.suspect,
@@ -63,14 +71,14 @@ def diagnose(
             }
             for a in found
         ]
-        sys.stdout.write(json.dumps(rows, allow_nan=False) + "\n")
+        sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
         return
     unit = "time" if time_col else "step"
     n_tr = sum(result.transients.values())
     top = sorted(result.transients.items(), key=lambda kv: -kv[1])[:5]
     table = Table(
         "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "windows",
-        "slowdown",
+        "slowdown" if phase_of(value_col) is None else f"added to {value_col}",
         caption=(
             f"{len(found)} anomal{'y' if len(found) == 1 else 'ies'} in {len(np.unique(rank))} ranks; "
             f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
@@ -81,22 +89,18 @@ def diagnose(
         table.add_row(
             a.suspect,
             ",".join(str(r) for r in a.ranks[:8]) + ("…" if len(a.ranks) > 8 else ""),
-            _when(result.start(a)),
-            _when(result.end(a)),
+            as_written(result.start(a)),
+            as_written(result.end(a)),
             a.cause,
             a.severity,
             f"{_finite(a.score) or 0:.1f}",
             f"{int(a.evidence.get('steps_seen', 0))}",
             f"+{100 * result.slowdown(a):.1f} %",
         )
-    console.print(table)
+    # piped: the whole table, however wide (a terminal keeps its own width)
+    (console if console.is_terminal else Console(width=max(console.width, 250))).print(table)
 
 
 def _finite(x: float) -> float | None:
     """JSON has no infinity: a figure out of range is null."""
     return float(x) if math.isfinite(x) else None
-
-
-def _when(x: float) -> str:
-    """A step or time as written in the log (an epoch time whole, not as 1.75e+09)."""
-    return f"{x:.0f}" if abs(x) >= 1e5 else f"{x:g}"

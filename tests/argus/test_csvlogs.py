@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from argus.cli import app
-from argus.csvlogs import diagnose_log, log_batches, phase_of
+from argus.csvlogs import diagnose_log, log_batches, phase_of, read_series
 from argus.detectors import COMPUTE_STRAGGLER, UNKNOWN, JobDiagnoser
 from argus.producers.simulator import ClusterSimulator, Fault, Layout
 
@@ -166,3 +166,81 @@ def test_cli_missing_file(tmp_path: Path) -> None:
         app, ["diagnose", "--steps-csv", str(tmp_path / "no.csv"), "--step-col", "s", "--value-col", "v"]
     )
     assert res.exit_code == 2 and "cannot read" in res.output
+
+
+def test_a_spreadsheets_log_is_read_with_notes_on_what_was_odd(tmp_path: Path) -> None:
+    """A BOM, ISO times, NaN and blank values, repeated rows: read, and each said once."""
+    path = tmp_path / "excel.csv"
+    lines = ["rank,ts,step_ms,host"]
+    for s in range(3):
+        for r in range(4):
+            value = {(1, 1): "nan", (2, 1): "", (3, 2): "inf"}.get((r, s), f"{100 + r}")
+            lines.append(f"{r},2026-01-01T00:00:0{s}Z,{value},node-{r // 2}")
+    lines.insert(2, "0,2026-01-01T00:00:00Z,100,node-0")  # a row written twice
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+    rows = read_series(path, "rank", "ts", "step_ms")
+    assert len(rows.value) == 10 and rows.t.min() == 1_767_225_600.0
+    assert rows.hosts == {0: "node-0", 1: "node-0", 2: "node-1", 3: "node-1"}
+    assert rows.notes == (
+        "3 row(s) with a blank, NaN or infinite value skipped",
+        "1 repeated (rank, ts) row(s): their values are averaged",
+    )
+
+
+def test_a_restarted_step_counter_is_said_and_shuffled_rows_are_not() -> None:
+    rank = np.tile(np.arange(4), 60)
+    step = np.repeat(np.r_[np.arange(30), np.arange(30)], 4).astype(float)  # the run restarted at 0
+    rows = log_rows(rank, step)
+    assert any("goes back in the file (29 then 0)" in n for n in rows)
+    shuffled = np.random.default_rng(0).permutation(len(rank))
+    assert not any("goes back" in n for n in log_rows(rank[shuffled], np.repeat(np.arange(60), 4)[shuffled]))
+
+
+def log_rows(rank: np.ndarray, step: np.ndarray) -> list[str]:
+    from argus.csvlogs import _oddities
+
+    return _oddities(rank, step.astype(float), "step")
+
+
+def test_a_hosts_ranks_are_one_anomaly_when_the_log_names_hosts(tmp_path: Path) -> None:
+    """32 ranks on 4 hosts; host node-2's 8 ranks 40 % slower from sample 60: one host anomaly."""
+    rng = np.random.default_rng(5)
+    path = tmp_path / "hosts.csv"
+    lines = ["rank,step,node,step_ms"]
+    for s in range(160):
+        for r in range(32):
+            v = 500 * (1 + 0.01 * rng.standard_t(3)) * (1.4 if r // 8 == 2 and 60 <= s < 120 else 1.0)
+            lines.append(f"{r},{s},node-{r // 8},{v:.2f}")
+    path.write_text("\n".join(lines) + "\n")
+    rows = read_series(path, "rank", "step", "step_ms")
+    res = diagnose_log(rows.rank, rows.t, rows.value, by_time=False, hosts=rows.hosts)
+    assert [(a.suspect_kind, a.suspect, a.ranks, a.start_step, a.end_step) for a in res.anomalies] == [
+        ("host", "node-2", tuple(range(16, 24)), 60, 119)
+    ]
+
+
+def test_a_phase_log_reports_sustained_faults_not_the_phases_own_spikes() -> None:
+    """Data-loader wait is gamma-distributed (spiky on every rank); one host's 8 ranks wait
+    5x longer for 100 steps. Without the step time a spike cannot be weighed: only the host's
+    sustained wait is an anomaly."""
+    rng = np.random.default_rng(9)
+    n, steps = 64, 600
+    rank, step = np.tile(np.arange(n), steps), np.repeat(np.arange(steps), n)
+    wait = rng.gamma(2.0, 10.0, n * steps) * np.where(
+        (rank // 8 == 3) & (step >= 300) & (step < 400), 5.0, 1.0
+    )
+    res = diagnose_log(rank, step, wait, by_time=False, metric="dataloader_ms")
+    (a,) = res.anomalies
+    assert a.cause == "dataloader_stall" and abs(a.start_step - 300) <= 3 and abs(a.end_step - 399) <= 6
+    assert set(range(24, 32)) <= set(a.ranks)  # (with ranks that spiked beside them: no hosts known)
+    assert sum(res.transients.values()) > 0  # the spikes were seen, and stayed blips
+
+
+def test_the_piped_table_keeps_every_column_whole(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "steps.csv")
+    res = CliRunner().invoke(
+        app, ["diagnose", "--steps-csv", str(log), "--time-col", "ts", "--value-col", "step_ms"]
+    )
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.stdout.splitlines() if "rank:7" in line)
+    assert "unknown" in row and "page" in row and "…" not in row

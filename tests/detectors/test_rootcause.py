@@ -15,7 +15,10 @@ SCENARIOS: dict[str, tuple[Fault, float]] = {
     d.COMPUTE_STRAGGLER: (Fault(d.COMPUTE_STRAGGLER, 20, 12, (21,), magnitude=1.3), 6.0),
     d.MASKED_COMPUTE_STRAGGLER: (Fault(d.MASKED_COMPUTE_STRAGGLER, 20, 12, (45,), magnitude=1.3), 8.0),
     d.LINK_DEGRADATION: (Fault(d.LINK_DEGRADATION, 20, 12, (9, 17), magnitude=2.5), 6.0),
-    d.PIPELINE_BUBBLE: (Fault(d.PIPELINE_BUBBLE, 25, 12, magnitude=4.0), 10.0),
+    d.PIPELINE_BUBBLE: (
+        Fault(d.PIPELINE_BUBBLE, 85, 12, magnitude=4.0),
+        10.0,
+    ),  # the job level's baseline first
     d.PIPELINE_STAGE_IMBALANCE: (Fault(d.PIPELINE_STAGE_IMBALANCE, 20, 12, stage=1, magnitude=1.3), 1.15),
     d.SEQUENCE_LENGTH_IMBALANCE: (Fault(d.SEQUENCE_LENGTH_IMBALANCE, 20, 12, magnitude=1.5), 6.0),
     d.JIT_COMPILE_STALL: (Fault(d.JIT_COMPILE_STALL, 22, 1, (3,), magnitude=900.0), 6.0),
@@ -27,6 +30,7 @@ SCENARIOS: dict[str, tuple[Fault, float]] = {
 
 
 def run(fault: Fault, steps: int = 40) -> tuple[list[Anomaly], dict[str, int], ClusterSimulator]:
+    steps = max(steps, fault.first_step + fault.steps + 3)
     sim = ClusterSimulator(LAYOUT, seed=11, job="t", faults=[fault], checkpoint_every=30)
     diag = d.JobDiagnoser("t")
     final: dict[str, Anomaly] = {}

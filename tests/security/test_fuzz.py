@@ -167,7 +167,7 @@ def test_csv_reader_and_series_diagnosis(
     head = "rank,step,step_ms,other" if header_ok else "rank,when,value"
     path.write_text(head + "\n" + "\n".join(",".join(r) for r in rows) + "\n")
     try:
-        rank, t, value = read_series(path, "rank", "step", "step_ms")
+        rank, t, value = (rows := read_series(path, "rank", "step", "step_ms")).rank, rows.t, rows.value
     except CsvError as exc:
         assert str(path) in str(exc)
         return
