@@ -12,10 +12,14 @@ What runs (all real, nothing mocked):
 2. a real 4-rank ``torch.distributed`` (gloo) training with the agent attached and one rank
    slowed (:mod:`argus.examples.train_ddp`);
 3. a simulated 4,096-rank job with three different faults
-   (:func:`argus.simulate.publish_simulation`).
+   (:func:`argus.simulate.publish_simulation`);
+4. a simulated 128-rank job whose every rank also publishes its kernel sketch and stack
+   sample every step, with three kernel-level causes: one GPU's GEMMs 1.3x slower, NCCL
+   slow on one link, a host starving its data loaders. The worker narrows each to the
+   kernel family or frame (``level=kernel`` anomalies).
 
 The demo waits on the pipeline's own effects: the worker's step summaries and findings of
-both jobs, the worker group's committed offsets past them, the anomalies topic, and the
+every job, the worker group's committed offsets past them, the anomalies topic, and the
 sink group's committed offsets past everything (the sink commits only after its insert).
 Then it stops the sink (which holds the chDB directory), writes the HTML reports with
 ``argus report``, reads the anomalies back from ClickHouse and checks them against what
@@ -41,6 +45,9 @@ from argus.producers.simulator import Label
 from argus.schemas import (
     ALL_TOPICS,
     ANOMALIES,
+    HEARTBEATS,
+    KERNELS,
+    STACKS,
     STEP_FINDINGS,
     STEP_SUMMARIES,
     STEPS,
@@ -50,6 +57,7 @@ from argus.schemas import (
     decode,
     job_key,
 )
+from argus.streams.deepening import EVIDENCE_TOPIC
 
 from .config import Settings
 from .kafka_admin import KafkaUnavailable, commit_offsets, end_offsets, ensure_topics, probe_kafka
@@ -57,6 +65,7 @@ from .scoring import Scoring, match_faults
 
 __all__ = [
     "DEMO_FAULTS",
+    "KERNEL_DEMO_FAULTS",
     "MIN_IOU",
     "DemoConfig",
     "DemoError",
@@ -75,6 +84,13 @@ DEMO_FAULTS = (
     "host_cpu_contention@44+14:host=300",
 )
 """The simulated job's faults: a slow link, a data-parallel load imbalance, a busy host."""
+KERNEL_DEMO_FAULTS = (
+    "compute_straggler@12+20:45,kernel=gemm,x=1.3",
+    "link_degradation@12+20:70,x=2.5",
+    "host_cpu_contention@12+20:host=13,x=150",
+)
+"""The kernel job's faults: one GPU's GEMMs slower, NCCL slow on one link, a host starving
+its data loaders (named by the kernel level: gemm, nccl:AllReduce, the data-loading frame)."""
 
 
 class DemoError(Exception):
@@ -101,6 +117,11 @@ class DemoConfig:
     sim_ranks: int = 4096
     sim_steps: int = 64
     faults: tuple[str, ...] = DEMO_FAULTS
+    kernel_ranks: int = 128
+    kernel_steps: int = 36
+    kernel_faults: tuple[str, ...] = KERNEL_DEMO_FAULTS
+    kernel_rate: float = 4.0
+    """Steps per second of the kernel job (its kernel sketches and stacks flow live)."""
     app_id: str = "argus-demo"
     own_broker: bool = True
     broker_port: int = 19092
@@ -181,6 +202,7 @@ class DemoResult:
     report_error: str
     timings: dict[str, float] = field(default_factory=dict)
     min_iou: float = MIN_IOU
+    kernel_job: str = ""
 
     @property
     def ok(self) -> bool:
@@ -470,6 +492,7 @@ class _Session:
     sim_job: str
     monitor: _Monitor | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    kernel_job: str = ""
 
     @property
     def conf(self) -> dict[str, Any]:
@@ -498,7 +521,8 @@ class _Session:
         cfg = self.cfg
         note = f"{cfg.train_ranks} gloo ranks, rank {cfg.slow_rank} +{cfg.slow_ms:.0f} ms from step {cfg.slow_from}"
         self.progress.update("train", len(self.monitor.steps[self.train_job]), cfg.train_steps, note)
-        self.progress.update("diagnose", sum(self.monitor.findings.values()), cfg.train_steps + cfg.sim_steps)
+        total = cfg.train_steps + cfg.sim_steps + cfg.kernel_steps
+        self.progress.update("diagnose", sum(self.monitor.findings.values()), total)
 
 
 def _session(settings: Settings, progress: DemoProgress, cfg: DemoConfig) -> _Session:
@@ -536,6 +560,7 @@ def _session(settings: Settings, progress: DemoProgress, cfg: DemoConfig) -> _Se
         time.monotonic(),
         f"demo-train-{stamp}",
         f"demo-sim-{stamp}",
+        kernel_job=f"demo-kern-{stamp}",
     )
 
 
@@ -550,6 +575,7 @@ def _start_kafka(run: _Session) -> None:
     try:
         probe_kafka(conf, timeout=10)
         ensure_topics(conf, [*ALL_TOPICS, STEP_FINDINGS], partitions=run.settings.kafka_partitions)
+        ensure_topics(conf, [EVIDENCE_TOPIC], partitions=run.settings.kafka_partitions)
     except KafkaUnavailable as exc:
         hint = (
             f"see {run.logs / 'kafka.log'}"
@@ -558,12 +584,13 @@ def _start_kafka(run: _Session) -> None:
         )
         raise DemoError(f"{exc}; {hint}") from None
     try:  # both groups start at the end of the topics: an old backlog is never read
-        ends = end_offsets(conf, [*ALL_TOPICS, STEP_FINDINGS])
-        commit_offsets(conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in (STEPS, STEP_FINDINGS)})
+        ends = end_offsets(conf, [*ALL_TOPICS, STEP_FINDINGS, EVIDENCE_TOPIC])
+        worker_topics = (STEPS, STEP_FINDINGS, KERNELS, STACKS, HEARTBEATS, EVIDENCE_TOPIC)
+        commit_offsets(conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in worker_topics})
         commit_offsets(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
     except KafkaUnavailable as exc:
         raise DemoError(f"{exc}; is another demo running?") from None
-    run.monitor = _Monitor(conf, [run.train_job, run.sim_job])
+    run.monitor = _Monitor(conf, [run.train_job, run.sim_job, run.kernel_job])
     own = "own broker on " if run.broker else ""
     run.progress.update("broker", 1, 1, f"{own}{run.settings.kafka_bootstrap}")
 
@@ -602,8 +629,9 @@ def _train(run: _Session) -> None:
     run.lap("train_s")
 
 
-def _simulate(run: _Session) -> tuple[Label, ...]:
-    """Publish the simulated job with its faults; the faults' labels (the ground truth)."""
+def _simulate(run: _Session) -> dict[str, tuple[Label, ...]]:
+    """Publish the simulated jobs with their faults; per job, the faults' labels (the ground
+    truth)."""
     from argus.producers.publisher import Publisher, PublishError
 
     from .simulate import layout_for, parse_fault, publish_simulation
@@ -629,20 +657,36 @@ def _simulate(run: _Session) -> tuple[Label, ...]:
         checkpoint_every=0,
         progress=sim_step,
     )
+    klayout = layout_for(cfg.kernel_ranks)
+    kern = publish_simulation(
+        publisher.publish,
+        job=run.kernel_job,
+        layout=klayout,
+        steps=cfg.kernel_steps,
+        faults=[parse_fault(f, klayout) for f in cfg.kernel_faults],
+        seed=0,
+        rate=cfg.kernel_rate,
+        checkpoint_every=0,
+        kernels=True,
+    )
     try:
         publisher.drain(60)
     except PublishError as exc:
-        raise DemoError(f"the simulated job: {exc}") from None
+        raise DemoError(f"the simulated jobs: {exc}") from None
     publisher.shutdown()
     run.lap("simulate_s")
-    return tuple(sim.labels)
+    return {run.sim_job: tuple(sim.labels), run.kernel_job: tuple(kern.labels)}
 
 
 def _await_diagnosis(run: _Session) -> None:
     """Every step of both jobs diagnosed, the temporal stage done, its anomalies read."""
     monitor, conf = run.monitor, run.conf
     assert monitor is not None
-    want = {run.train_job: run.cfg.train_steps, run.sim_job: run.cfg.sim_steps}
+    want = {
+        run.train_job: run.cfg.train_steps,
+        run.sim_job: run.cfg.sim_steps,
+        run.kernel_job: run.cfg.kernel_steps,
+    }
     _wait(
         "the stream worker to diagnose every step",
         lambda: all(monitor.findings[j] >= n and len(monitor.steps[j]) >= n for j, n in want.items()),
@@ -717,7 +761,7 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
             run.broker.stop()
     reports: dict[str, Path] = {}
     report_error = "skipped"
-    jobs = [run.train_job, run.sim_job]
+    jobs = [run.train_job, run.sim_job, run.kernel_job]
     if cfg.reports:
         progress.update("report", 0, None)
         reports, report_error = _write_reports(run.env, jobs, run.home / "reports")
@@ -726,10 +770,18 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
     findings = _read_findings(run.home, jobs)
     checks = check_findings(
         findings,
-        {run.train_job: (_train_label(cfg),), run.sim_job: sim_labels},
+        {run.train_job: (_train_label(cfg),), **sim_labels},
         {run.train_job: TRAIN_ACCEPT},
     )
     run.lap("total_s")
     return DemoResult(
-        run.train_job, run.sim_job, run.home, tuple(findings), checks, reports, report_error, run.timings
+        run.train_job,
+        run.sim_job,
+        run.home,
+        tuple(findings),
+        checks,
+        reports,
+        report_error,
+        run.timings,
+        kernel_job=run.kernel_job,
     )

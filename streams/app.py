@@ -617,10 +617,11 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
     @app.agent(app.topic(KERNELS, STACKS, key_type=bytes, value_type=bytes))
     async def rekey_evidence(stream: Any) -> None:
         async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            items = [(event.message.key, bytes(event.value or b"")) for event in events]
-            out, bad = rekey(items, cfg.max_message_bytes)
+            recent = time.time() - cfg.history.max_age_s  # an old backlog cannot deepen anything
+            fresh = [e for e in events if e.message.timestamp >= recent]
+            out, bad = rekey([(e.message.key, bytes(e.value or b"")) for e in fresh], cfg.max_message_bytes)
             for i, exc in bad:
-                await dead_letter(events[i], exc.reason, str(exc))
+                await dead_letter(fresh[i], exc.reason, str(exc))
             for key, blob in out:  # queued, not awaited: the history is best effort
                 await app.producer.send(EVIDENCE_TOPIC, key, blob, None, None, None)
 

@@ -71,6 +71,9 @@ class HistoryConfig:
     max_pending: int = 40
     max_pending_bytes: int = 128 << 10
     max_bytes: int = 512 << 20
+    max_age_s: float = 600.0
+    """Kernel and stack messages older than this (Kafka timestamp) are skipped, not kept: a
+    worker whose group starts at the topics' beginning does not re-key their backlog."""
 
     def bytes_per_rank(self) -> int:
         """The most one rank can hold: its kept steps (kernels and stacks), the base of

@@ -155,12 +155,17 @@ def test_the_demo_names_the_slowed_rank_and_every_injected_fault(unique: str, tm
     seconds = time.monotonic() - began
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout
-    assert text.count("✓") == 4 and "✘" not in text, text
+    assert text.count("✓") == 7 and "✘" not in text, text
     for cause in ("link_degradation", "sequence_length_imbalance", "host_cpu_contention"):
         assert cause in text
     assert "rank:2" in text
     reports = sorted((tmp_path / "demo" / "reports").glob("*.html"))
-    assert [p.name.split("-")[1] for p in reports] == ["sim", "train"]
+    assert [p.name.split("-")[1] for p in reports] == ["kern", "sim", "train"]
+    # the kernel job: each cause narrowed to its kernel family or frame, in the report too
+    kern_report = reports[0].read_text()
+    for named in ("slow kernels: gemm", "nccl:AllReduce", "dataloader.py"):
+        assert named in kern_report, named
+    reports = reports[1:]
     sim_report = reports[0].read_text()
     assert "host_cpu_contention" in sim_report and "node-00300" in sim_report
     assert "rank:2" in reports[1].read_text()
