@@ -83,8 +83,17 @@ WORKER_TOPICS = [STEPS, STEP_FINDINGS, HEARTBEATS]
 
 
 def fresh_group(kafka_conf, app_id: str) -> str:
-    """A worker app id whose consumer group starts at the end of the topics (not their history)."""
-    skip_to_end(kafka_conf, app_id, WORKER_TOPICS)
+    """A worker app id whose consumer group starts at the end of the topics (not their history):
+    every argus topic on the broker, since a worker reads kernels, stacks and internal topics
+    too and their history (other tests', benches', demos') would be its first load."""
+    from confluent_kafka import Consumer
+
+    listing = Consumer({**kafka_conf, "group.id": f"{app_id}-list"})
+    try:
+        topics = [t for t in listing.list_topics(timeout=10).topics if t.startswith("argus")]
+    finally:
+        listing.close()
+    skip_to_end(kafka_conf, app_id, sorted({*WORKER_TOPICS, *topics}))
     return app_id
 
 
