@@ -48,3 +48,23 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def unique() -> str:
     """A short unique suffix for job ids, topics and consumer groups."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def worker_factory(kafka_conf: dict[str, Any], tmp_path: Path) -> Iterator[Any]:
+    """Start `argus worker` subprocesses (``start(app_id, *args)``); all stopped after the test."""
+    from argus.kafka_admin import ensure_topics
+    from argus.schemas import ALL_TOPICS
+    from tests.workers import Worker
+
+    ensure_topics(kafka_conf, ALL_TOPICS, partitions=16)
+    started: list[Worker] = []
+
+    def start(app_id: str, *args: str) -> Worker:
+        w = Worker(app_id, tmp_path, kafka_conf["bootstrap.servers"], *args)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()

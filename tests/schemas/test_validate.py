@@ -24,8 +24,7 @@ from argus.schemas import (
     validate,
 )
 from argus.sinks import to_arrow
-
-from .test_codec import RECORDS, T0
+from tests.records import RECORDS, T0
 
 U32, I31, I63 = (1 << 32) - 1, (1 << 31) - 1, (1 << 63) - 1
 MAX_RANK = LIMITS["max_rank"] - 1

@@ -24,8 +24,7 @@ from argus.producers.kineto import KinetoImport, TraceError
 from argus.producers.sketch import kernel_stats
 from argus.schemas import SCHEMAS, KernelStats, SchemaError, StepBatch, decode, encode, validate
 from argus.schemas.kernel_codec import decode_payload, encode_payload
-
-from ..schemas.test_codec import RECORDS, step_batch
+from tests.records import RECORDS, step_batch
 
 EXAMPLES = int(os.environ.get("ARGUS_FUZZ_EXAMPLES", "1000"))
 MANY = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -37,10 +37,10 @@ from argus.schemas import (
 from argus.simulate import layout_for, parse_fault
 from argus.sinks.kafka_sink import KafkaSink
 from tests.figures import report
+from tests.records import RECORDS, step_batch
+from tests.workers import collect, fresh_group, publish
 
-from ..schemas.test_codec import RECORDS, step_batch
 from ..sinks.test_kafka_sink import Borrowed
-from ..streams.test_worker import collect, fresh_group, publish, worker_factory  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -94,7 +94,7 @@ def hostile_records(victim: str, unique: str, topics: dict[str, str]) -> list[tu
     return out
 
 
-def test_poison_on_every_topic_while_healthy_jobs_run(kafka_conf, store, worker_factory, unique) -> None:  # noqa: F811
+def test_poison_on_every_topic_while_healthy_jobs_run(kafka_conf, store, worker_factory, unique) -> None:
     victim, control = f"victim-{unique}", f"control-{unique}"
     topics = {k: f"t-{k}-{unique}" for k in ("kernels", "stacks", "gpu", "summaries", "anomalies", "dead")}
     ensure_topics(kafka_conf, list(topics.values()), partitions=2)
@@ -199,7 +199,7 @@ def test_poison_on_every_topic_while_healthy_jobs_run(kafka_conf, store, worker_
 
 def test_a_hung_job_with_a_long_frame_is_named_and_the_worker_lives(
     kafka_conf,
-    worker_factory,  # noqa: F811
+    worker_factory,
     unique,
 ) -> None:
     """Issue 17, item 2: a 5,000-character innermost frame made a hang summary of 10,128

@@ -45,8 +45,7 @@ from argus.sinks import to_arrow
 from argus.sinks.kernels import KernelDecoder
 from argus.streams import AssemblyConfig, StepAssembler
 from argus.streams.app import admit_heartbeats, bounded_anomaly, step_outputs
-
-from ..schemas.test_codec import RECORDS, T0, step_batch
+from tests.records import RECORDS, T0, step_batch
 
 CASES = int(os.environ.get("ARGUS_FUZZ_PIPELINE_CASES", "10000"))
 I64 = 1 << 63

@@ -15,8 +15,7 @@ from argus.schemas import Anomaly, StepBatch, encode, step_key
 from argus.sinks import to_arrow
 from argus.sinks.kafka_sink import KafkaSink
 from tests.figures import report
-
-from ..schemas.test_codec import T0, step_batch
+from tests.records import T0, step_batch
 
 pytestmark = pytest.mark.kafka
 

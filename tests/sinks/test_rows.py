@@ -7,8 +7,7 @@ import pytest
 
 from argus.schemas import COLLECTIVE_COLUMNS, PHASE_COLUMNS, DeadLetter, StepBatch
 from argus.sinks import TABLE_OF, to_arrow
-
-from ..schemas.test_codec import RECORDS, T0, step_batch
+from tests.records import RECORDS, T0, step_batch
 
 
 def test_a_step_batch_is_one_row_per_rank_with_its_step_repeated() -> None:

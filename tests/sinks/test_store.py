@@ -12,8 +12,7 @@ import pytest
 
 from argus.sinks import TABLE_OF, QueryError, migrate, migrations, to_arrow
 from argus.sinks.store import dedup_settings, split_statements, with_datetimes
-
-from ..schemas.test_codec import RECORDS, step_batch
+from tests.records import RECORDS, step_batch
 
 
 def test_migrations_are_applied_once(store) -> None:

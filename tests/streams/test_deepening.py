@@ -34,7 +34,7 @@ from argus.scoring import named_kernels
 from argus.simulate import layout_for, parse_fault, publish_simulation
 from argus.streams.deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, evidence_key
 from tests.figures import report
-from tests.streams.test_worker import WORKER_TOPICS, worker_factory  # noqa: F401 (a fixture)
+from tests.workers import WORKER_TOPICS
 
 LAYOUT = Layout(dp=4, tp=8, pp=2)
 T0 = 1_767_225_600 * 10**9
@@ -214,7 +214,7 @@ def _collect(
 
 @pytest.mark.kafka
 @pytest.mark.slow
-def test_the_live_worker_names_the_slow_kernel_family_or_frame(kafka_conf, worker_factory, unique) -> None:  # noqa: F811
+def test_the_live_worker_names_the_slow_kernel_family_or_frame(kafka_conf, worker_factory, unique) -> None:
     job, quiet = f"deep-{unique}", f"deep-quiet-{unique}"
     app = f"d-{unique}"
     ensure_topics(kafka_conf, [EVIDENCE_TOPIC], partitions=16)

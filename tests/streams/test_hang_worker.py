@@ -15,7 +15,7 @@ from argus.kafka_admin import ensure_topics
 from argus.producers.publisher import Publisher
 from argus.producers.simulator import HangScenario, HangSimulator, Layout
 from argus.schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, Anomaly, HeartbeatBatch, decode, job_key
-from tests.streams.test_worker import Worker, fresh_group
+from tests.workers import Worker, fresh_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -14,8 +14,7 @@ import pytest
 from argus.producers.publisher import Publisher
 from argus.simulate import layout_for, publish_simulation
 from tests.figures import report
-
-from .test_worker import collect, fresh_group, worker_factory  # noqa: F401 - the fixture
+from tests.workers import collect, fresh_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -23,7 +22,7 @@ RANKS = 4096
 RATE = 2 * 50_000 / RANKS  # steps per second at twice the goal
 
 
-def test_twice_the_goal_keeps_lag_bounded_and_memory_flat(kafka_conf, worker_factory, unique) -> None:  # noqa: F811
+def test_twice_the_goal_keeps_lag_bounded_and_memory_flat(kafka_conf, worker_factory, unique) -> None:
     seconds = float(os.environ.get("ARGUS_TEST_LOAD_S", "10"))
     steps = int(seconds * RATE)
     job = f"load-{unique}"

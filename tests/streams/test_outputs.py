@@ -12,8 +12,7 @@ from argus.producers.simulator import HangScenario, HangSimulator, Layout
 from argus.schemas import LIMITS, ValidationError, decode, encode
 from argus.streams import CompleteStep
 from argus.streams.app import bounded_anomaly, step_outputs
-
-from ..schemas.test_codec import step_batch
+from tests.records import step_batch
 
 LONG_FRAME = "train.py:step;" + "model.py:" + "f" * 5000
 
@@ -43,7 +42,7 @@ def test_a_hang_anomaly_quoting_a_long_frame_is_cut_to_the_limit_and_encodes() -
 
 
 def test_bounded_anomaly_cuts_every_field_validation_checks() -> None:
-    from ..schemas.test_codec import RECORDS
+    from tests.records import RECORDS
 
     a = next(r for r in RECORDS if type(r).__name__ == "Anomaly")
     wild = replace(
@@ -71,7 +70,7 @@ def test_a_step_whose_outputs_exceed_the_message_limit_raises_instead_of_sending
 def test_heartbeats_claiming_absurd_ranks_or_groups_do_not_grow_the_hang_state() -> None:
     """A heartbeat of rank 1,048,575 with 60,000 groups sized the job's hang state to
     1,048,576 × 60,000 (the worker died of memory, again on every restart)."""
-    from ..schemas.test_codec import RECORDS
+    from tests.records import RECORDS
 
     beat = next(r for r in RECORDS if type(r).__name__ == "Heartbeat")
     state = HangState(beat.job, beat.run)

@@ -2,142 +2,25 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from argus.detectors import diagnose
-from argus.kafka_admin import ensure_topics, skip_to_end
-from argus.producers.publisher import Publisher
 from argus.producers.simulator import ClusterSimulator
 from argus.schemas import (
-    ALL_TOPICS,
-    ANOMALIES,
-    HEARTBEATS,
     STEP_FINDINGS,
-    STEP_SUMMARIES,
     STEPS,
-    Anomaly,
-    SchemaError,
-    decode,
 )
-from argus.simulate import layout_for, parse_fault, publish_simulation
+from argus.simulate import layout_for, parse_fault
 from tests.figures import report
+from tests.workers import collect, fresh_group, publish
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-
-
-class Worker:
-    """An `argus worker` subprocess."""
-
-    def __init__(self, app_id: str, home: Path, bootstrap: str, *args: str) -> None:
-        env = {**os.environ, "ARGUS_HOME": str(home), "ARGUS_KAFKA_BOOTSTRAP": bootstrap}
-        self.log = open(home / f"{app_id}-{time.time_ns()}.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "argus.cli", "worker", "--app-id", app_id, *args],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
-
-
-@pytest.fixture
-def worker_factory(kafka_conf, tmp_path) -> Iterator[Any]:
-    ensure_topics(kafka_conf, ALL_TOPICS, partitions=16)
-    started: list[Worker] = []
-
-    def start(app_id: str, *args: str) -> Worker:
-        w = Worker(app_id, tmp_path, kafka_conf["bootstrap.servers"], *args)
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.stop()
-
-
-WORKER_TOPICS = [STEPS, STEP_FINDINGS, HEARTBEATS]
-
-
-def fresh_group(kafka_conf, app_id: str) -> str:
-    """A worker app id whose consumer group starts at the end of the topics (not their history):
-    every argus topic on the broker, since a worker reads kernels, stacks and internal topics
-    too and their history (other tests', benches', demos') would be its first load."""
-    from confluent_kafka import Consumer
-
-    listing = Consumer({**kafka_conf, "group.id": f"{app_id}-list"})
-    try:
-        topics = [t for t in listing.list_topics(timeout=10).topics if t.startswith("argus")]
-    finally:
-        listing.close()
-    skip_to_end(kafka_conf, app_id, sorted({*WORKER_TOPICS, *topics}))
-    return app_id
-
-
-def publish(kafka_conf, job: str, steps: int, faults: list[str], *, ranks: int = 256, rate: float = 0.0):
-    layout = layout_for(ranks)
-    publisher = Publisher(kafka_conf)
-    result = publish_simulation(
-        publisher.publish,
-        job=job,
-        layout=layout,
-        steps=steps,
-        faults=[parse_fault(f, layout) for f in faults],
-        rate=rate,
-        seed=7,
-    )
-    assert publisher.flush(30) == 0
-    return layout, result
-
-
-def collect(kafka_conf, job: str, *, until, timeout: float = 120.0) -> tuple[dict[str, Anomaly], set[int]]:
-    """Anomalies (latest version per id) and summarized steps of ``job`` until ``until`` holds."""
-    c = Consumer({**kafka_conf, "group.id": f"peek-{time.time_ns()}", "auto.offset.reset": "earliest"})
-    c.subscribe([ANOMALIES, STEP_SUMMARIES])
-    anomalies: dict[str, Anomaly] = {}
-    steps: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and not until(anomalies, steps):
-            for m in c.consume(500, timeout=0.5):
-                if m.error():
-                    continue
-                try:
-                    r = decode(m.value())
-                except SchemaError:  # hostile records of another test
-                    continue
-                if r.job != job:
-                    continue
-                if m.topic() == ANOMALIES:
-                    anomalies[r.id] = r
-                else:
-                    steps.add(r.step)
-    finally:
-        c.close()
-    return anomalies, steps
 
 
 def test_one_straggler_yields_one_anomaly_and_a_clean_job_none(kafka_conf, worker_factory, unique) -> None:
@@ -249,9 +132,8 @@ def test_garbage_on_the_steps_topic_goes_to_dead_letters_and_the_worker_goes_on(
     import numpy as np
     from confluent_kafka import Producer
 
-    from argus.schemas import DEAD_LETTER, STEPS, StepBatch, encode, step_key
-
-    from ..schemas.test_codec import step_batch
+    from argus.schemas import DEAD_LETTER, StepBatch, encode, step_key
+    from tests.records import step_batch
 
     good = step_batch(8)
     nan = dict(good.columns)

@@ -1,0 +1,116 @@
+"""The stream worker as users run it (`argus worker` subprocesses) and what tests do around
+it: publish a simulated job, start a fresh consumer group, collect its anomalies. The
+``worker_factory`` fixture (tests/conftest.py) starts workers and stops them after a test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer
+
+from argus.kafka_admin import skip_to_end
+from argus.producers.publisher import Publisher
+from argus.schemas import (
+    ANOMALIES,
+    HEARTBEATS,
+    STEP_FINDINGS,
+    STEP_SUMMARIES,
+    STEPS,
+    Anomaly,
+    SchemaError,
+    decode,
+)
+from argus.simulate import layout_for, parse_fault, publish_simulation
+
+__all__ = ["WORKER_TOPICS", "Worker", "collect", "fresh_group", "publish"]
+
+
+class Worker:
+    """An `argus worker` subprocess."""
+
+    def __init__(self, app_id: str, home: Path, bootstrap: str, *args: str) -> None:
+        env = {**os.environ, "ARGUS_HOME": str(home), "ARGUS_KAFKA_BOOTSTRAP": bootstrap}
+        self.log = open(home / f"{app_id}-{time.time_ns()}.log", "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "argus.cli", "worker", "--app-id", app_id, *args],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+WORKER_TOPICS = [STEPS, STEP_FINDINGS, HEARTBEATS]
+
+
+def fresh_group(kafka_conf, app_id: str) -> str:
+    """A worker app id whose consumer group starts at the end of the topics (not their history):
+    every argus topic on the broker, since a worker reads kernels, stacks and internal topics
+    too and their history (other tests', benches', demos') would be its first load."""
+    listing = Consumer({**kafka_conf, "group.id": f"{app_id}-list"})
+    try:
+        topics = [t for t in listing.list_topics(timeout=10).topics if t.startswith("argus")]
+    finally:
+        listing.close()
+    skip_to_end(kafka_conf, app_id, sorted({*WORKER_TOPICS, *topics}))
+    return app_id
+
+
+def publish(kafka_conf, job: str, steps: int, faults: list[str], *, ranks: int = 256, rate: float = 0.0):
+    layout = layout_for(ranks)
+    publisher = Publisher(kafka_conf)
+    result = publish_simulation(
+        publisher.publish,
+        job=job,
+        layout=layout,
+        steps=steps,
+        faults=[parse_fault(f, layout) for f in faults],
+        rate=rate,
+        seed=7,
+    )
+    assert publisher.flush(30) == 0
+    return layout, result
+
+
+def collect(kafka_conf, job: str, *, until, timeout: float = 120.0) -> tuple[dict[str, Anomaly], set[int]]:
+    """Anomalies (latest version per id) and summarized steps of ``job`` until ``until`` holds."""
+    c = Consumer({**kafka_conf, "group.id": f"peek-{time.time_ns()}", "auto.offset.reset": "earliest"})
+    c.subscribe([ANOMALIES, STEP_SUMMARIES])
+    anomalies: dict[str, Anomaly] = {}
+    steps: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not until(anomalies, steps):
+            for m in c.consume(500, timeout=0.5):
+                if m.error():
+                    continue
+                try:
+                    r = decode(m.value())
+                except SchemaError:  # hostile records of another test
+                    continue
+                if r.job != job:
+                    continue
+                if m.topic() == ANOMALIES:
+                    anomalies[r.id] = r
+                else:
+                    steps.add(r.step)
+    finally:
+        c.close()
+    return anomalies, steps
