@@ -610,15 +610,26 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
 
     # Kernel level (streams/deepening.py): kernel sketches and stacks, keyed by rank, re-keyed
     # by job into a topic co-partitioned with the findings; kept a few steps per rank.
+    # Best effort (acks=False): a partition first seen with messages older than
+    # history.max_age_s (a new group on the topics' backlog) is moved to its end, once.
     evidence_topic = app.topic(
-        EVIDENCE_TOPIC, key_type=bytes, value_type=bytes, partitions=cfg.partitions, internal=True
+        EVIDENCE_TOPIC, key_type=bytes, value_type=bytes, partitions=cfg.partitions, internal=True, acks=False
     )
+    skipped: set[Any] = set()
 
-    @app.agent(app.topic(KERNELS, STACKS, key_type=bytes, value_type=bytes))
+    async def recent_only(events: list[Any]) -> list[Any]:
+        recent = time.time() - cfg.history.max_age_s
+        stale = {e.message.tp for e in events if e.message.timestamp < recent} - skipped
+        if stale:
+            skipped.update(stale)
+            for tp, end in (await app.consumer.highwaters(*stale)).items():
+                await app.consumer.seek(tp, end)
+        return [e for e in events if e.message.timestamp >= recent]
+
+    @app.agent(app.topic(KERNELS, STACKS, key_type=bytes, value_type=bytes, acks=False))
     async def rekey_evidence(stream: Any) -> None:
         async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            recent = time.time() - cfg.history.max_age_s  # an old backlog cannot deepen anything
-            fresh = [e for e in events if e.message.timestamp >= recent]
+            fresh = await recent_only(events)
             out, bad = rekey([(e.message.key, bytes(e.value or b"")) for e in fresh], cfg.max_message_bytes)
             for i, exc in bad:
                 await dead_letter(fresh[i], exc.reason, str(exc))
@@ -627,8 +638,8 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
 
     @app.agent(evidence_topic)
     async def keep_evidence(stream: Any) -> None:
-        async for blobs in stream.take(cfg.take, within=cfg.within_s):
-            history.add_packed(blobs)
+        async for events in stream.take_events(cfg.take, within=cfg.within_s):
+            history.add_packed([e.value for e in await recent_only(events)])
 
     app.argus_agents = (assemble, diagnose, watch_heartbeats, rekey_evidence, keep_evidence)  # type: ignore[attr-defined]
     return app, metrics
