@@ -53,7 +53,16 @@ from .facade import (
     refresh,
     step_findings,
 )
-from .hang import HangConfig, HangFinding, HangState, HangVerdict, detect_hang, hang_anomalies, stack_where
+from .hang import (
+    HangConfig,
+    HangFinding,
+    HangState,
+    HangVerdict,
+    detect_hang,
+    hang_anomalies,
+    observe_heartbeats,
+    stack_where,
+)
 from .iteration import IterationState, IterationVerdict, attribute, iteration_level, update_baseline
 from .kernel import DegradedKernel, KernelFinding, common_ids, kernel_family, kernel_level
 from .rootcause import classify_ranks, stage_imbalance
@@ -115,6 +124,7 @@ __all__ = [
     "iteration_level",
     "kernel_family",
     "kernel_level",
+    "observe_heartbeats",
     "rank_metrics",
     "refresh",
     "stack_diff",

@@ -25,9 +25,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from argus.schemas import STEPS, Record, SchemaError, encode
+from argus.schemas import Record, SchemaError, encode
 
-from .relay import RelayClient
+from .relay import RELAYED_TOPICS, RelayClient
 from .spool import Spool, SpoolRecord
 
 __all__ = ["PublishError", "Publisher"]
@@ -267,7 +267,7 @@ class Publisher:
         for n, rec in enumerate(records):
             if n % 64 == 63:
                 time.sleep(0)  # see _encode
-            if self._relay is not None and rec[0] == STEPS and self._relay.send(rec[2]):
+            if self._relay is not None and rec[0] in RELAYED_TOPICS and self._relay.send(rec[2]):
                 self.relayed += 1
                 continue
             seq = self._seq

@@ -69,10 +69,10 @@ from argus.detectors import (
     apply_findings,
     detect_hang,
     hang_anomalies,
+    observe_heartbeats,
     refresh,
     step_findings,
 )
-from argus.detectors.hang import observe_heartbeats
 from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,

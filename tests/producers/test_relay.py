@@ -625,3 +625,43 @@ def test_ranks_heartbeats_through_the_relay_become_one_batch(tmp_path):
     assert topic == HEARTBEATS and isinstance(batch, HeartbeatBatch)
     assert batch.beats() == [hb("j", r, r) for r in range(8)]
     assert sink.raw == [(HEARTBEATS, bytes(bad))] and relay.stats()["published_heartbeats"] == 1
+
+
+def test_a_rank_publishers_heartbeats_go_through_the_relay(kafka_conf, tmp_path):
+    """The rank agent's Publisher hands heartbeats to the node relay like its step records
+    (one batch per node and period leaves the relay), not straight to Kafka."""
+    from argus.producers.publisher import Publisher
+    from argus.schemas import HEARTBEATS, HeartbeatBatch
+
+    class Keep:
+        def __init__(self) -> None:
+            self.records: list[tuple[str, object]] = []
+
+        def publish(self, topic: str, key: bytes, record: object) -> None:
+            self.records.append((topic, record))
+
+    sink = Keep()
+    relay = NodeRelay(tmp_path / "relay.sock", sink, linger_s=30, heartbeat_linger_s=30)
+    ranks = [Publisher(kafka_conf, relay=relay.path, linger_ms=1, wake_ms=10) for _ in range(2)]
+    stop = threading.Event()
+    server = threading.Thread(target=relay.serve, args=(stop,))
+    server.start()
+    try:
+        for r, pub in enumerate(ranks):
+            pub.publish(HEARTBEATS, b"k", hb("j", r, r))
+            pub.drain(10)
+        assert [p.relayed for p in ranks] == [1, 1] and not any(p.delivered for p in ranks)
+        deadline = time.monotonic() + 10
+        while relay.received < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        server.join(10)
+        for pub in ranks:
+            pub.shutdown(5)
+    ((topic, batch),) = sink.records
+    assert (
+        topic == HEARTBEATS
+        and isinstance(batch, HeartbeatBatch)
+        and batch.beats() == [hb("j", r, r) for r in range(2)]
+    )
