@@ -16,6 +16,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ..scoring import named_kernels
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class _RichProgress:
 
 def _diagnosis_table(result: DemoResult) -> Table:
     table = Table(title="diagnosis (read back from ClickHouse)", show_lines=False)
-    for col in ("job", "window", "suspect", "root cause", "severity", "evidence", "cost"):
+    for col in ("job", "window", "suspect", "root cause", "kernel / frame", "severity", "evidence", "cost"):
         table.add_column(col, overflow="fold")
     for f in result.findings:
         top = sorted(f.evidence.items(), key=lambda kv: -abs(kv[1]))[:3]
@@ -57,6 +58,7 @@ def _diagnosis_table(result: DemoResult) -> Table:
             f"steps {f.start_step}–{f.end_step}",
             f.suspect,
             f.cause,
+            ", ".join(named_kernels(f)[:2]),  # what the kernel level named (slowest first)
             f.severity,
             ", ".join(f"{k} {v:.3g}" for k, v in top),
             f"+{f.step_ms_added:.1f} ms/step, {f.gpu_hours_lost:.3g} GPU·h",
