@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from argus.schemas import LIMITS
+
 __all__ = ["DiagnoserConfig"]
 
 
@@ -83,7 +85,7 @@ class DiagnoserConfig:
     global_ratio: float = 1.5
     weak_frac: float = 0.5
     max_weak: int = 4096
-    max_listed: int = 1024
+    max_listed: int = LIMITS["max_listed_ranks"]
     max_open: int = 256
     kernel_peers: int = 8
     kernel_degraded_ratio: float = 1.15

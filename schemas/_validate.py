@@ -58,6 +58,7 @@ LIMITS: dict[str, int] = {
     "max_payload": 4 << 20,  # bytes in a kernel payload
     "max_dead_payload": 64 << 10,  # bytes of the bad input a dead letter keeps
     "max_groups": 1024,  # process groups of one rank in a heartbeat batch
+    "max_listed_ranks": 1024,  # ranks an anomaly names (the rest are in its summary's count)
 }
 MAX_FLOAT = 1e30
 """Largest magnitude of a float that lands in a Float32 column (float32 overflows near 3.4e38)."""

@@ -186,8 +186,9 @@ def _clamp(value: float, lo: float) -> float:
 def bounded_anomaly(a: Anomaly) -> Anomaly:
     """The anomaly with every field cut to what validation allows (as the step path's
     summary already is): summary 4,096 characters, names and evidence keys 256, at most
-    64 ranks, window and figures clamped to their ranges; non-finite evidence dropped. A hang's summary quotes the hung frame, which is
-    as long as the rank's stack says."""
+    ``LIMITS["max_listed_ranks"]`` ranks (what the engine lists), window and figures
+    clamped to their ranges; non-finite evidence dropped. A hang's summary quotes the hung
+    frame, which is as long as the rank's stack says."""
     ids, names, last = LIMITS["max_id_len"], LIMITS["max_name_len"], LIMITS["max_step"] - 1
     evidence = {_cut(str(k), ids): float(v) for k, v in a.evidence.items() if abs(float(v)) <= 1e30}
     start = min(max(a.start_step, 0), last)
@@ -204,7 +205,7 @@ def bounded_anomaly(a: Anomaly) -> Anomaly:
         suspect_kind=a.suspect_kind[:ids],
         cause=a.cause[:ids],
         summary=_cut(a.summary, names),
-        ranks=tuple(a.ranks[:64]),
+        ranks=tuple(a.ranks[: LIMITS["max_listed_ranks"]]),
         evidence=evidence,
     )
 
