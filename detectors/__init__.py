@@ -12,11 +12,10 @@ No I/O, no clock, no Kafka.
 
 from __future__ import annotations
 
-from ._classes import (
+from argus.schemas.causes import (
     CHECKPOINT_STALL,
     COMPUTE_STRAGGLER,
     DATALOADER_STALL,
-    DECIDING_FIGURE,
     GC_PAUSE,
     HANG,
     HANG_CAUSES,
@@ -28,10 +27,11 @@ from ._classes import (
     ONE_OFF_CAUSES,
     PIPELINE_BUBBLE,
     PIPELINE_STAGE_IMBALANCE,
-    ROOT_CAUSES,
     SEQUENCE_LENGTH_IMBALANCE,
     UNKNOWN,
 )
+
+from ._classes import DECIDING_FIGURE, ROOT_CAUSES
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from .cost import gpu_hours, step_ms_added

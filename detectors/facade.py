@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 
 from argus.schemas import Anomaly, KernelStats, StackSample, StepBatch, StepSummary
-
-from ._classes import (
+from argus.schemas.causes import (
     CHECKPOINT_STALL,
     COMPUTE_STRAGGLER,
     MASKED_COMPUTE_STRAGGLER,
@@ -39,6 +38,7 @@ from ._classes import (
     PIPELINE_STAGE_IMBALANCE,
     SEQUENCE_LENGTH_IMBALANCE,
 )
+
 from ._config import DiagnoserConfig
 from ._finding import Finding, anomaly_id
 from .cost import gpu_hours, step_ms_added

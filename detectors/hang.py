@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from argus.schemas import Anomaly, Heartbeat, HeartbeatBatch
+from argus.schemas.causes import HANG, LOST_RANK
 
-from ._classes import HANG, LOST_RANK
 from ._finding import anomaly_id
 from .cost import gpu_hours
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._classes import (
+from argus.schemas.causes import (
     CHECKPOINT_STALL,
     DATALOADER_STALL,
     GC_PAUSE,
@@ -21,6 +21,7 @@ from ._classes import (
     PIPELINE_BUBBLE,
     UNKNOWN,
 )
+
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._robust import MAD_TO_SIGMA

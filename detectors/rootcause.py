@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._classes import (
+from argus.schemas.causes import (
     CHECKPOINT_STALL,
     COMPUTE_STRAGGLER,
     DATALOADER_STALL,
@@ -35,6 +35,7 @@ from ._classes import (
     SEQUENCE_LENGTH_IMBALANCE,
     UNKNOWN,
 )
+
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from .cross_rank import CAUSE_METRICS, LINK_METRICS, METRICS, CrossRankResult

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from argus.detectors._classes import DECIDING_FIGURE
+from argus.detectors import DECIDING_FIGURE
 from argus.schemas.causes import FAULT_CAUSES, HANG_CAUSES, UNKNOWN
 from argus.sinks.grafana import ALERTS
 
