@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import faust
-import numpy as np
 from aiokafka.errors import MessageSizeTooLargeError
 
 from argus.detectors import (
@@ -104,7 +103,6 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "StreamConfig",
     "StreamMetrics",
-    "admit_heartbeats",
     "bounded_anomaly",
     "build_app",
     "step_outputs",
@@ -208,28 +206,6 @@ def bounded_anomaly(a: Anomaly) -> Anomaly:
         ranks=tuple(a.ranks[: LIMITS["max_listed_ranks"]]),
         evidence=evidence,
     )
-
-
-def admit_heartbeats(
-    state: HangState, beats: Sequence[tuple[Heartbeat, Any]], rank_slack: int = 1024, max_groups: int = 64
-) -> tuple[list[Heartbeat], list[tuple[Any, str, str]]]:
-    """The heartbeats of one job a hang state may take, and the rejected ones' tokens with
-    a reason: the state is as many rows as the largest rank and as wide as the most
-    groups, so a claimed rank beyond ``2 × max(ranks seen, ranks here) + rank_slack``
-    (``absurd_rank``) or more than ``max_groups`` groups (``too_many_groups``) would make
-    it grow with a claim (pure)."""
-    seen = int(np.count_nonzero(state.seen))
-    bound = 2 * max(seen, len({b.rank for b, _ in beats})) + rank_slack
-    ok: list[Heartbeat] = []
-    rejected: list[tuple[Any, str, str]] = []
-    for beat, token in beats:
-        if beat.rank >= bound:
-            rejected.append((token, "absurd_rank", f"rank {beat.rank}: the job showed {seen} ranks"))
-        elif len(beat.groups) > max_groups:
-            rejected.append((token, "too_many_groups", f"{len(beat.groups)} groups, limit {max_groups}"))
-        else:
-            ok.append(beat)
-    return ok, rejected
 
 
 def step_outputs(

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from argus.detectors import DiagnoserConfig, HangState, detect_hang, hang_anomalies
+from argus.detectors import DiagnoserConfig, HangState, detect_hang, hang_anomalies, observe_heartbeats
 from argus.producers.sketch import kernel_stats
 from argus.schemas import (
     Anomaly,
@@ -44,7 +44,7 @@ from argus.schemas.kernel_codec import encode_payload
 from argus.sinks import to_arrow
 from argus.sinks.kernels import KernelDecoder
 from argus.streams import AssemblyConfig, StepAssembler
-from argus.streams.app import admit_heartbeats, bounded_anomaly, step_outputs
+from argus.streams.app import bounded_anomaly, step_outputs
 from tests.records import RECORDS, T0, step_batch
 
 CASES = int(os.environ.get("ARGUS_FUZZ_PIPELINE_CASES", "10000"))
@@ -193,9 +193,10 @@ class Pipeline:
                 decode(summary)
                 self.outputs += 1
         elif isinstance(record, Heartbeat):
-            state = self.hang.setdefault((record.job, record.run), HangState(record.job, record.run))
-            ok, _ = admit_heartbeats(state, [(record, None)])
-            state.observe(ok)
+            observe_heartbeats(self.hang, [(record, None)])
+            state = self.hang.get((record.job, record.run))
+            if state is None:
+                return
             for anomaly in hang_anomalies(detect_hang(state, record.time_ns + 3_600 * 10**9)):
                 decode(encode(bounded_anomaly(anomaly)))
                 self.outputs += 1

@@ -78,9 +78,9 @@ def test_heartbeats_claiming_absurd_ranks_or_groups_do_not_grow_the_hang_state()
     absurd = (replace(beat, rank=(1 << 20) - 1), "absurd")
     wide = (replace(beat, rank=3, groups=("g",) * 60_000, seq_entered=(0,) * 60_000,
                     seq_finished=(0,) * 60_000, kinds=("k",) * 60_000, nbytes=(0,) * 60_000), "wide")  # fmt: skip
-    from argus.streams.app import admit_heartbeats
+    from argus.detectors import observe_heartbeats
 
-    ok, rejected = admit_heartbeats(state, [*fine, absurd, wide])
+    states = {(beat.job, beat.run): state}
+    taken, rejected = observe_heartbeats(states, [*fine, absurd, wide])
     assert [(t, r) for t, r, _ in rejected] == [("absurd", "absurd_rank"), ("wide", "too_many_groups")]
-    state.observe(ok)
-    assert state.n < 64 and state.width == 1
+    assert taken == 8 and state.n < 64 and state.width == 1
