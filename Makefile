@@ -56,7 +56,7 @@ helm-lint: $(HELM)
 	$(HELM) template argus helm/argus >/dev/null
 
 # The wheel builds, installs with [agent] into a clean venv, and the Dockerfile's install line resolves.
-wheel-check:
+wheel-check: setup
 	@PYTHON=$(BIN)/python .ci/wheel-check
 
 # One version: pyproject.toml's. Copies it into the chart, the compose file and the Dockerfile
