@@ -34,6 +34,11 @@ __all__ = ["PublishError", "Publisher"]
 
 log = logging.getLogger("argus.publisher")
 
+_UNKNOWN = frozenset({-188, -190, 3})
+"""librdkafka's _UNKNOWN_TOPIC, _UNKNOWN_PARTITION and the broker's UNKNOWN_TOPIC_OR_PART."""
+UNKNOWN_TOPIC_WAIT_S = 60.0
+"""How long records are kept for a topic or partition the broker does not know yet."""
+
 _Item = tuple[str, bytes, "Record | bytes"]
 
 
@@ -99,6 +104,7 @@ class Publisher:
         conf.setdefault("log_level", 2)  # connection errors during an outage: our own one-line logs
         try:
             self._producer = Producer(conf, logger=logging.getLogger("argus.publisher.kafka"))
+            self._kafka_exception = KafkaException
         except KafkaException as exc:
             raise PublishError(f"invalid Kafka settings: {exc.args[0]}") from None
         self.linger_s = linger_ms / 1000
@@ -121,6 +127,8 @@ class Publisher:
         self._in_hand = 0
         self._progress = time.monotonic()
         self._brokers_down = False
+        self._unknown_since: float | None = None  # a topic or partition unknown since then
+        self._retry: list[SpoolRecord] = []  # delivery failed on an unknown partition: again
         self._closed = False
         self._deadline: float | None = None
         self._wake = threading.Event()
@@ -235,11 +243,27 @@ class Publisher:
             self.delivered += 1
             self._progress = time.monotonic()
             self._brokers_down = False
+            self._unknown_since = None
+        elif self._not_there_yet(err):
+            self._retry.append(rec)
         else:
             self.dropped[f"delivery: {err.name()}"] += 1
             log.warning("delivery failed for a record to %s: %s", rec[0], err)
         self._from_spool.discard(seq)
         self._inflight.pop(seq, None)
+
+    def _not_there_yet(self, err: Any) -> bool:
+        """Whether ``err`` says a topic or partition is unknown and has been so for less than
+        ``UNKNOWN_TOPIC_WAIT_S``: a broker that just (re)started, or a topic being created,
+        answers so for a while; records are kept and sent again. Longer, it is a topic that
+        does not exist (a bad configuration): records are dropped and counted."""
+        if err.code() not in _UNKNOWN:
+            return False
+        now = time.monotonic()
+        if self._unknown_since is None:
+            self._unknown_since = now
+            log.warning("Kafka says %s; keeping records for up to %.0f s", err.str(), UNKNOWN_TOPIC_WAIT_S)
+        return now - self._unknown_since < UNKNOWN_TOPIC_WAIT_S
 
     def _stalled(self) -> bool:
         """Records in flight see no delivery progress: the broker is away."""
@@ -277,7 +301,12 @@ class Publisher:
                 )
             except BufferError:  # librdkafka's own queue is full: take the rest later
                 return n
-            except Exception as exc:  # e.g. unknown topic in a bad configuration: count, go on
+            except self._kafka_exception as exc:
+                if self._not_there_yet(exc.args[0]):  # a broker still starting: the rest later
+                    return n
+                self.dropped[f"produce: {exc}"[:120]] += 1
+                continue
+            except Exception as exc:  # e.g. a bad configuration: count, go on
                 self.dropped[f"produce: {exc}"[:120]] += 1
                 continue
             if not self._inflight:
@@ -330,6 +359,8 @@ class Publisher:
         self._in_hand = min(len(self._queue), 10_000)
         items = [self._queue.popleft() for _ in range(self._in_hand)]
         records = self._encode(items)
+        if self._retry:  # failed on an unknown partition: first, as they were first
+            records, self._retry = self._retry + records, []
         spool = self.spool
         if spool is not None and (len(spool) > 0 or self._stalled()):
             self._spool(records)
