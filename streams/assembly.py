@@ -218,11 +218,10 @@ class StepAssembler:
             world = self._world.get(job_run, 0)
             if world and self._inside(entry, world) >= world:  # the world became known after it arrived
                 ready.append((key, "all_ranks"))
-            elif not world and later >= len(entry.ranks) and now - entry.last_seen >= self.config.quiet_s:
-                # The world unknown (a job's first steps): a later step already has as many
-                # ranks as this one, so this one has all it will get. Once the world is known,
-                # a step short of it waits for settle_s: a busy worker reads a step's parts
-                # in several batches, and a later step's early parts prove nothing then.
+            elif later >= len(entry.ranks) and now - entry.last_seen >= self.config.quiet_s:
+                # A later step already has as many ranks as this one: this one has all it will
+                # get (how a job's first steps complete before its world size is known). The
+                # worker does not check this while it is inside a batch of parts.
                 ready.append((key, "peers_done"))
             elif now - entry.first_seen >= self.config.max_wait_s:
                 ready.append((key, "timeout"))

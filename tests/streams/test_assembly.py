@@ -176,23 +176,6 @@ def test_a_step_far_ahead_of_the_jobs_frontier_is_rejected() -> None:
     assert done.reason == "all_ranks"
 
 
-def test_a_step_read_in_several_batches_waits_for_its_parts_once_the_world_is_known() -> None:
-    """A busy worker reads a step's parts in several batches while a later step's parts
-    already arrived: with the world known, the step waits for its own parts (it completed
-    with 2 of 64 parts on a loaded machine, and its fault went unseen)."""
-    sim = ClusterSimulator(Layout(dp=8, tp=8, pp=1), seed=5, job="g")
-    s0, s1, s2 = (s.batch for s in sim.run(3))
-    asm = StepAssembler(AssemblyConfig(quiet_s=0.25, settle_s=5.0))
-    asm.add(s0, 0, now=0.0)
-    assert [c.reason for c in asm.due(now=31.0)] == ["timeout"] and asm.world("g", 0) == 64
-    one, *rest = parts(s1, 8)
-    asm.add(one, 1, now=32.0)
-    asm.add(s2.take(np.arange(16)), 2, now=32.1)  # a later step, as large so far
-    assert asm.due(now=33.0) == []  # 8 of 64 ranks: not done although quiet for 1 s
-    done = [c for i, p in enumerate(rest) for c in asm.add(p, 10 + i, now=33.5)]
-    assert [(c.batch.step, c.reason, len(c.batch)) for c in done] == [(1, "all_ranks", 64)]
-
-
 def test_late_parts_beyond_the_world_grow_it() -> None:
     """The world learned from a step that completed short grows back when that step's late
     parts come, so the next steps wait for every rank."""
