@@ -104,12 +104,11 @@ def node_agent(
         )
 
     if metrics_port:
-        sampling = threading.current_thread()
 
         def healthy() -> tuple[bool, str]:
             if node_relay is not None and not relay_thread.is_alive():
                 return False, "relay thread stopped"
-            if not sampling.is_alive() or stop.is_set():
+            if stop.is_set():
                 return False, "stopping"
             return True, "ok"
 
