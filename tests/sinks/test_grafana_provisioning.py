@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from argus.sinks.grafana import ALERTS, DASHBOARDS, PIPELINE, GrafanaOptions, api_alert_rules, rendered_files
+from argus.sinks.grafana import ALERTS, DASHBOARDS, PIPELINE, GrafanaOptions, api_alert_rules
 from argus.sinks.grafana.provisioning import DATASOURCE_TYPE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -273,13 +273,3 @@ def test_api_bodies_use_the_apis_keys_and_the_annotation_pair() -> None:
         assert body["annotations"]["runbook_url"].startswith("https://grafana.example.com/d/")
         assert body["condition"] in [q["refId"] for q in body["data"]]
         assert (body["folderUID"], body["ruleGroup"]) == ("argus", "argus")
-
-
-def test_checked_in_files_are_the_generated_ones_in_deploy_and_the_chart() -> None:
-    for rel, text in rendered_files().items():
-        assert (DEPLOY / rel).read_text() == text, f"run `argus grafana export` ({rel})"
-        chart_rel = rel.replace("provisioning/alerting", "alerting").replace(
-            "provisioning/datasources", "datasources"
-        )
-        if not rel.startswith(("provisioning/dashboards", "provisioning/datasources")):
-            assert (CHART / chart_rel).read_text() == text, f"run `make helm-files` ({chart_rel})"
