@@ -145,6 +145,24 @@ def dedup_settings(token: str) -> dict[str, Any]:
     return {"insert_deduplication_token": token, "deduplicate_blocks_in_dependent_materialized_views": 1}
 
 
+def _restore_datetimes(
+    store: ChdbStore | ServerStore, sql: str, params: Mapping[str, Any] | None, result: pa.Table
+) -> pa.Table:
+    """``result`` with its ``DateTime`` columns as timestamps: Arrow carries them as UInt32, so
+    a result with a UInt32 column asks ClickHouse for the column types (``DESCRIBE`` and the
+    server's time zone, the one clickhouse-client shows a zone-less ``DateTime`` in; both
+    answer in String columns, so this never recurses)."""
+    if not any(_has_uint32(f.type) for f in result.schema):
+        return result
+    try:
+        described = store.query_rows(f"DESCRIBE ({_describable(sql)})", params)
+    except QueryError:  # not a SELECT (SHOW, EXPLAIN...): no DateTime to restore
+        return result
+    if store._tz is None:
+        store._tz = str(store.query_rows("SELECT timezone()")[0][0])
+    return with_datetimes(result, {str(r[0]): str(r[1]) for r in described}, store._tz)
+
+
 class Store(Protocol):
     """What Argus needs from ClickHouse."""
 
@@ -237,22 +255,7 @@ class ChdbStore:
         result = self._query(sql, "ArrowTable", params)
         if not isinstance(result, pa.Table):  # statements without a result set
             return pa.table({})
-        if not any(_has_uint32(f.type) for f in result.schema):
-            return result
-        try:  # a UInt32 in Arrow may be a DateTime: ask ClickHouse for the column types
-            described = self._query(f"DESCRIBE ({_describable(sql)})", "ArrowTable", params)
-        except QueryError:  # not a SELECT (SHOW, EXPLAIN...): no DateTime to restore
-            return result
-        types = dict(
-            zip(described.column("name").to_pylist(), described.column("type").to_pylist(), strict=True)
-        )
-        return with_datetimes(result, types, self._timezone())
-
-    def _timezone(self) -> str:
-        """The time zone a ``DateTime`` without its own is shown in (the server's, as clickhouse-client)."""
-        if self._tz is None:
-            self._tz = str(self._query("SELECT timezone() AS tz", "ArrowTable", None).column(0)[0])
-        return self._tz
+        return _restore_datetimes(self, sql, params, result)
 
     def query_raw(
         self, sql: str, params: Mapping[str, Any] | None = None, *, fmt: str = "TabSeparatedWithNames"
@@ -344,19 +347,7 @@ class ServerStore:
     def query_arrow(self, sql: str, params: Mapping[str, Any] | None = None) -> pa.Table:
         """Run a query and return an Arrow table (``DateTime`` columns as timestamps)."""
         result: pa.Table = self._call(self._client.query_arrow, sql, parameters=dict(params or {}))
-        if not any(_has_uint32(f.type) for f in result.schema):
-            return result
-        try:  # a UInt32 in Arrow may be a DateTime: ask ClickHouse for the column types
-            described = self.query_rows(f"DESCRIBE ({_describable(sql)})", params)
-        except QueryError:
-            return result
-        return with_datetimes(result, {str(r[0]): str(r[1]) for r in described}, self._timezone())
-
-    def _timezone(self) -> str:
-        """The server's time zone (the one a ``DateTime`` without its own is shown in)."""
-        if self._tz is None:
-            self._tz = str(self._call(self._client.command, "SELECT timezone()"))
-        return self._tz
+        return _restore_datetimes(self, sql, params, result)
 
     def query_raw(
         self, sql: str, params: Mapping[str, Any] | None = None, *, fmt: str = "TabSeparatedWithNames"
