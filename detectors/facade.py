@@ -896,10 +896,7 @@ def diagnose(
     for b in batches:
         if diag is None:
             diag = JobDiagnoser(job or b.job, b.run if job is None else run, config)
-        if deepen is None:
-            res = diag.step(b)
-        else:
-            res = apply_findings(diag.state, step_findings(b, diag.config), diag.config, deepen=deepen)
+        res = apply_findings(diag.state, step_findings(b, diag.config), diag.config, deepen=deepen)
         for a in res.anomalies:
             final[a.id] = a
     if diag is not None:

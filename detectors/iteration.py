@@ -65,9 +65,10 @@ _CAUSE = {
 _ALPHA = 0.2
 _HIGH_Q = 0.95
 _BASE_STEPS = 8
-_RECENT = 8
 """Clean steps that make a baseline (the end of a warm-up shows against it); a step is
 anomalous only once ``iter_min_steps`` show how the job's pace varies."""
+_RECENT = 8
+"""The newest steps of the ring, left out of its quantiles (they may be a fault's first)."""
 
 
 @dataclass

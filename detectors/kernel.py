@@ -8,6 +8,7 @@ still compare; ids must be one dictionary (:func:`common_ids` maps per-rank ones
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ __all__ = ["PROBES", "DegradedKernel", "KernelFinding", "common_ids", "kernel_fa
 
 PROBES = np.array([0.1, 0.25, 0.5, 0.75, 0.9])
 """Probabilities the kernel level compares at (the middle three decide a kernel's ratio)."""
-_P50, _P90 = 2, 4
+_P90 = 4
 _MID = slice(1, 4)
 
 _NCCL = re.compile(r"nccl(?:DevKernel|Kernel)?_?([A-Za-z]+)", re.IGNORECASE)
@@ -177,16 +178,6 @@ def _weighted(values: np.ndarray, w: np.ndarray) -> float:
     return float(np.sum(values[ok] * w[ok]) / np.sum(w[ok])) if ok.any() else 0.0
 
 
-def _row_median(lr: np.ndarray) -> np.ndarray:
-    if not len(lr):
-        return np.zeros(0)
-    finite = np.isfinite(lr)
-    filled = np.where(finite, lr, 0.0)
-    # rows are all-finite or all-nan (a kernel the peers lack): a plain median suffices
-    out: np.ndarray = np.where(finite.all(axis=1), np.median(filled, axis=1), np.nan)
-    return out
-
-
 def kernel_level(
     suspect: KernelStats,
     peers: Sequence[KernelStats],
@@ -217,7 +208,8 @@ def kernel_level(
         *longer* collectives: only ratios above 1 count as degraded.
     """
     lr = _log_ratios(suspect, peers)
-    per_kernel = _row_median(lr[:, _MID]) if len(lr) else np.zeros(0)
+    # rows are all-finite or all-NaN (a kernel the peers lack): the median keeps the NaN
+    per_kernel = np.median(lr[:, _MID], axis=1) if len(lr) else np.zeros(0)
     w = suspect.total_ns.astype(float)
     dist = _weighted(np.nanmean(np.abs(lr), axis=1) if len(lr) else np.zeros(0), w)
     kernel_names = [_name(names, int(i)) for i in suspect.ids.tolist()]
@@ -264,7 +256,5 @@ def common_ids(
             [table.setdefault(own.get(int(i), f"kernel#{int(i)}"), len(table)) for i in s.ids.tolist()],
             np.int32,
         )
-        out[rank] = KernelStats(
-            ids, s.count, s.total_ns, s.min_ns, s.max_ns, s.probs, s.quantiles_ns, s.stream_ids, s.idle_ns
-        )
+        out[rank] = dataclasses.replace(s, ids=ids)
     return out, list(table)
