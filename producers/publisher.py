@@ -127,7 +127,7 @@ class Publisher:
         self._in_hand = 0
         self._progress = time.monotonic()
         self._brokers_down = False
-        self._unknown_since: float | None = None  # a topic or partition unknown since then
+        self._unknown_since: dict[str, float] = {}  # per topic: unknown to the broker since then
         self._retry: list[SpoolRecord] = []  # delivery failed on an unknown partition: again
         self._closed = False
         self._deadline: float | None = None
@@ -243,8 +243,8 @@ class Publisher:
             self.delivered += 1
             self._progress = time.monotonic()
             self._brokers_down = False
-            self._unknown_since = None
-        elif self._not_there_yet(err):
+            self._unknown_since.pop(rec[0], None)
+        elif self._not_there_yet(rec[0], err):
             self._retry.append(rec)
         else:
             self.dropped[f"delivery: {err.name()}"] += 1
@@ -252,7 +252,7 @@ class Publisher:
         self._from_spool.discard(seq)
         self._inflight.pop(seq, None)
 
-    def _not_there_yet(self, err: Any) -> bool:
+    def _not_there_yet(self, topic: str, err: Any) -> bool:
         """Whether ``err`` says a topic or partition is unknown and has been so for less than
         ``UNKNOWN_TOPIC_WAIT_S``: a broker that just (re)started, or a topic being created,
         answers so for a while; records are kept and sent again. Longer, it is a topic that
@@ -260,10 +260,10 @@ class Publisher:
         if err.code() not in _UNKNOWN:
             return False
         now = time.monotonic()
-        if self._unknown_since is None:
-            self._unknown_since = now
+        since = self._unknown_since.setdefault(topic, now)
+        if since == now:
             log.warning("Kafka says %s; keeping records for up to %.0f s", err.str(), UNKNOWN_TOPIC_WAIT_S)
-        return now - self._unknown_since < UNKNOWN_TOPIC_WAIT_S
+        return now - since < UNKNOWN_TOPIC_WAIT_S
 
     def _stalled(self) -> bool:
         """Records in flight see no delivery progress: the broker is away."""
@@ -302,7 +302,7 @@ class Publisher:
             except BufferError:  # librdkafka's own queue is full: take the rest later
                 return n
             except self._kafka_exception as exc:
-                if self._not_there_yet(exc.args[0]):  # a broker still starting: the rest later
+                if self._not_there_yet(rec[0], exc.args[0]):  # a broker still starting: the rest later
                     return n
                 self.dropped[f"produce: {exc}"[:120]] += 1
                 continue
