@@ -474,6 +474,9 @@ class NodeRelay:
                 self.forwarded_undecodable += 1
                 self.sink.publish_raw(HEARTBEATS, b"", raw)
                 continue
+            if not HeartbeatBatch.takes(beat):  # a newline in its text: it goes on alone
+                self.sink.publish_raw(HEARTBEATS, job_key(beat.job), raw)
+                continue
             try:
                 released = self.beats.add(beat, now)
             except Exception:  # never lose a heartbeat: it goes on as the rank sent it

@@ -85,6 +85,12 @@ class HeartbeatBatch(Record):
         """Group slots per row."""
         return int(self.columns["groups"].shape[1])
 
+    @staticmethod
+    def takes(beat: Heartbeat) -> bool:
+        """Whether a heartbeat can travel in a batch: its text fields are joined by newlines
+        on the wire, so one with a newline in them goes on alone."""
+        return "\n" not in "".join((beat.host, beat.stack, beat.pause, *beat.groups, *beat.kinds))
+
     @classmethod
     def from_beats(cls, beats: Sequence[Heartbeat]) -> HeartbeatBatch:
         """Columnize heartbeats of one job run (ValueError if they are of several)."""
