@@ -164,14 +164,6 @@ class StreamMetrics:
     hang_jobs: int = 0
     started: float = field(default_factory=time.monotonic)
 
-    def completion_quantiles(self) -> tuple[float, float]:
-        """p50 and p99 of the step completion latency (the step's end on the ranks → its
-        findings out of the cross-rank stage, wall clock), seconds."""
-        if not self.completion_s:
-            return 0.0, 0.0
-        ordered = sorted(self.completion_s)
-        return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -417,6 +409,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         del job_states[state_key]
         holding.pop(state_key, None)
         refreshed.pop(state_key, None)
+        history.forget(doc["state"]["job"], int(doc["state"]["run"]))
         log.info("job %s: silent for %.0f s, forgotten", state_key.decode(errors="replace"), cfg.job_ttl_s)
 
     @app.agent(findings_topic)
