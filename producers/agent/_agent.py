@@ -55,9 +55,8 @@ __all__ = ["AgentConfig", "RankAgent", "Sink"]
 
 log = logging.getLogger("argus.agent")
 
-_RANK_COLUMNS = ("rank", "host", "gpu_uuid", "dp", "tp", "pp", "ep", "cp")
 _COUNT_COLUMNS = ("start_ns", "end_ns", "samples", "tokens")
-"""With the figures (``COLUMNS``), every column of a StepBatch: see ``RankAgent.step_batch``."""
+"""The per-step columns besides the figures (``COLUMNS``): see ``RankAgent.step_batch``."""
 
 
 class Sink(Protocol):
@@ -335,7 +334,7 @@ class RankAgent:
             rank = StepBatch.from_records(
                 [StepRecord(i.job, i.run, 0, i.rank, i.host, i.gpu_uuid, i.dp, i.tp, i.pp, i.ep, i.cp)]
             )
-            self._rank_columns = {k: rank.columns[k] for k in _RANK_COLUMNS}
+            self._rank_columns = dict(rank.columns)  # the counts and figures are replaced per step
             for col in self._rank_columns.values():
                 col.flags.writeable = False  # shared by every batch of this rank
         cols = dict(self._rank_columns)
