@@ -24,7 +24,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
-__all__ = ["StepParts", "diagnose_records", "diagnose_steps", "import_files", "iter_imports"]
+__all__ = ["StepParts", "diagnose_steps", "import_files", "iter_imports"]
 
 _BIG = 32 << 20  # show a progress bar past this many bytes of input
 
@@ -200,26 +200,12 @@ class _Buffered:
             self.pending = []
 
 
-def diagnose_records(records: Sequence[Any], *, job: str, run: int = 0) -> list[Any]:
-    """The final anomalies of the one engine over the step records among ``records``.
-
-    The per-rank StepBatches are joined into whole steps (every rank of a step in one
-    batch, as the stream worker's assembler does) and fed in step order to
-    :func:`argus.detectors.diagnose`; kernel sketches and names are not read. An anomaly
-    the engine confirms only when the record ends (``flush``) carries no detection time;
-    it gets the end of its last step, so it is stored at the time the trace describes.
-    """
-    from argus.schemas import StepBatch
-
-    parts = StepParts()
-    for r in records:
-        if isinstance(r, StepBatch):
-            parts.add(r)
-    return diagnose_steps(parts.steps(), job=job, run=run)
-
-
 def diagnose_steps(steps: Sequence[Any], *, job: str, run: int = 0) -> list[Any]:
-    """:func:`diagnose_records` over whole steps already joined (in step order)."""
+    """The final anomalies of the one engine (:func:`argus.detectors.diagnose`) over whole
+    steps (every rank of a step in one batch, as the worker's assembler joins them; see
+    :class:`StepParts`), in step order. An anomaly the engine confirms only when the record
+    ends (``flush``) carries no detection time; it gets the end of its last step, so it is
+    stored at the time the trace describes."""
     from argus.detectors import diagnose
 
     ends = {b.step: int(b["end_ns"].max()) for b in steps}
