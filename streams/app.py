@@ -264,6 +264,7 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         broker_commit_interval=0.5,
         producer_linger=0.005,
         stream_buffer_maxsize=16384,
+        consumer_max_fetch_size=4 * 2**20,
         broker_session_timeout=cfg.session_timeout_s,
         broker_heartbeat_interval=min(3.0, cfg.session_timeout_s / 3),
     )
