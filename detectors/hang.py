@@ -300,19 +300,22 @@ _SLOT_COLUMN = {"ent": "seq_entered", "fin": "seq_finished", "nbytes": "nbytes"}
 
 
 def batch_refusals(
-    state: HangState, batches: list[HeartbeatBatch], rank_slack: int = 1024, max_groups: int = 64
+    state: HangState, joined: HeartbeatBatch, lengths: Sequence[int], rank_slack: int = 1024, max_groups: int = 64
 ) -> list[tuple[int, str, str]]:
-    """Which batches of one job a hang state must refuse, as (index, reason, detail): the
-    state is as many rows as the largest rank and as wide as the most groups, so a batch
-    claiming a rank beyond ``2 × max(ranks seen, ranks here) + rank_slack``
-    (``absurd_rank``) or more than ``max_groups`` groups (``too_many_groups``) would make
-    it grow with a claim (pure; the same bounds as the worker's per-heartbeat admission)."""
+    """Which batches of one job a hang state must refuse, as (index, reason, detail), given
+    their rows ``joined`` in one batch and each one's number of rows: the state is as many
+    rows as the largest rank and as wide as the most groups, so a batch claiming a rank
+    beyond ``2 × max(ranks seen, ranks here) + rank_slack`` (``absurd_rank``) or more than
+    ``max_groups`` groups (``too_many_groups``) would make it grow with a claim (pure; the
+    same bounds as the worker's per-heartbeat admission)."""
     seen = int(np.count_nonzero(state.seen))
-    ranks = np.concatenate([b["rank"] for b in batches])
+    ranks = joined["rank"]
     bound = 2 * max(seen, len(np.unique(ranks))) + rank_slack
-    starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
+    if not len(ranks) or (int(ranks.max()) < bound and int(joined["ngroups"].max()) <= max_groups):
+        return []
+    starts = np.cumsum([0, *lengths[:-1]])
     tops = np.maximum.reduceat(ranks, starts)
-    widest = np.maximum.reduceat(np.concatenate([b["ngroups"] for b in batches]), starts)
+    widest = np.maximum.reduceat(joined["ngroups"], starts)
     out = []
     for i in np.flatnonzero((tops >= bound) | (widest > max_groups)).tolist():
         if tops[i] >= bound:
@@ -353,18 +356,21 @@ def observe_heartbeats(
             state = HangState(*key, progress_points=progress_points)
         states[key] = state
         parts = [b for b, _ in batches]
-        bad = batch_refusals(state, parts, rank_slack, max_groups) if parts else []
+        joined = HeartbeatBatch.concat(parts) if parts else None
+        bad = batch_refusals(state, joined, [len(p) for p in parts], rank_slack, max_groups) if joined else []
         refused.extend((batches[i][1], reason, detail) for i, reason, detail in bad)
         if bad:
             drop = {i for i, _, _ in bad}
             parts = [p for i, p in enumerate(parts) if i not in drop]
+            joined = HeartbeatBatch.concat(parts) if parts else None
         if key in singles:
             ok, rejected = _admit_singles(state, singles[key], parts, rank_slack, max_groups)
             refused.extend(rejected)
             if ok:
-                parts.append(HeartbeatBatch.from_beats(ok))
-        if parts:
-            taken += state.observe_batch(HeartbeatBatch.concat(parts))
+                ones = HeartbeatBatch.from_beats(ok)
+                joined = HeartbeatBatch.concat([joined, ones]) if joined else ones
+        if joined is not None:
+            taken += state.observe_batch(joined)
     while len(states) > max_jobs:
         del states[next(iter(states))]
     return taken, refused

@@ -12,7 +12,7 @@ Per-group fields are ``rows × width`` matrices: a rank's groups fill the first
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -167,6 +167,9 @@ class HeartbeatBatch(Record):
         head = parts[0]
         if len(parts) == 1:
             return head
+        joined = _adjacent_rows(parts)
+        if joined is not None:
+            return cls._unchecked(head.job, head.run, joined)
         width = max(p.width for p in parts)
         cols: dict[str, np.ndarray] = {}
         for name in _INT_ROWS + _TEXT_ROWS:
@@ -231,6 +234,9 @@ class PackedHeartbeats:
     lengths: np.ndarray
     width: int
     columns: Mapping[str, np.ndarray]
+    longest: Mapping[str, int] | None = None
+    """Per text column, a bound on its longest value (the longest newline-joined text of one
+    message read): when under a limit, no value needs measuring. None: unknown."""
 
     @classmethod
     def read(cls, raws: Sequence[Mapping[str, Any]]) -> PackedHeartbeats | None:
@@ -256,6 +262,7 @@ class PackedHeartbeats:
                         return None
                     flat = np.frombuffer(b"".join(values), dtype="<i8")
                     cols[name] = flat.reshape(total, width) if slots else flat
+            longest: dict[str, int] = {}
             groups = ((_TEXT_ROWS, False), (_TEXT_SLOTS, True))
             for names, slots in groups:
                 per = width if slots else 1
@@ -268,13 +275,14 @@ class PackedHeartbeats:
                         continue
                     if [v.count("\n") + 1 for v in values] != [per * n for n in lengths]:
                         return None
+                    longest[name] = max(map(len, values))
                     col = np.empty(total * per, object)
                     col[:] = "\n".join(values).split("\n")
                     cols[name] = col.reshape(total, width) if slots else col
             heads = tuple(zip(map(itemgetter("job"), raws), map(itemgetter("run"), raws), strict=True))
         except (KeyError, TypeError, AttributeError, ValueError):
             return None
-        return cls(heads, np.asarray(lengths), width, cols)
+        return cls(heads, np.asarray(lengths), width, cols, longest)
 
     @classmethod
     def of(cls, batches: Sequence[HeartbeatBatch]) -> PackedHeartbeats:
@@ -291,9 +299,41 @@ class PackedHeartbeats:
         """One HeartbeatBatch per message; its columns are read-only views of the shared arrays."""
         out = []
         lo = 0
-        items = list(self.columns.items())
         for (job, run), n in zip(self.heads, self.lengths.tolist(), strict=True):
             hi = lo + n
-            out.append(HeartbeatBatch._unchecked(job, run, {k: v[lo:hi] for k, v in items}))
+            out.append(HeartbeatBatch._unchecked(job, run, _Rows(self.columns, lo, hi)))
             lo = hi
         return out
+
+
+class _Rows(Mapping[str, np.ndarray]):
+    """Rows ``lo:hi`` of shared columns, sliced when a column is read (a worker reads only
+    the ranks of most batches before joining them again: :func:`_adjacent_rows`)."""
+
+    __slots__ = ("hi", "lo", "whole")
+
+    def __init__(self, whole: Mapping[str, np.ndarray], lo: int, hi: int) -> None:
+        self.whole, self.lo, self.hi = whole, lo, hi
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.whole[name][self.lo : self.hi]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.whole)
+
+    def __len__(self) -> int:
+        return len(self.whole)
+
+
+def _adjacent_rows(parts: Sequence[HeartbeatBatch]) -> Mapping[str, np.ndarray] | None:
+    """The columns of ``parts`` joined without a copy when they are consecutive rows of one
+    :class:`PackedHeartbeats` (a consumer batch of one job's node batches, the usual case);
+    None otherwise."""
+    views = [p.columns for p in parts]
+    first, last = views[0], views[-1]
+    if not isinstance(first, _Rows) or not isinstance(last, _Rows):
+        return None
+    for a, b in zip(views, views[1:]):
+        if not isinstance(b, _Rows) or b.whole is not first.whole or a.hi != b.lo:  # type: ignore[union-attr]
+            return None
+    return _Rows(first.whole, first.lo, last.hi)

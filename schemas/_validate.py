@@ -286,7 +286,9 @@ def validate_packed_heartbeats(packed: PackedHeartbeats, record: object = None) 
     if width:
         texts += [("groups", "max_id_len"), ("kinds", "max_id_len")]
     for name, limit in texts:
-        if max(map(len, c[name].ravel().tolist())) > LIMITS[limit]:
+        if packed.longest is not None and packed.longest.get(name, LIMITS[limit] + 1) <= LIMITS[limit]:
+            continue  # every value is part of a message's text no longer than the limit
+        if max(map(len, c[name].ravel().tolist()), default=0) > LIMITS[limit]:
             raise _fail(record, f"{name} longer than {LIMITS[limit]} characters")
 
 
