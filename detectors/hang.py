@@ -300,7 +300,11 @@ _SLOT_COLUMN = {"ent": "seq_entered", "fin": "seq_finished", "nbytes": "nbytes"}
 
 
 def batch_refusals(
-    state: HangState, joined: HeartbeatBatch, lengths: Sequence[int], rank_slack: int = 1024, max_groups: int = 64
+    state: HangState,
+    joined: HeartbeatBatch,
+    lengths: Sequence[int],
+    rank_slack: int = 1024,
+    max_groups: int = 64,
 ) -> list[tuple[int, str, str]]:
     """Which batches of one job a hang state must refuse, as (index, reason, detail), given
     their rows ``joined`` in one batch and each one's number of rows: the state is as many

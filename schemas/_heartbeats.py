@@ -333,7 +333,9 @@ def _adjacent_rows(parts: Sequence[HeartbeatBatch]) -> Mapping[str, np.ndarray] 
     first, last = views[0], views[-1]
     if not isinstance(first, _Rows) or not isinstance(last, _Rows):
         return None
-    for a, b in zip(views, views[1:]):
-        if not isinstance(b, _Rows) or b.whole is not first.whole or a.hi != b.lo:  # type: ignore[union-attr]
+    end = first.hi
+    for view in views[1:]:
+        if not isinstance(view, _Rows) or view.whole is not first.whole or view.lo != end:
             return None
+        end = view.hi
     return _Rows(first.whole, first.lo, last.hi)
