@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,9 +80,15 @@ class PeakRss(threading.Thread):
                 return
 
 
+WORKER_HOMES: list[Path] = []
+"""The ARGUS_HOMEs of the workers started; kept while a run may fail (their logs are named
+then), removed by :func:`remove_worker_homes` when it succeeded."""
+
+
 def start_worker(app_id: str, loglevel: str = "warn") -> tuple[subprocess.Popen[bytes], Path]:
     """One `argus worker` in the consumer group ``app_id``, with its own ARGUS_HOME (and log)."""
     home = Path(tempfile.mkdtemp(prefix="argus-bench-"))
+    WORKER_HOMES.append(home)
     worker = subprocess.Popen(
         [sys.executable, "-m", "argus.cli", "worker", "--app-id", app_id, "--loglevel", loglevel],
         env={**os.environ, "ARGUS_HOME": str(home)},
@@ -89,6 +96,12 @@ def start_worker(app_id: str, loglevel: str = "warn") -> tuple[subprocess.Popen[
         stderr=open(home / "worker.log", "w"),  # noqa: SIM115 - lives as long as the worker
     )
     return worker, home
+
+
+def remove_worker_homes() -> None:
+    """Remove the workers' ARGUS_HOMEs (a successful run: nobody needs their logs)."""
+    while WORKER_HOMES:
+        shutil.rmtree(WORKER_HOMES.pop(), ignore_errors=True)
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
@@ -437,6 +450,7 @@ def main() -> None:
             }
         )
     )
+    remove_worker_homes()
 
 
 if __name__ == "__main__":
