@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from .app import StreamConfig, StreamMetrics, build_app
+from .app import StreamConfig, Streams, build_app
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler, dense_world
+from .hangs import HangTracker
+from .metrics import StreamMetrics
+from .ordering import Reorderer
 
 __all__ = [
     "AssemblyConfig",
     "CompleteStep",
+    "HangTracker",
+    "Reorderer",
     "StepAssembler",
     "StreamConfig",
     "StreamMetrics",
+    "Streams",
     "build_app",
     "dense_world",
 ]

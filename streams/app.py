@@ -14,22 +14,19 @@ Two stages (DESIGN.md):
   step's findings update it (:func:`detectors.apply_findings`) and confirmed episodes go to
   ``argus.anomalies``. Steps are diagnosed in order: a step that arrives before an earlier
   one waits, its findings in a second table (one write each, so a job with many steps
-  waiting does not rewrite them all on every step), until the gap fills or times out.
+  waiting does not rewrite them all on every step), until the gap fills or times out
+  (:class:`Reorderer`, :mod:`streams.ordering`).
   An anomaly is sent and delivered before the state that produced it is written, and
   anomaly ids are deterministic: after a SIGKILL the restarted worker may send an anomaly
   again, never loses one, and downstream keeps each id once.
 
 - **hangs** (agent ``watch_heartbeats``, source ``argus.heartbeats`` keyed by job): the
-  latest heartbeat of every rank of a job in a :class:`detectors.HangState`, fed one
-  vectorized pass per job per consumer batch (node relays' HeartbeatBatches and direct
-  per-rank Heartbeats alike: :func:`detectors.hang.observe_heartbeats`); a timer
-  (``hang_tick_s``, the detector's clock) calls :func:`detectors.detect_hang` for every
-  job and sends its hang / lost-rank anomalies to ``argus.anomalies`` (each id when first
-  named, then again every ``hang_update_s`` with the cost so far). This state is in
-  memory on purpose: it is the last few seconds of heartbeats, rebuilt within one
-  heartbeat period after a restart (only the stall clock restarts, so a hang that began
-  before the restart is named at most one threshold late); a job's state expires after
-  ``job_ttl_s`` without heartbeats.
+  latest heartbeat of every rank of a job, kept by a :class:`HangTracker`
+  (:mod:`streams.hangs`), fed one vectorized pass per job per consumer batch (node relays'
+  HeartbeatBatches and direct per-rank Heartbeats alike); a timer (``hang_tick_s``, the
+  detector's clock) sends the hang / lost-rank anomalies the tracker says are due to
+  ``argus.anomalies`` (each id when first named, then again every ``hang_update_s`` with
+  the cost so far). This state is in memory on purpose (see :mod:`streams.hangs`).
 
 Bad input (bytes that do not decode or validate) goes to ``argus.dead-letter`` with the
 reason in the headers and a counter; the worker never crashes on input. Input that is valid
@@ -42,15 +39,20 @@ encoded (:func:`bounded_anomaly`; the step summary's missing list by the assembl
 output that still fails to encode is logged and counted per record, never raised out of an
 agent or timer. Dead letters are built by :meth:`DeadLetter.of` (bounded: a prefix of an
 oversized input and its size) and delivered before their input is acknowledged.
+
+Shape (Faust's: app, topics, tables, then agents of a few lines calling pure classes): the
+app, its topics and tables are declared once per :class:`Streams`, whose methods are the
+agents and timers. It is a class and not module globals because the app is configured at
+run time (``argus worker --app-id``, settings read by the composition root in ``argus/``,
+which ``streams/`` may not import) and because tests build several apps with different
+configurations in one process.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
-from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,26 +60,14 @@ from typing import Any
 
 import faust
 from aiokafka.errors import MessageSizeTooLargeError
+from faust.types import TopicT
 
-from argus.detectors import (
-    DiagnoserConfig,
-    HangConfig,
-    HangState,
-    JobState,
-    StepFindings,
-    apply_findings,
-    detect_hang,
-    hang_anomalies,
-    observe_heartbeats,
-    refresh,
-    step_findings,
-)
+from argus.detectors import DiagnoserConfig, HangConfig, JobState, StepFindings, apply_findings, refresh
 from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,
     HEARTBEATS,
     KERNELS,
-    LIMITS,
     STACKS,
     STEP_FINDINGS,
     STEP_SUMMARIES,
@@ -97,20 +87,19 @@ from argus.schemas import (
 
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler
 from .deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, rekey
-from .ordering import next_in_order
+from .hangs import HangTracker
+from .metrics import StreamMetrics
+from .ordering import Reorderer
+from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
 
-__all__ = [
-    "MAX_MESSAGE_BYTES",
-    "StreamConfig",
-    "StreamMetrics",
-    "bounded_anomaly",
-    "build_app",
-    "step_outputs",
-]
+__all__ = ["LAG_TOPICS", "WORKER_TOPICS", "StreamConfig", "Streams", "Topics", "build_app"]
 
-MAX_MESSAGE_BYTES = 900_000
-"""Largest value the worker sends: below the producer's 1 MiB request limit, with room for
-the key and headers."""
+WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS)
+"""The topics a worker reads and writes, created before it starts (its tables' changelogs
+and the internal evidence topic are created after, from the app)."""
+
+LAG_TOPICS = (STEPS, STEP_FINDINGS)
+"""The inputs whose consumer lag a worker reports."""
 
 log = logging.getLogger("argus.streams")
 
@@ -149,106 +138,10 @@ class StreamConfig:
     """The kernel sketches and stack samples kept per rank for the kernel level."""
 
 
-@dataclass
-class StreamMetrics:
-    """Counters a worker exposes on /metrics (and tests read)."""
-
-    records: int = 0
-    messages: int = 0
-    steps: Counter[str] = field(default_factory=Counter)
-    anomalies: Counter[str] = field(default_factory=Counter)
-    dead_letters: Counter[str] = field(default_factory=Counter)
-    completion_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
-    open_steps: int = 0
-    heartbeats: int = 0
-    hang_jobs: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _clamp(value: float, lo: float) -> float:
-    return min(max(float(value), lo), 1e30) if value == value else 0.0  # NaN -> 0
-
-
-def bounded_anomaly(a: Anomaly) -> Anomaly:
-    """The anomaly with every field cut to what validation allows (as the step path's
-    summary already is): summary 4,096 characters, names and evidence keys 256, at most
-    ``LIMITS["max_listed_ranks"]`` ranks (what the engine lists), window and figures
-    clamped to their ranges; non-finite evidence dropped. A hang's summary quotes the hung
-    frame, which is as long as the rank's stack says."""
-    ids, names, last = LIMITS["max_id_len"], LIMITS["max_name_len"], LIMITS["max_step"] - 1
-    evidence = {_cut(str(k), ids): float(v) for k, v in a.evidence.items() if abs(float(v)) <= 1e30}
-    start = min(max(a.start_step, 0), last)
-    return dataclasses.replace(
-        a,
-        start_step=start,
-        end_step=min(max(a.end_step, start), last),
-        score=_clamp(a.score, 0.0),
-        step_ms_added=_clamp(a.step_ms_added, -1e30),
-        gpu_hours_lost=_clamp(a.gpu_hours_lost, -1e30),
-        detected_ns=min(max(a.detected_ns, 0), LIMITS["max_time_ns"] - 1),
-        id=a.id[:ids],
-        suspect=_cut(a.suspect, ids),
-        suspect_kind=a.suspect_kind[:ids],
-        cause=a.cause[:ids],
-        summary=_cut(a.summary, names),
-        ranks=tuple(a.ranks[: LIMITS["max_listed_ranks"]]),
-        evidence=evidence,
-    )
-
-
-def step_outputs(
-    done: CompleteStep, config: DiagnoserConfig, max_bytes: int = MAX_MESSAGE_BYTES
-) -> tuple[StepFindings, bytes, bytes]:
-    """The cross-rank stage's output for one complete step: its findings, the encoded step
-    summary and the findings message (pure; the worker sends both).
-
-    Raises :class:`ValidationError` when either would exceed ``max_bytes`` or the summary is
-    out of range (the worker dead-letters the step's parts then).
-    """
-    sf = step_findings(done.batch, config, missing=done.missing)
-    summary = encode(sf.summary)
-    findings = json.dumps(sf.to_dict()).encode()
-    if max(len(summary), len(findings)) > max_bytes:
-        raise ValidationError(
-            f"step {sf.step} of {sf.job}: summary of {len(summary)} bytes and findings of "
-            f"{len(findings)} bytes, limit {max_bytes}"
-        )
-    return sf, summary, findings
-
-
-_EXPIRE = "expire_job"
-"""A findings-topic message that orders the diagnose agent to forget a silent job run."""
-
-
-def _held_key(state_key: bytes, step: int) -> bytes:
-    """Key of a held step's findings in the held-findings table."""
-    return b"%s|%d" % (state_key, step)
-
-
-def _forget_unacked(app: faust.App, events: Sequence[Any]) -> None:
-    """Let Faust's consumer stop waiting for events that will never be acknowledged.
-
-    At a rebalance or a stop, Faust waits until every message it delivered is acknowledged
-    (``stream_wait_empty``) before it commits and gives the partitions up. The parts of a
-    step dropped then (:meth:`StepAssembler.drop_open`) never will be: their offsets stay
-    uncommitted, so the partition's next owner reads them again, whole. Faust offers no call
-    for that, so they leave its set of unacknowledged messages here.
-    """
-    unacked = getattr(app.consumer, "_unacked_messages", None)
-    if unacked is None:
-        return
-    for event in events:
-        unacked.discard(event.message)
-
-
-def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
-    """The Faust app and the metrics its agents keep."""
+def faust_app(cfg: StreamConfig) -> faust.App:
+    """The Faust app (raw bytes in and out: the agents decode with schemas/)."""
     Path(cfg.datadir).mkdir(parents=True, exist_ok=True)
-    app = faust.App(
+    return faust.App(
         cfg.app_id,
         broker=cfg.broker,
         broker_credentials=cfg.credentials,
@@ -268,34 +161,403 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         broker_session_timeout=cfg.session_timeout_s,
         broker_heartbeat_interval=min(3.0, cfg.session_timeout_s / 3),
     )
-    metrics = StreamMetrics()
-    steps_topic = app.topic(STEPS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
-    findings_topic = app.topic(STEP_FINDINGS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
-    summaries_topic = app.topic(STEP_SUMMARIES, key_type=bytes, value_type=bytes)
-    anomalies_topic = app.topic(ANOMALIES, key_type=bytes, value_type=bytes)
-    dead_topic = app.topic(DEAD_LETTER, key_type=bytes, value_type=bytes)
-    job_states = app.Table(
-        "argus-job-state", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
-    )
-    assembler = StepAssembler(cfg.assembly)
-    held_findings = app.Table(
-        "argus-held-findings", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
-    )
-    holding: dict[bytes, dict[int, float]] = {}  # job state key -> held step -> since (monotonic)
-    history = EvidenceHistory(cfg.history)
 
-    async def dead_letter(event: Any, reason: str, error: str) -> None:
+
+@dataclass(frozen=True)
+class Topics:
+    """The app's topics (keys and values raw bytes)."""
+
+    steps: TopicT
+    findings: TopicT
+    summaries: TopicT
+    anomalies: TopicT
+    dead: TopicT
+    heartbeats: TopicT
+    evidence_in: TopicT
+    """Kernel sketches and stack samples, keyed by rank (best effort: ``acks=False``)."""
+    evidence: TopicT
+    """The same re-keyed by job, co-partitioned with the findings (internal)."""
+
+    @classmethod
+    def declare(cls, app: faust.App, partitions: int) -> Topics:
+        def topic(*names: str, **kw: Any) -> TopicT:
+            return app.topic(*names, key_type=bytes, value_type=bytes, **kw)
+
+        return cls(
+            steps=topic(STEPS, partitions=partitions),
+            findings=topic(STEP_FINDINGS, partitions=partitions),
+            summaries=topic(STEP_SUMMARIES),
+            anomalies=topic(ANOMALIES),
+            dead=topic(DEAD_LETTER),
+            heartbeats=topic(HEARTBEATS, partitions=partitions),
+            evidence_in=topic(KERNELS, STACKS, acks=False),
+            evidence=topic(EVIDENCE_TOPIC, partitions=partitions, internal=True, acks=False),
+        )
+
+
+_EXPIRE = "expire_job"
+"""A findings-topic message that orders the diagnose agent to forget a silent job run."""
+
+
+def _held_key(state_key: bytes, step: int) -> bytes:
+    """Key of a held step's findings in the held-findings table."""
+    return b"%s|%d" % (state_key, step)
+
+
+def _doc(raw: bytes | None) -> dict[str, Any]:
+    """A job-state table value: {"state": JobState dict, "held": [steps], "seen_s": time}."""
+    return json.loads(raw) if raw else {}
+
+
+def _forget_unacked(app: faust.App, events: Sequence[Any]) -> None:
+    """Let Faust's consumer stop waiting for events that will never be acknowledged.
+
+    At a rebalance or a stop, Faust waits until every message it delivered is acknowledged
+    (``stream_wait_empty``) before it commits and gives the partitions up. The parts of a
+    step dropped then (:meth:`StepAssembler.drop_open`) never will be: their offsets stay
+    uncommitted, so the partition's next owner reads them again, whole. Faust offers no call
+    for that, so they leave its set of unacknowledged messages here.
+    """
+    unacked = getattr(app.consumer, "_unacked_messages", None)
+    if unacked is None:
+        return
+    for event in events:
+        unacked.discard(event.message)
+
+
+class Streams:
+    """One worker's app: the Faust app, its topics and tables, the pure classes its agents
+    call (:class:`StepAssembler`, :class:`Reorderer`, :class:`HangTracker`,
+    :class:`EvidenceHistory`), and the agents and timers (the methods below, registered on
+    the app by the constructor; ``agents`` maps their names to the Faust agents)."""
+
+    def __init__(self, cfg: StreamConfig) -> None:
+        self.cfg = cfg
+        self.metrics = StreamMetrics()
+        self.app = app = faust_app(cfg)
+        self.topics = Topics.declare(app, cfg.partitions)
+        self.job_states = app.Table(
+            "argus-job-state", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
+        )
+        self.held_findings = app.Table(
+            "argus-held-findings", default=None, partitions=cfg.partitions, key_type=bytes, value_type=bytes
+        )
+        self.assembler = StepAssembler(cfg.assembly)
+        self.reorderer = Reorderer(
+            max_held=cfg.max_held_steps, max_wait_s=cfg.reorder_wait_s, start_wait_s=cfg.start_wait_s
+        )
+        self.hangs = HangTracker(
+            cfg.hang,
+            rank_slack=cfg.assembly.rank_slack,
+            max_groups=cfg.max_groups,
+            max_jobs=cfg.max_hang_jobs,
+            job_ttl_s=cfg.job_ttl_s,
+            update_s=cfg.hang_update_s,
+        )
+        self.history = EvidenceHistory(cfg.history)
+        self.reading = False  # the assemble agent is inside a batch of parts
+        self.refreshed: dict[bytes, int] = {}  # job state key -> the last step its anomalies were sent for
+        self.skipped: set[Any] = set()  # evidence partitions moved to their end once
+        self.origin = [("argus-group", cfg.app_id.encode())]  # which worker group summarized a step
+        self.agents = self._register()
+
+    def _register(self) -> dict[str, Any]:
+        app, t, cfg = self.app, self.topics, self.cfg
+        app.timer(0.25)(self.complete_waiting)
+        # Timers may read the tables but not write them (Faust: a table key is modified only
+        # inside stream iteration): what they decide goes through the findings topic, keyed by
+        # job like the job's own steps, and the diagnose agent applies it.
+        app.timer(cfg.idle_refresh_s)(self.refresh_idle_jobs)
+        app.timer(min(60.0, cfg.job_ttl_s / 2))(self.expire_jobs)
+        app.timer(cfg.hang_tick_s)(self.detect_hangs)
+        sources = {
+            "assemble": t.steps,
+            "diagnose": t.findings,
+            "watch_heartbeats": t.heartbeats,
+            "rekey_evidence": t.evidence_in,
+            "keep_evidence": t.evidence,
+        }
+        return {name: app.agent(topic)(getattr(self, name)) for name, topic in sources.items()}
+
+    # -- cross-rank stage ------------------------------------------------------------------
+
+    async def assemble(self, stream: Any) -> None:
+        async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
+            self.reading = True
+            now = time.monotonic()
+            # One decode for the whole batch of events: its StepBatches are checked in one pass.
+            parts = decode_many([event.value or b"" for event in events], expect=StepBatch)
+            for event, part in zip(events, parts, strict=True):
+                await self.add_part(event, part, now)
+            for done in self.assembler.due(now) if not self.leaving else ():
+                await self.finish(done)
+            self.reading = False
+            self.metrics.open_steps = self.assembler.open_steps
+
+    async def complete_waiting(self) -> None:
+        """Timer (0.25 s): complete the steps that waited long enough; at a rebalance or a
+        stop, drop the open ones unacknowledged (the partitions' next owner reads them)."""
+        if self.reading:
+            return  # mid-batch, a step's next parts may be further on in it; the agent checks at its end
+        if self.leaving:
+            dropped = self.assembler.drop_open()
+            if dropped:
+                _forget_unacked(self.app, dropped)
+                log.info("rebalance: %d parts of open steps dropped, unacknowledged", len(dropped))
+            self.metrics.open_steps = 0
+            return
+        for done in self.assembler.due(time.monotonic()):
+            await self.finish(done)
+        self.metrics.open_steps = self.assembler.open_steps
+
+    @property
+    def leaving(self) -> bool:
+        """The partitions go elsewhere (or back): read again there."""
+        return bool(self.app.rebalancing or self.app.should_stop)
+
+    async def add_part(self, event: Any, part: StepBatch | SchemaError, now: float) -> None:
+        self.metrics.messages += 1
+        if isinstance(part, SchemaError):
+            await self.dead_letter(event, part.reason, str(part))
+            return
+        # take_events acknowledges the whole batch once we are done with it (noack() does
+        # not change that); a part of a step still open must stay unacknowledged, so hold a
+        # reference of our own, released in finish().
+        event.message.incref()
+        self.metrics.records += len(part)
+        for done in self.assembler.add(part, event, now):
+            await self.finish(done)
+
+    async def finish(self, done: CompleteStep) -> None:
+        """Send a complete step's outputs, then acknowledge its parts (or dead-letter them)."""
+        self.metrics.steps[done.reason] += 1
+        if done.rejected:
+            await self.reject(
+                done.rejected, "absurd_rank", "the part claims only ranks beyond the job's world"
+            )
+        if done.reason == "far_future":
+            frontier = "its last completed step"
+            await self.reject(done.tokens, "far_future", f"step {done.batch.step} is far ahead of {frontier}")
+            return
+        if done.reason not in ("late", "absurd_rank"):
+            reason, error = await self.publish_step(done)
+            if reason:
+                await self.reject(done.tokens, reason, error)
+                return
+        for event in done.tokens:
+            event.ack()
+
+    async def publish_step(self, done: CompleteStep) -> tuple[str, str]:
+        """Diagnose a complete step and send its summary and findings, delivered; a reason
+        and an error when they cannot be (its parts are dead-lettered then)."""
+        try:
+            sf, summary, findings = step_outputs(done, self.cfg.diagnoser, self.cfg.max_message_bytes)
+        except ValidationError as exc:
+            return "output_too_large", str(exc)
+        except Exception as exc:  # a detector bug on odd input must not stop the worker
+            log.exception("step %d of %s: diagnosis failed", done.batch.step, done.batch.job)
+            return "diagnosis_failed", repr(exc)
+        key = job_key(done.batch.job)
+        try:
+            sent = [
+                await self.topics.summaries.send(key=key, value=summary, headers=self.origin),
+                await self.topics.findings.send(key=key, value=findings, headers=self.origin),
+            ]
+            for fut in sent:
+                await fut  # delivered before the parts are acknowledged
+        except MessageSizeTooLargeError as exc:
+            return "output_too_large", repr(exc)
+        self.metrics.completion_s.append(max(0.0, (time.time_ns() - sf.end_ns) / 1e9))
+        return "", ""
+
+    # -- temporal stage ---------------------------------------------------------------------
+
+    async def diagnose(self, stream: Any) -> None:
+        async for event in stream.events():
+            sf = await self.read_findings(event)
+            if sf is not None:
+                await self.diagnose_step(event, sf)
+
+    async def read_findings(self, event: Any) -> StepFindings | None:
+        """The step's findings; None after an expire order (applied here) or bad input."""
+        try:
+            data = json.loads(bytes(event.value or b""))
+            if isinstance(data, dict) and _EXPIRE in data:  # from expire_jobs
+                self.expire(f"{data[_EXPIRE]}|{int(data['run'])}".encode())
+                return None
+            return StepFindings.from_dict(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            await self.dead_letter(event, "invalid", f"step findings: {exc}")
+            return None
+
+    async def diagnose_step(self, event: Any, sf: StepFindings) -> None:
+        """Diagnose the step, and every held step it lets go, in order; then write the job's
+        state (after the anomalies it produced are delivered)."""
+        state_key = f"{sf.job}|{sf.run}".encode()
+        doc = _doc(self.job_states.get(state_key))
+        state = JobState.from_dict(doc["state"]) if doc else JobState.new(sf.job, sf.run, self.cfg.diagnoser)
+        # Steps that arrived before an earlier one wait in their own table (one small write
+        # each); the job's state lists them.
+        held: set[int] = set(doc.get("held", ()))
+        if sf.step <= state.last_step or sf.step in held:
+            return  # a duplicate (replayed after a restart): already diagnosed or held
+        if state.last_step >= 0 and sf.step > state.last_step + self.cfg.assembly.max_steps_ahead:
+            # Held, it would be released "in order" once it waited long enough, and every
+            # real step after it would then look old.
+            await self.dead_letter(
+                event, "far_future", f"step {sf.step} is far ahead of step {state.last_step}"
+            )
+            return
+        if doc and not self.reorderer.knows(state_key):
+            log.info("job %s: resumed from the table at step %d, %d held", sf.job, state.last_step, len(held))
+        now = time.monotonic()
+        self.reorderer.hold(state_key, held, sf.step, now)
+        released: list[int] = []
+        while (nxt := self.reorderer.release(state_key, held, state.last_step, now)) is not None:
+            released.append(nxt)
+            found = sf if nxt == sf.step else self.held_step(state_key, nxt, sf.job)
+            if found is not None:
+                await self.apply(state, found)
+        if sf.step in held:
+            self.held_findings[_held_key(state_key, sf.step)] = bytes(event.value or b"")
+        self.job_states[state_key] = json.dumps(
+            {"state": state.to_dict(), "held": sorted(held), "seen_s": time.time()}
+        ).encode()
+        for step in released:
+            if step != sf.step:
+                self.held_findings.pop(_held_key(state_key, step), None)
+
+    def held_step(self, state_key: bytes, step: int, job: str) -> StepFindings | None:
+        held_raw = self.held_findings.get(_held_key(state_key, step))
+        if held_raw is None:
+            log.warning("job %s: held step %d is missing from the table; skipped", job, step)
+            return None
+        return StepFindings.from_dict(json.loads(held_raw))
+
+    async def apply(self, state: JobState, found: StepFindings) -> None:
+        """One step's findings into the job's state; its anomalies sent and delivered."""
+        deepen = self.history.deepener(found.job, found.run, self.cfg.diagnoser)
+        result = apply_findings(state, found, self.cfg.diagnoser, deepen=deepen)
+        for anomaly in result.anomalies:
+            if await self.send_anomaly(anomaly) is not None:
+                self.metrics.anomalies[anomaly.cause] += 1
+        if result.anomalies:
+            await self.app.producer.flush()  # delivered before the state that produced them is written
+
+    def expire(self, state_key: bytes) -> None:
+        """Forget a job run silent for ``job_ttl_s`` (inside stream iteration: table writes)."""
+        doc = _doc(self.job_states.get(state_key))
+        if not doc or doc.get("seen_s", 0) >= time.time() - self.cfg.job_ttl_s:
+            return  # it came back meanwhile
+        for step in doc.get("held", ()):
+            self.held_findings.pop(_held_key(state_key, step), None)
+        del self.job_states[state_key]
+        self.reorderer.forget(state_key)
+        self.refreshed.pop(state_key, None)
+        self.history.forget(doc["state"]["job"], int(doc["state"]["run"]))
+        log.info(
+            "job %s: silent for %.0f s, forgotten", state_key.decode(errors="replace"), self.cfg.job_ttl_s
+        )
+
+    async def refresh_idle_jobs(self) -> None:
+        """Timer: a job that stopped sending steps (ended, or hangs) has its open anomalies
+        sent with their windows and costs as far as they went, not as when last sent."""
+        quiet = time.time() - self.cfg.idle_refresh_s
+        for key, raw in list(self.job_states.items()):
+            doc = _doc(raw)
+            if not doc or doc.get("seen_s", 0) > quiet:
+                continue
+            state = JobState.from_dict(doc["state"])
+            if self.refreshed.get(key) == state.last_step:
+                continue
+            self.refreshed[key] = state.last_step
+            for anomaly in refresh(state):
+                if await self.send_anomaly(anomaly) is not None:
+                    self.metrics.anomalies[anomaly.cause] += 1
+
+    async def expire_jobs(self) -> None:
+        """Timer: order the diagnose agent (through the findings topic) to forget silent jobs."""
+        cutoff = time.time() - self.cfg.job_ttl_s
+        for raw in list(self.job_states.values()):
+            doc = _doc(raw)
+            if doc and doc.get("seen_s", 0) < cutoff:
+                state = doc["state"]
+                order = json.dumps({_EXPIRE: state["job"], "run": state["run"]}).encode()
+                await self.topics.findings.send(key=job_key(state["job"]), value=order)
+
+    # -- hangs ---------------------------------------------------------------------------------
+
+    async def watch_heartbeats(self, stream: Any) -> None:
+        async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
+            records = []
+            for event, record in zip(events, decode_many([e.value or b"" for e in events]), strict=True):
+                if isinstance(record, Heartbeat | HeartbeatBatch):
+                    records.append((record, event))
+                else:  # a SchemaError, or a record of another type
+                    bad = record if isinstance(record, SchemaError) else DecodeError(type(record).__name__)
+                    await self.dead_letter(event, bad.reason, f"not a heartbeat: {bad}")
+            taken, refused = self.hangs.observe(records)
+            for event, reason, error in refused:
+                await self.dead_letter(event, reason, error)
+            self.metrics.heartbeats += taken
+            self.metrics.hang_jobs = self.hangs.jobs
+
+    async def detect_hangs(self) -> None:
+        """Timer (``hang_tick_s``, the detector's clock): send the hang anomalies due."""
+        now_ns, now = time.time_ns(), time.monotonic()
+        for anomaly, first in self.hangs.due(now_ns, now):
+            fut = await self.send_anomaly(anomaly)
+            if fut is not None:
+                await fut
+                if first:
+                    self.metrics.anomalies[anomaly.cause] += 1
+                    log.warning("hang: %s", anomaly.summary)
+            self.hangs.mark_sent(anomaly.id, now)  # not again before the next update
+        self.hangs.prune(now)
+
+    # -- kernel level (streams/deepening.py) ------------------------------------------------
+    # Kernel sketches and stacks, keyed by rank, re-keyed by job into a topic co-partitioned
+    # with the findings; kept a few steps per rank. Best effort (acks=False): a partition
+    # first seen with messages older than history.max_age_s (a new group on the topics'
+    # backlog) is moved to its end, once.
+
+    async def rekey_evidence(self, stream: Any) -> None:
+        async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
+            fresh = await self.recent_only(events)
+            out, bad = rekey(
+                [(e.message.key, bytes(e.value or b"")) for e in fresh], self.cfg.max_message_bytes
+            )
+            for i, exc in bad:
+                await self.dead_letter(fresh[i], exc.reason, str(exc))
+            for key, blob in out:  # queued, not awaited: the history is best effort
+                await self.app.producer.send(EVIDENCE_TOPIC, key, blob, None, None, None)
+
+    async def keep_evidence(self, stream: Any) -> None:
+        async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
+            self.history.add_packed([e.value for e in await self.recent_only(events)])
+
+    async def recent_only(self, events: list[Any]) -> list[Any]:
+        recent = time.time() - self.cfg.history.max_age_s
+        stale = {e.message.tp for e in events if e.message.timestamp < recent} - self.skipped
+        if stale:
+            self.skipped.update(stale)
+            for tp, end in (await self.app.consumer.highwaters(*stale)).items():
+                await self.app.consumer.seek(tp, end)
+        return [e for e in events if e.message.timestamp >= recent]
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    async def dead_letter(self, event: Any, reason: str, error: str) -> None:
         """Send one input to the dead-letter topic (bounded) and wait until it is delivered."""
         msg = event.message
-        metrics.dead_letters[reason] += 1
+        self.metrics.dead_letters[reason] += 1
         log.warning(
             "dead letter %s[%d]@%d: %s: %s", msg.topic, msg.partition, msg.offset, reason, error[:300]
         )
         payload = bytes(event.value or b"")
         record = DeadLetter.of(msg.topic, msg.partition, msg.offset, reason, error, time.time_ns(), payload)
-        key = bytes(msg.key or b"")[:1024]
-        fut = await dead_topic.send(
-            key=key,
+        fut = await self.topics.dead.send(
+            key=bytes(msg.key or b"")[:1024],
             value=encode(record),
             headers=[
                 ("argus-reason", record.reason.encode()),
@@ -305,312 +567,23 @@ def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
         )
         await fut
 
-    async def reject(events: Any, reason: str, error: str) -> None:
+    async def reject(self, events: Any, reason: str, error: str) -> None:
         for event in events:
-            await dead_letter(event, reason, error)
+            await self.dead_letter(event, reason, error)
             event.ack()
 
-    origin = [("argus-group", cfg.app_id.encode())]  # which worker group summarized a step
-
-    async def finish(done: CompleteStep) -> None:
-        metrics.steps[done.reason] += 1
-        if done.rejected:
-            await reject(done.rejected, "absurd_rank", "the part claims only ranks beyond the job's world")
-        if done.reason == "far_future":
-            frontier = "its last completed step"
-            await reject(done.tokens, "far_future", f"step {done.batch.step} is far ahead of {frontier}")
-            return
-        if done.reason not in ("late", "absurd_rank"):
-            reason, error = "", ""
-            try:
-                sf, summary, findings = step_outputs(done, cfg.diagnoser, cfg.max_message_bytes)
-            except ValidationError as exc:
-                reason, error = "output_too_large", str(exc)
-            except Exception as exc:  # a detector bug on odd input must not stop the worker
-                log.exception("step %d of %s: diagnosis failed", done.batch.step, done.batch.job)
-                reason, error = "diagnosis_failed", repr(exc)
-            else:
-                key = job_key(done.batch.job)
-                try:
-                    sent = [
-                        await summaries_topic.send(key=key, value=summary, headers=origin),
-                        await findings_topic.send(key=key, value=findings, headers=origin),
-                    ]
-                    for fut in sent:
-                        await fut  # delivered before the parts are acknowledged
-                except MessageSizeTooLargeError as exc:
-                    reason, error = "output_too_large", repr(exc)
-                else:
-                    metrics.completion_s.append(max(0.0, (time.time_ns() - sf.end_ns) / 1e9))
-            if reason:
-                await reject(done.tokens, reason, error)
-                return
-        for event in done.tokens:
-            event.ack()
-
-    async def send_anomaly(anomaly: Anomaly) -> Any:
+    async def send_anomaly(self, anomaly: Anomaly) -> Any:
         """Send one anomaly (bounded); None when it cannot be encoded or sent (logged, counted)."""
         try:
             value = encode(bounded_anomaly(anomaly))
-            return await anomalies_topic.send(key=job_key(anomaly.job)[:1024], value=value)
+            return await self.topics.anomalies.send(key=job_key(anomaly.job)[:1024], value=value)
         except (SchemaError, MessageSizeTooLargeError, TypeError, ValueError) as exc:
-            metrics.dead_letters["invalid_output"] += 1
+            self.metrics.dead_letters["invalid_output"] += 1
             log.error("anomaly %s of job %.100s not sent: %s", anomaly.id, anomaly.job, str(exc)[:300])
             return None
 
-    reading = [False]  # the assemble agent is inside a batch of parts
 
-    @app.agent(steps_topic)
-    async def assemble(stream: Any) -> None:
-        async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            reading[0] = True
-            now = time.monotonic()
-            # One decode for the whole batch of events: its StepBatches are checked in one pass.
-            parts = decode_many([event.value or b"" for event in events], expect=StepBatch)
-            for event, part in zip(events, parts, strict=True):
-                metrics.messages += 1
-                if isinstance(part, SchemaError):
-                    await dead_letter(event, part.reason, str(part))
-                    continue
-                # take_events acknowledges the whole batch once we are done with it (noack()
-                # does not change that); a part of a step still open must stay unacknowledged,
-                # so hold a reference of our own, released in finish().
-                event.message.incref()
-                metrics.records += len(part)
-                for done in assembler.add(part, event, now):
-                    await finish(done)
-            for done in assembler.due(now) if not (app.rebalancing or app.should_stop) else ():
-                await finish(done)
-            reading[0] = False
-            metrics.open_steps = assembler.open_steps
-
-    @app.timer(0.25)  # type: ignore[untyped-decorator]
-    async def complete_waiting() -> None:
-        if reading[0]:
-            return  # mid-batch, a step's next parts may be further on in it; the agent checks at its end
-        if app.rebalancing or app.should_stop:  # the partitions go elsewhere (or back): read again there
-            dropped = assembler.drop_open()
-            if dropped:
-                _forget_unacked(app, dropped)
-                log.info("rebalance: %d parts of open steps dropped, unacknowledged", len(dropped))
-            metrics.open_steps = 0
-            return
-        for done in assembler.due(time.monotonic()):
-            await finish(done)
-        metrics.open_steps = assembler.open_steps
-
-    def expire(state_key: bytes) -> None:
-        """Forget a job run silent for ``job_ttl_s`` (inside stream iteration: table writes)."""
-        raw = job_states.get(state_key)
-        doc = json.loads(raw) if raw else {}
-        if not doc or doc.get("seen_s", 0) >= time.time() - cfg.job_ttl_s:
-            return  # it came back meanwhile
-        for step in doc.get("held", ()):
-            held_findings.pop(_held_key(state_key, step), None)
-        del job_states[state_key]
-        holding.pop(state_key, None)
-        refreshed.pop(state_key, None)
-        history.forget(doc["state"]["job"], int(doc["state"]["run"]))
-        log.info("job %s: silent for %.0f s, forgotten", state_key.decode(errors="replace"), cfg.job_ttl_s)
-
-    @app.agent(findings_topic)
-    async def diagnose(stream: Any) -> None:
-        async for event in stream.events():
-            raw = bytes(event.value or b"")
-            try:
-                data = json.loads(raw)
-                if isinstance(data, dict) and _EXPIRE in data:  # from expire_jobs
-                    expire(f"{data[_EXPIRE]}|{int(data['run'])}".encode())
-                    continue
-                sf = StepFindings.from_dict(data)
-            except (ValueError, KeyError, TypeError) as exc:
-                await dead_letter(event, "invalid", f"step findings: {exc}")
-                continue
-            state_key = f"{sf.job}|{sf.run}".encode()
-            doc_raw = job_states.get(state_key)
-            doc = json.loads(doc_raw) if doc_raw else {}
-            state = JobState.from_dict(doc["state"]) if doc else JobState.new(sf.job, sf.run, cfg.diagnoser)
-            # Steps that arrived before an earlier one wait in their own table (one small write
-            # each); the job's state lists them.
-            held: set[int] = set(doc.get("held", ()))
-            if sf.step <= state.last_step or sf.step in held:
-                continue  # a duplicate (replayed after a restart): already diagnosed or held
-            if state.last_step >= 0 and sf.step > state.last_step + cfg.assembly.max_steps_ahead:
-                # Held, it would be released "in order" once it waited long enough, and every
-                # real step after it would then look old.
-                await dead_letter(
-                    event, "far_future", f"step {sf.step} is far ahead of step {state.last_step}"
-                )
-                continue
-            if doc and state_key not in holding:
-                log.info(
-                    "job %s: resumed from the table at step %d, %d held", sf.job, state.last_step, len(held)
-                )
-            now = time.monotonic()
-            held.add(sf.step)
-            # How long a step waited counts on this process's clock: a step restored from the
-            # changelog starts waiting afresh, so the steps replayed after it can still come.
-            since = holding.setdefault(state_key, {})
-            for h in held:
-                since.setdefault(h, now)
-            released: list[int] = []
-            while True:
-                nxt = next_in_order(
-                    state.last_step,
-                    held,
-                    max_held=cfg.max_held_steps,
-                    waited_s=now - min(since[s] for s in held) if held else 0.0,
-                    max_wait_s=cfg.reorder_wait_s,
-                    start_wait_s=cfg.start_wait_s,
-                )
-                if nxt is None:
-                    break
-                held.discard(nxt)
-                since.pop(nxt, None)
-                released.append(nxt)
-                if nxt == sf.step:
-                    found = sf
-                else:
-                    held_raw = held_findings.get(_held_key(state_key, nxt))
-                    if held_raw is None:
-                        log.warning("job %s: held step %d is missing from the table; skipped", sf.job, nxt)
-                        continue
-                    found = StepFindings.from_dict(json.loads(held_raw))
-                deepen = history.deepener(found.job, found.run, cfg.diagnoser)
-                result = apply_findings(state, found, cfg.diagnoser, deepen=deepen)
-                for anomaly in result.anomalies:
-                    if await send_anomaly(anomaly) is not None:
-                        metrics.anomalies[anomaly.cause] += 1
-                if result.anomalies:
-                    await app.producer.flush()  # delivered before the state that produced them is written
-            if sf.step in held:
-                held_findings[_held_key(state_key, sf.step)] = raw
-            job_states[state_key] = json.dumps(
-                {"state": state.to_dict(), "held": sorted(held), "seen_s": time.time()}
-            ).encode()
-            for step in released:
-                if step != sf.step:
-                    held_findings.pop(_held_key(state_key, step), None)
-
-    # Timers may read the tables but not write them (Faust: a table key is modified only
-    # inside stream iteration): what they decide goes through the findings topic, keyed by
-    # job like the job's own steps, and the diagnose agent applies it.
-    refreshed: dict[bytes, int] = {}  # job state key -> the last step its anomalies were sent for
-
-    @app.timer(cfg.idle_refresh_s)  # type: ignore[untyped-decorator]
-    async def refresh_idle_jobs() -> None:
-        # a job that stopped sending steps (ended, or hangs): its open anomalies' windows
-        # and costs as far as they went, not as they were when last sent
-        quiet = time.time() - cfg.idle_refresh_s
-        for key, raw in list(job_states.items()):
-            doc = json.loads(raw) if raw else {}
-            if not doc or doc.get("seen_s", 0) > quiet:
-                continue
-            state = JobState.from_dict(doc["state"])
-            if refreshed.get(key) == state.last_step:
-                continue
-            refreshed[key] = state.last_step
-            for anomaly in refresh(state):
-                if await send_anomaly(anomaly) is not None:
-                    metrics.anomalies[anomaly.cause] += 1
-
-    @app.timer(min(60.0, cfg.job_ttl_s / 2))  # type: ignore[untyped-decorator]
-    async def expire_jobs() -> None:
-        cutoff = time.time() - cfg.job_ttl_s
-        for raw in list(job_states.values()):
-            doc = json.loads(raw) if raw else {}
-            if doc and doc.get("seen_s", 0) < cutoff:
-                state = doc["state"]
-                order = json.dumps({_EXPIRE: state["job"], "run": state["run"]}).encode()
-                await findings_topic.send(key=job_key(state["job"]), value=order)
-
-    heartbeats_topic = app.topic(HEARTBEATS, key_type=bytes, value_type=bytes, partitions=cfg.partitions)
-    hang_states: dict[tuple[str, int], HangState] = {}
-    hang_sent: dict[str, float] = {}  # anomaly id -> when last sent (monotonic)
-
-    @app.agent(heartbeats_topic)
-    async def watch_heartbeats(stream: Any) -> None:
-        async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            records = []
-            for event, record in zip(events, decode_many([e.value or b"" for e in events]), strict=True):
-                if isinstance(record, Heartbeat | HeartbeatBatch):
-                    records.append((record, event))
-                else:  # a SchemaError, or a record of another type
-                    bad = record if isinstance(record, SchemaError) else DecodeError(type(record).__name__)
-                    await dead_letter(event, bad.reason, f"not a heartbeat: {bad}")
-            taken, refused = observe_heartbeats(
-                hang_states,
-                records,
-                rank_slack=cfg.assembly.rank_slack,
-                max_groups=cfg.max_groups,
-                progress_points=cfg.hang.progress_points,
-                max_jobs=cfg.max_hang_jobs,
-            )
-            for event, reason, error in refused:
-                await dead_letter(event, reason, error)
-            metrics.heartbeats += taken
-            metrics.hang_jobs = len(hang_states)
-
-    @app.timer(cfg.hang_tick_s)  # type: ignore[untyped-decorator]
-    async def detect_hangs() -> None:
-        now_ns, now = time.time_ns(), time.monotonic()
-        for key, state in list(hang_states.items()):
-            if state.seen.any() and now_ns - int(state.time_ns.max()) > cfg.job_ttl_s * 1e9:
-                del hang_states[key]
-                continue
-            try:
-                anomalies = hang_anomalies(detect_hang(state, now_ns, cfg.hang))
-            except Exception:  # one job's odd heartbeats must not stop the others' detection
-                log.exception("hang detection for job %.100s failed", key[0])
-                continue
-            for anomaly in anomalies:
-                last = hang_sent.get(anomaly.id)
-                if last is not None and now - last < cfg.hang_update_s:
-                    continue
-                fut = await send_anomaly(anomaly)
-                if fut is None:
-                    hang_sent[anomaly.id] = now  # not again before the next update
-                    continue
-                await fut
-                if last is None:
-                    metrics.anomalies[anomaly.cause] += 1
-                    log.warning("hang: %s", anomaly.summary)
-                hang_sent[anomaly.id] = now
-        for aid in [a for a, t in hang_sent.items() if now - t > cfg.job_ttl_s]:
-            del hang_sent[aid]
-
-    # Kernel level (streams/deepening.py): kernel sketches and stacks, keyed by rank, re-keyed
-    # by job into a topic co-partitioned with the findings; kept a few steps per rank.
-    # Best effort (acks=False): a partition first seen with messages older than
-    # history.max_age_s (a new group on the topics' backlog) is moved to its end, once.
-    evidence_topic = app.topic(
-        EVIDENCE_TOPIC, key_type=bytes, value_type=bytes, partitions=cfg.partitions, internal=True, acks=False
-    )
-    skipped: set[Any] = set()
-
-    async def recent_only(events: list[Any]) -> list[Any]:
-        recent = time.time() - cfg.history.max_age_s
-        stale = {e.message.tp for e in events if e.message.timestamp < recent} - skipped
-        if stale:
-            skipped.update(stale)
-            for tp, end in (await app.consumer.highwaters(*stale)).items():
-                await app.consumer.seek(tp, end)
-        return [e for e in events if e.message.timestamp >= recent]
-
-    @app.agent(app.topic(KERNELS, STACKS, key_type=bytes, value_type=bytes, acks=False))
-    async def rekey_evidence(stream: Any) -> None:
-        async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            fresh = await recent_only(events)
-            out, bad = rekey([(e.message.key, bytes(e.value or b"")) for e in fresh], cfg.max_message_bytes)
-            for i, exc in bad:
-                await dead_letter(fresh[i], exc.reason, str(exc))
-            for key, blob in out:  # queued, not awaited: the history is best effort
-                await app.producer.send(EVIDENCE_TOPIC, key, blob, None, None, None)
-
-    @app.agent(evidence_topic)
-    async def keep_evidence(stream: Any) -> None:
-        async for events in stream.take_events(cfg.take, within=cfg.within_s):
-            history.add_packed([e.value for e in await recent_only(events)])
-
-    app.argus_agents = (assemble, diagnose, watch_heartbeats, rekey_evidence, keep_evidence)  # type: ignore[attr-defined]
-    return app, metrics
+def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:
+    """The Faust app and the metrics its agents keep."""
+    streams = Streams(cfg)
+    return streams.app, streams.metrics

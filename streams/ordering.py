@@ -8,13 +8,16 @@ delays it to its timeout), so waiting is safe; a step that never comes (no rank 
 it) is given up when the oldest held step has waited ``max_wait_s`` or more than
 ``max_held`` steps are held. Without such a gap the order, and so the diagnosis, is the
 same in every run.
+
+:func:`next_in_order` decides; :class:`Reorderer` keeps the clocks of a worker's held steps
+and hands them out one at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 
-__all__ = ["next_in_order"]
+__all__ = ["Reorderer", "next_in_order"]
 
 
 def next_in_order(
@@ -40,3 +43,50 @@ def next_in_order(
     if len(held) > max_held or waited_s >= max_wait_s:
         return first
     return None
+
+
+class Reorderer:
+    """How long each held step of each job has waited, and which held step goes next.
+
+    The set of held steps is the job's (the temporal stage keeps it in the job's state, so
+    it survives a restart); the caller passes it in and this class adds to it and takes
+    from it. Waiting counts on this process's clock: a step restored from the changelog
+    starts waiting afresh, so the steps replayed after it can still come.
+    """
+
+    def __init__(self, *, max_held: int = 64, max_wait_s: float = 30.0, start_wait_s: float = 5.0) -> None:
+        self.max_held = max_held
+        self.max_wait_s = max_wait_s
+        self.start_wait_s = start_wait_s
+        self._since: dict[Hashable, dict[int, float]] = {}  # job -> held step -> since (monotonic)
+
+    def knows(self, job: Hashable) -> bool:
+        """Whether this process has held steps of ``job`` since it started (or forgot it)."""
+        return job in self._since
+
+    def hold(self, job: Hashable, held: set[int], step: int, now: float) -> None:
+        """Add ``step`` to the job's ``held`` steps; every held step not yet timed waits from ``now``."""
+        held.add(step)
+        since = self._since.setdefault(job, {})
+        for h in held:
+            since.setdefault(h, now)
+
+    def release(self, job: Hashable, held: set[int], last_step: int, now: float) -> int | None:
+        """The held step to diagnose after ``last_step``, taken out of ``held``; None: wait."""
+        since = self._since.setdefault(job, {})
+        nxt = next_in_order(
+            last_step,
+            held,
+            max_held=self.max_held,
+            waited_s=now - min(since[s] for s in held) if held else 0.0,
+            max_wait_s=self.max_wait_s,
+            start_wait_s=self.start_wait_s,
+        )
+        if nxt is not None:
+            held.discard(nxt)
+            since.pop(nxt, None)
+        return nxt
+
+    def forget(self, job: Hashable) -> None:
+        """Drop the job's clocks (its state expired)."""
+        self._since.pop(job, None)

@@ -2,50 +2,11 @@
 
 from __future__ import annotations
 
-import bisect
-import threading
-from collections import deque
-from collections.abc import Iterable
-
 import typer
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
-__all__ = ["LATENCY_BUCKETS_S", "LatencyHistogram"]
-
-LATENCY_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
-"""Bucket bounds of ``argus_worker_step_completion_seconds`` (first part in to findings out)."""
-
-
-class LatencyHistogram(deque[float]):
-    """The worker's completion-latency deque that also keeps a cumulative Prometheus histogram.
-
-    It replaces ``StreamMetrics.completion_s`` (same bounded deque for the quantiles the worker
-    already logs), so every ``append`` is counted once in the buckets, whatever the deque drops.
-    """
-
-    def __init__(self, values: Iterable[float] = (), maxlen: int | None = None) -> None:
-        super().__init__(maxlen=maxlen)
-        self._lock = threading.Lock()
-        self.counts = [0] * len(LATENCY_BUCKETS_S)
-        self.total = 0.0
-        for v in values:
-            self.append(v)
-
-    def append(self, value: float) -> None:
-        with self._lock:
-            super().append(value)
-            self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, value)] += 1
-            self.total += value
-
-    def buckets(self) -> tuple[list[tuple[float, int]], float]:
-        """Cumulative ``(upper bound, count)`` pairs ending with +inf, and the sum of seconds."""
-        with self._lock:
-            out, running = [], 0
-            for le, n in zip(LATENCY_BUCKETS_S, self.counts, strict=True):
-                running += n
-                out.append((le, running))
-            return out, self.total
+__all__: list[str] = []
 
 
 @app.command()
@@ -59,8 +20,9 @@ def worker(
     """Run a stream worker: assemble steps, diagnose them live, publish anomalies (SIGTERM stops it)."""
     import faust
 
-    from argus.schemas import ANOMALIES, DEAD_LETTER, HEARTBEATS, STEP_FINDINGS, STEP_SUMMARIES, STEPS
+    from argus.schemas import STEP_FINDINGS
     from argus.streams import build_app
+    from argus.streams.app import LAG_TOPICS, WORKER_TOPICS
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
     from ..wiring import stream_config
@@ -69,11 +31,7 @@ def worker(
     conf = s.kafka_client_config()
     try:
         probe_kafka(conf)
-        ensure_topics(
-            conf,
-            [STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS],
-            partitions=s.kafka_partitions,
-        )
+        ensure_topics(conf, list(WORKER_TOPICS), partitions=s.kafka_partitions)
         # The job-state table is co-partitioned with the findings topic: take what exists.
         partitions = topic_partitions(conf, STEP_FINDINGS)
         faust_app, metrics = build_app(stream_config(s, app_id=app_id, partitions=partitions))
@@ -89,56 +47,22 @@ def worker(
     except KafkaUnavailable as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     if metrics_port:
+        from argus.streams.metrics import Family, metric_families
+
         from ..kafka_admin import GroupLag
         from ..metrics import serve_metrics
+        from ._health import WorkerHealth, add_probes
 
-        lag = GroupLag(conf, app_id, [STEPS, STEP_FINDINGS])
-        latency = LatencyHistogram(metrics.completion_s, maxlen=metrics.completion_s.maxlen)
-        metrics.completion_s = latency  # the stream appends here; the histogram counts each append
+        lag = GroupLag(conf, app_id, list(LAG_TOPICS))
 
-        def snapshot() -> dict[str, object]:
+        def snapshot() -> dict[str, Family]:
             try:
                 lags = lag()
             except Exception:  # the broker is away: no lag figure this scrape
                 lags = {}
-            return {
-                "argus_worker_consumer_lag": (
-                    "gauge",
-                    "messages not yet processed, per topic",
-                    {(("topic", t),): v for t, v in lags.items()},
-                ),
-                "argus_worker_records_total": (
-                    "counter",
-                    "rank-step records consumed",
-                    {(): metrics.records},
-                ),
-                "argus_worker_messages_total": ("counter", "Kafka messages consumed", {(): metrics.messages}),
-                "argus_worker_steps_total": (
-                    "counter",
-                    "steps completed, by how",
-                    {(("reason", k),): v for k, v in metrics.steps.items()},
-                ),
-                "argus_worker_anomalies_total": (
-                    "counter",
-                    "anomalies published, by root cause",
-                    {(("cause", k),): v for k, v in metrics.anomalies.items()},
-                ),
-                "argus_worker_dead_letters_total": (
-                    "counter",
-                    "bad messages sent to the dead-letter topic",
-                    {(("reason", k),): v for k, v in metrics.dead_letters.items()},
-                ),
-                "argus_worker_open_steps": ("gauge", "steps waiting for ranks", {(): metrics.open_steps}),
-                "argus_worker_step_completion_seconds": (
-                    "histogram",
-                    "first part of a step in to its findings out, seconds",
-                    {(): latency.buckets()},
-                ),
-            }
+            return metric_families(metrics, lags)
 
-        from ._health import WorkerHealth, add_probes
-
-        server = serve_metrics(metrics_port, snapshot)  # type: ignore[arg-type]
+        server = serve_metrics(metrics_port, snapshot)
         health = WorkerHealth(faust_app)  # the kubelet's /livez and /readyz beside /metrics
         add_probes(server, {"/livez": health.liveness, "/readyz": health.readiness})
     console.print(

@@ -7,8 +7,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from argus.cli.worker import LATENCY_BUCKETS_S, LatencyHistogram
 from argus.metrics import serve_metrics
+from argus.streams.metrics import LATENCY_BUCKETS_S, LatencyHistogram
 
 
 def test_every_append_is_counted_once_even_after_the_deque_drops_it() -> None:

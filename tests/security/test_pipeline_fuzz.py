@@ -44,7 +44,7 @@ from argus.schemas.kernel_codec import encode_payload
 from argus.sinks import to_arrow
 from argus.sinks.kernels import KernelDecoder
 from argus.streams import AssemblyConfig, StepAssembler
-from argus.streams.app import bounded_anomaly, step_outputs
+from argus.streams.outputs import bounded_anomaly, step_outputs
 from tests.records import RECORDS, T0, step_batch
 
 CASES = int(os.environ.get("ARGUS_FUZZ_PIPELINE_CASES", "10000"))

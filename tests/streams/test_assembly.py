@@ -113,7 +113,7 @@ def test_an_absurd_rank_neither_sets_the_world_nor_grows_the_summary() -> None:
     import json
 
     from argus.detectors import DiagnoserConfig
-    from argus.streams.app import step_outputs
+    from argus.streams.outputs import step_outputs
 
     sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=6, job="poison")
     s0, s1, s2 = (s.batch for s in sim.run(3))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from argus.streams.ordering import next_in_order
+from argus.streams.ordering import Reorderer, next_in_order
 
 
 def test_in_order_steps_go_at_once_and_early_ones_wait() -> None:
@@ -23,3 +23,29 @@ def test_a_lost_step_is_given_up_after_waiting_or_holding_too_many() -> None:
     assert next_in_order(9, set(range(11, 20)), max_held=8) == 11  # step 10 never comes
     assert next_in_order(9, set(range(11, 19)), max_held=8) is None
     assert next_in_order(9, {11}, waited_s=31.0, max_wait_s=30.0) == 11
+
+
+def test_the_reorderer_hands_out_held_steps_in_order_on_its_own_clock() -> None:
+    r = Reorderer(max_held=8, max_wait_s=30.0, start_wait_s=5.0)
+    held: set[int] = set()
+    r.hold("job", held, 10, now=100.0)  # seen mid-run: an earlier step may still come
+    assert r.release("job", held, -1, now=104.0) is None
+    assert r.release("job", held, -1, now=105.0) == 10 and held == set()
+    r.hold("job", held, 12, now=106.0)
+    assert r.release("job", held, 10, now=106.0) is None  # step 11 may still come
+    r.hold("job", held, 11, now=107.0)
+    assert [r.release("job", held, last, now=107.0) for last in (10, 11, 12)] == [11, 12, None]
+    r.hold("job", held, 14, now=110.0)  # step 13 never comes
+    assert r.release("job", held, 12, now=139.0) is None
+    assert r.release("job", held, 12, now=140.0) == 14
+
+
+def test_steps_restored_from_the_table_wait_afresh_and_a_forgotten_job_starts_over() -> None:
+    r = Reorderer(max_wait_s=30.0)
+    held = {5, 6}  # held before a restart, listed in the job's state
+    assert not r.knows("job")
+    r.hold("job", held, 7, now=1000.0)
+    assert r.knows("job") and r.release("job", held, 3, now=1029.0) is None
+    assert r.release("job", held, 3, now=1030.0) == 5
+    r.forget("job")
+    assert not r.knows("job")

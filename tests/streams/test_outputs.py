@@ -11,7 +11,7 @@ from argus.detectors import DiagnoserConfig, HangState, detect_hang, hang_anomal
 from argus.producers.simulator import HangScenario, HangSimulator, Layout
 from argus.schemas import LIMITS, ValidationError, decode, encode
 from argus.streams import CompleteStep
-from argus.streams.app import bounded_anomaly, step_outputs
+from argus.streams.outputs import bounded_anomaly, step_outputs
 from tests.records import step_batch
 
 LONG_FRAME = "train.py:step;" + "model.py:" + "f" * 5000

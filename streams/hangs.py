@@ -1,0 +1,96 @@
+"""The hang stage's bookkeeping (pure): every job's latest heartbeats and which hang
+anomalies are due to be sent.
+
+The state is in memory on purpose: it is the last few seconds of heartbeats, rebuilt
+within one heartbeat period after a restart (only the stall clock restarts, so a hang
+that began before the restart is named at most one threshold late). A job's state expires
+after ``job_ttl_s`` without heartbeats. The decisions are the detectors'
+(:func:`detectors.hang.observe_heartbeats`, :func:`detectors.detect_hang`,
+:func:`detectors.hang_anomalies`); this class only keeps their state and the send schedule:
+each anomaly id when first named, then again every ``update_s`` with the cost so far.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from argus.detectors import HangConfig, HangState, detect_hang, hang_anomalies, observe_heartbeats
+from argus.schemas import Anomaly, Heartbeat, HeartbeatBatch
+
+__all__ = ["HangTracker"]
+
+log = logging.getLogger("argus.streams")
+
+
+class HangTracker:
+    """The latest heartbeat of every rank of every job (a :class:`detectors.HangState` per
+    job run) and when each hang anomaly was last sent."""
+
+    def __init__(
+        self,
+        config: HangConfig | None = None,
+        *,
+        rank_slack: int = 1024,
+        max_groups: int = 64,
+        max_jobs: int = 16_384,
+        job_ttl_s: float = 6 * 3600.0,
+        update_s: float = 60.0,
+    ) -> None:
+        self.config = config or HangConfig()
+        self.rank_slack = rank_slack
+        self.max_groups = max_groups
+        self.max_jobs = max_jobs
+        self.job_ttl_s = job_ttl_s
+        self.update_s = update_s
+        self.states: dict[tuple[str, int], HangState] = {}
+        self.sent: dict[str, float] = {}  # anomaly id -> when last sent (monotonic)
+
+    @property
+    def jobs(self) -> int:
+        return len(self.states)
+
+    def observe(
+        self, records: Sequence[tuple[Heartbeat | HeartbeatBatch, Any]]
+    ) -> tuple[int, list[tuple[Any, str, str]]]:
+        """Feed a consumer batch of heartbeats (each with its token): the heartbeats taken,
+        and the refused records' tokens with a reason and an error."""
+        return observe_heartbeats(
+            self.states,
+            records,
+            rank_slack=self.rank_slack,
+            max_groups=self.max_groups,
+            progress_points=self.config.progress_points,
+            max_jobs=self.max_jobs,
+        )
+
+    def due(self, now_ns: int, now: float) -> Iterator[tuple[Anomaly, bool]]:
+        """The hang anomalies to send now, each with whether it is named for the first time.
+
+        ``now_ns``: the detector's clock (ns since the epoch, compared with the heartbeats');
+        ``now``: the send schedule's (monotonic). A job silent for ``job_ttl_s`` is forgotten
+        on the way. Lazy: call :meth:`mark_sent` for each before taking the next.
+        """
+        for key, state in list(self.states.items()):
+            if state.seen.any() and now_ns - int(state.time_ns.max()) > self.job_ttl_s * 1e9:
+                del self.states[key]
+                continue
+            try:
+                anomalies = hang_anomalies(detect_hang(state, now_ns, self.config))
+            except Exception:  # one job's odd heartbeats must not stop the others' detection
+                log.exception("hang detection for job %.100s failed", key[0])
+                continue
+            for anomaly in anomalies:
+                last = self.sent.get(anomaly.id)
+                if last is None or now - last >= self.update_s:
+                    yield anomaly, last is None
+
+    def mark_sent(self, anomaly_id: str, now: float) -> None:
+        """The anomaly went out (or cannot): not again before the next update."""
+        self.sent[anomaly_id] = now
+
+    def prune(self, now: float) -> None:
+        """Forget the ids not sent for ``job_ttl_s``."""
+        for aid in [a for a, t in self.sent.items() if now - t > self.job_ttl_s]:
+            del self.sent[aid]

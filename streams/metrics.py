@@ -1,0 +1,101 @@
+"""What a stream worker counts (:class:`StreamMetrics`) and how it shows on Prometheus'
+``/metrics`` (:func:`metric_families`: the descriptors ``argus worker --metrics-port``
+serves)."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LATENCY_BUCKETS_S", "Family", "LatencyHistogram", "StreamMetrics", "metric_families"]
+
+Family = tuple[str, str, dict[tuple[tuple[str, str], ...], Any]]
+"""One metric family: kind ("counter", "gauge", "histogram"), help, {label pairs: value}."""
+
+LATENCY_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
+"""Bucket bounds of ``argus_worker_step_completion_seconds`` (first part in to findings out)."""
+
+
+class LatencyHistogram(deque[float]):
+    """The worker's bounded deque of step completion latencies that also keeps a cumulative
+    Prometheus histogram: every ``append`` is counted once in the buckets, whatever the
+    deque drops."""
+
+    def __init__(self, values: Iterable[float] = (), maxlen: int | None = None) -> None:
+        super().__init__(maxlen=maxlen)
+        self._lock = threading.Lock()
+        self.counts = [0] * len(LATENCY_BUCKETS_S)
+        self.total = 0.0
+        for v in values:
+            self.append(v)
+
+    def append(self, value: float) -> None:
+        with self._lock:
+            super().append(value)
+            self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, value)] += 1
+            self.total += value
+
+    def buckets(self) -> tuple[list[tuple[float, int]], float]:
+        """Cumulative ``(upper bound, count)`` pairs ending with +inf, and the sum of seconds."""
+        with self._lock:
+            out, running = [], 0
+            for le, n in zip(LATENCY_BUCKETS_S, self.counts, strict=True):
+                running += n
+                out.append((le, running))
+            return out, self.total
+
+
+@dataclass
+class StreamMetrics:
+    """Counters a worker exposes on /metrics (and tests read)."""
+
+    records: int = 0
+    messages: int = 0
+    steps: Counter[str] = field(default_factory=Counter)
+    anomalies: Counter[str] = field(default_factory=Counter)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    completion_s: LatencyHistogram = field(default_factory=lambda: LatencyHistogram(maxlen=4096))
+    open_steps: int = 0
+    heartbeats: int = 0
+    hang_jobs: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+def metric_families(metrics: StreamMetrics, lags: Mapping[str, int]) -> dict[str, Family]:
+    """The worker's metric families for :func:`argus.metrics.serve_metrics`: name ->
+    (type, help, {labels: value}); ``lags``: messages not yet processed, per topic."""
+    return {
+        "argus_worker_consumer_lag": (
+            "gauge",
+            "messages not yet processed, per topic",
+            {(("topic", t),): v for t, v in lags.items()},
+        ),
+        "argus_worker_records_total": ("counter", "rank-step records consumed", {(): metrics.records}),
+        "argus_worker_messages_total": ("counter", "Kafka messages consumed", {(): metrics.messages}),
+        "argus_worker_steps_total": (
+            "counter",
+            "steps completed, by how",
+            {(("reason", k),): v for k, v in metrics.steps.items()},
+        ),
+        "argus_worker_anomalies_total": (
+            "counter",
+            "anomalies published, by root cause",
+            {(("cause", k),): v for k, v in metrics.anomalies.items()},
+        ),
+        "argus_worker_dead_letters_total": (
+            "counter",
+            "bad messages sent to the dead-letter topic",
+            {(("reason", k),): v for k, v in metrics.dead_letters.items()},
+        ),
+        "argus_worker_open_steps": ("gauge", "steps waiting for ranks", {(): metrics.open_steps}),
+        "argus_worker_step_completion_seconds": (
+            "histogram",
+            "first part of a step in to its findings out, seconds",
+            {(): metrics.completion_s.buckets()},
+        ),
+    }
