@@ -5,8 +5,8 @@ Two stages (DESIGN.md):
 - **cross-rank** (agent ``assemble``, source ``argus.steps`` keyed by job/step): the parts
   of a step (one StepBatch per host or per rank) meet in one worker and are assembled
   (:mod:`streams.assembly`); the whole step goes through the stateless cross-rank
-  detectors (:func:`detectors.step_findings`); the worker publishes the step's summary
-  (``argus.step-summaries``) and its findings (``argus.step-findings``, keyed by job).
+  detectors (:func:`detectors.step_findings`); the worker publishes the step's findings
+  (``argus.step-findings``, keyed by job; they hold the step's summary).
   Parts are acknowledged only once their step went out, so a killed worker loses nothing:
   Kafka redelivers what was not acknowledged.
 - **temporal** (agent ``diagnose``, source ``argus.step-findings`` keyed by job): the
@@ -348,10 +348,12 @@ class Streams:
             event.ack()
 
     async def publish_step(self, done: CompleteStep) -> tuple[str, str]:
-        """Diagnose a complete step and send its summary and findings, delivered; a reason
-        and an error when they cannot be (its parts are dead-lettered then)."""
+        """Diagnose a complete step and send its findings, delivered; a reason and an error
+        when they cannot be (its parts are dead-lettered then). The summary is checked here
+        (encoded, within the size limit) and sent by the temporal stage: a step that a
+        rebalance makes the cross-rank stage read and complete twice is summarized once."""
         try:
-            sf, summary, findings = step_outputs(done, self.cfg.diagnoser, self.cfg.max_message_bytes)
+            sf, _summary, findings = step_outputs(done, self.cfg.diagnoser, self.cfg.max_message_bytes)
         except ValidationError as exc:
             return "output_too_large", str(exc)
         except Exception as exc:  # a detector bug on odd input must not stop the worker
@@ -359,12 +361,8 @@ class Streams:
             return "diagnosis_failed", repr(exc)
         key = job_key(done.batch.job)
         try:
-            sent = [
-                await self.topics.summaries.send(key=key, value=summary, headers=self.origin),
-                await self.topics.findings.send(key=key, value=findings, headers=self.origin),
-            ]
-            for fut in sent:
-                await fut  # delivered before the parts are acknowledged
+            fut = await self.topics.findings.send(key=key, value=findings, headers=self.origin)
+            await fut  # delivered before the parts are acknowledged
         except MessageSizeTooLargeError as exc:
             return "output_too_large", repr(exc)
         self.metrics.completion_s.append(max(0.0, (time.time_ns() - sf.end_ns) / 1e9))
@@ -435,14 +433,25 @@ class Streams:
         return StepFindings.from_dict(json.loads(held_raw))
 
     async def apply(self, state: JobState, found: StepFindings) -> None:
-        """One step's findings into the job's state; its anomalies sent and delivered."""
+        """One step's findings into the job's state; its summary and anomalies sent and
+        delivered (before the state that produced them is written)."""
         deepen = self.history.deepener(found.job, found.run, self.cfg.diagnoser)
         result = apply_findings(state, found, self.cfg.diagnoser, deepen=deepen)
+        await self.send_summary(found)
         for anomaly in result.anomalies:
             if await self.send_anomaly(anomaly) is not None:
                 self.metrics.anomalies[anomaly.cause] += 1
-        if result.anomalies:
-            await self.app.producer.flush()  # delivered before the state that produced them is written
+        await self.app.producer.flush()
+
+    async def send_summary(self, found: StepFindings) -> None:
+        """The step's summary, once per diagnosed step (a step read twice by the cross-rank
+        stage, after a rebalance, is a duplicate here and never reaches this)."""
+        try:
+            value = encode(found.summary)
+            await self.topics.summaries.send(key=job_key(found.job), value=value, headers=self.origin)
+        except (SchemaError, MessageSizeTooLargeError, TypeError, ValueError) as exc:
+            self.metrics.dead_letters["invalid_output"] += 1
+            log.error("summary of step %d of %.100s not sent: %s", found.step, found.job, str(exc)[:300])
 
     def expire(self, state_key: bytes) -> None:
         """Forget a job run silent for ``job_ttl_s`` (inside stream iteration: table writes)."""

@@ -145,6 +145,9 @@ class StepAssembler:
         key = (part.job, part.run, part.step)
         entry = self._open.get(key)
         if entry is None and part.step in self._completed.get(job_run, {}):
+            bound = 2 * self._world.get(job_run, 0) + self.config.rank_slack
+            if int(part["rank"].min()) >= bound:  # only ranks no world could have: refused, late or not
+                return [CompleteStep(part, (), (), "absurd_rank", (token,))]
             self._grow_world(job_run, part)
             return [CompleteStep(part, (), (token,), "late")]
         if entry is None:

@@ -1,6 +1,7 @@
 """The stream worker's agents without a broker (Faust's ``agent.test_context()``): parts of a
-step in, one summary and its findings out; findings out of order held, then diagnosed in
-order; heartbeats in, a hang anomaly out once the clock passes the threshold.
+step in, its findings out; findings out of order held, then diagnosed in order, each step's
+summary sent once as it is diagnosed; heartbeats in, a hang anomaly out once the clock
+passes the threshold.
 
 Sends are recorded, not made: each output topic's ``send`` and the producer's ``flush`` are
 replaced by fakes (the end-to-end tests in test_worker.py and test_hang_worker.py run the
@@ -82,7 +83,7 @@ def parts(batch, size: int):
     return [batch.take(np.arange(i, min(i + size, len(batch)))) for i in range(0, len(batch), size)]
 
 
-def test_parts_of_a_step_become_one_summary_and_its_findings_acknowledged_only_after(tmp_path) -> None:
+def test_parts_of_a_step_become_its_findings_acknowledged_only_after(tmp_path) -> None:
     sim = ClusterSimulator(Layout(dp=2, tp=4, pp=1), seed=1, job="asm")
     first, second = (s.batch for s in sim.run(2))
     streams, out = make(tmp_path, assembly=AssemblyConfig(settle_s=0.1, max_wait_s=0.3))
@@ -94,7 +95,7 @@ def test_parts_of_a_step_become_one_summary_and_its_findings_acknowledged_only_a
             await until(lambda: streams.metrics.messages == 4 and not streams.reading)
             # the job's world is not known yet: step 0 waits (the timer completes it), and
             # its parts stay unacknowledged until its outputs are delivered
-            assert streams.metrics.open_steps == 1 and out.sent["summaries"] == []
+            assert streams.metrics.open_steps == 1 and out.sent["findings"] == []
             assert not any(e.message.acked for e in events)
             await asyncio.sleep(0.35)
             await streams.complete_waiting()
@@ -102,19 +103,20 @@ def test_parts_of_a_step_become_one_summary_and_its_findings_acknowledged_only_a
             # step 1: all 8 ranks (the world learned from step 0) complete it inside the agent
             for p in parts(second, 4):
                 await agent.put(encode(p), key=job_key("asm"))
-            await until(lambda: len(out.sent["summaries"]) == 2)
+            await until(lambda: len(out.sent["findings"]) == 2)
             await agent.put(b"not a step", key=job_key("asm"))
             await until(lambda: len(out.sent["dead"]) == 1)
 
     asyncio.run(run())
     assert dict(streams.metrics.steps) == {"timeout": 1, "all_ranks": 1}
     assert streams.metrics.records == 16 and streams.metrics.messages == 7
-    summaries = [decode(v) for _, v in out.sent["summaries"]]
-    assert all(isinstance(s, StepSummary) for s in summaries)
-    assert [(s.step, s.ranks) for s in summaries] == [(0, 8), (1, 8)]
+    # the summary goes out once, from the temporal stage (a step completed twice after a
+    # rebalance is a duplicate there): here it travels inside the findings
+    assert out.sent["summaries"] == []
     findings = [StepFindings.from_dict(json.loads(v)) for _, v in out.sent["findings"]]
     assert [(f.job, f.step) for f in findings] == [("asm", 0), ("asm", 1)]
-    assert {k for k, _ in out.sent["summaries"] + out.sent["findings"]} == {job_key("asm")}
+    assert [(f.summary.step, f.summary.ranks) for f in findings] == [(0, 8), (1, 8)]
+    assert {k for k, _ in out.sent["findings"]} == {job_key("asm")}
     assert sum(streams.metrics.dead_letters.values()) == 1 and out.sent["anomalies"] == []
 
 
@@ -166,6 +168,10 @@ def test_a_step_that_overtakes_an_earlier_one_waits_for_it_and_a_gap_times_out(t
 
     asyncio.run(run())
     assert applied == [0, 1, 2, 4, 5]
+    # one summary per diagnosed step, in order (the replayed step 1 is not summarized again)
+    summaries = [decode(v) for _, v in out.sent["summaries"]]
+    assert all(isinstance(s, StepSummary) for s in summaries)
+    assert [s.step for s in summaries] == [0, 1, 2, 4, 5]
     assert out.sent["dead"] == [] and out.sent["anomalies"] == []
 
 

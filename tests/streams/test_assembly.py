@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from argus.producers.simulator import ClusterSimulator, Layout
+from argus.schemas import StepBatch
 from argus.streams import AssemblyConfig, StepAssembler
 
 
@@ -55,6 +56,11 @@ def test_duplicate_parts_count_once_and_late_parts_are_acknowledged() -> None:
     )
     (late,) = asm.add(half, 5, now=102.0)
     assert late.reason == "late" and late.tokens == (5,)
+    # a late part claiming only ranks no world of 8 could have is refused (dead-lettered), not
+    # acknowledged as a straggler's record
+    absurd = StepBatch(s1.job, s1.run, s1.step, {**s1.take([0]).columns, "rank": np.array([(1 << 20) - 1])})
+    (refused,) = asm.add(absurd, 6, now=102.0)
+    assert refused.reason == "absurd_rank" and refused.rejected == (6,) and refused.tokens == ()
 
 
 def test_memory_is_bounded_by_open_steps() -> None:
