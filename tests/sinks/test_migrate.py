@@ -70,7 +70,7 @@ def test_the_ddl_names_busy_time_and_the_collective_sum_once() -> None:
     folder = resources.files("argus.sinks") / "ddl"
     raw = [f.read_text() for f in folder.iterdir() if f.name.endswith(".sql")]
     assert not any(re.search(r"all_reduce_ms\s*\+", sql) for sql in raw)
-    assert COLLECTIVE_MS == "(" + " + ".join(COLLECTIVE_COLUMNS) + ")"
+    assert "(" + " + ".join(COLLECTIVE_COLUMNS) + ")" == COLLECTIVE_MS
     rendered = [s for m in migrations() for s in re.findall(r"all_reduce_ms\s*\+[^()]*p2p_ms", m.sql)]
     assert len(rendered) >= 9 and set(rendered) == {" + ".join(COLLECTIVE_COLUMNS)}
     assert not any(re.search(r"\{(?!ttl_days\})[a-z_]+\}", m.sql) for m in migrations())  # every name filled
@@ -93,7 +93,9 @@ def test_a_shipped_migration_renders_as_it_always_did() -> None:
     stores another schema than the live ones. That includes a change to what sinks/_sql.py fills
     into it. Change the schema with a new migration; a new one is added to _APPLIED."""
     got = {
-        m.version: hashlib.sha256(re.sub(r"\s+", " ", "\n".join(split_statements(m.sql))).encode()).hexdigest()[:16]
+        m.version: hashlib.sha256(
+            re.sub(r"\s+", " ", "\n".join(split_statements(m.sql))).encode()
+        ).hexdigest()[:16]
         for m in migrations()
     }
     assert got == _APPLIED
