@@ -106,8 +106,8 @@ def run_measured(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[f
 
 HTA = "from hta.trace_analysis import TraceAnalysis; import sys; TraceAnalysis(trace_dir=sys.argv[1])"
 IMPORT_ONLY = (
-    "import sys; from argus.cli.import_trace import import_files; "
-    "import_files(sys.argv[1:], job='bench', workers=2)"
+    "import sys; from argus.cli.import_trace import collect_imports, iter_imports; "
+    "collect_imports(iter_imports(sys.argv[1:], job='bench', workers=2))"
 )
 
 
