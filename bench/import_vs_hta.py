@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -106,8 +107,8 @@ def run_measured(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[f
 
 HTA = "from hta.trace_analysis import TraceAnalysis; import sys; TraceAnalysis(trace_dir=sys.argv[1])"
 IMPORT_ONLY = (
-    "import sys; from argus.cli.import_trace import import_files; "
-    "import_files(sys.argv[1:], job='bench', workers=2)"
+    "import sys; from argus.cli.import_trace import collect_imports, iter_imports; "
+    "collect_imports(iter_imports(sys.argv[1:], job='bench', workers=2))"
 )
 
 
@@ -162,6 +163,24 @@ def two_rank_suspect(tmp: Path) -> tuple[int, list[str]]:
     return int(names_1 and not names_0), lines
 
 
+def _record(
+    measured: list[tuple[Any, ...]],
+    ranks: int,
+    size: float,
+    rows: list[tuple[Any, ...]],
+    results: dict[str, float],
+) -> None:
+    """Each tool's (name, seconds, peak MB, peak anon MB, exit code, stderr tail) as a table row
+    and as the JSON figures ``{tool}_s_{ranks}``, ``{tool}_rss_mb_{ranks}``, ``{tool}_anon_mb_{ranks}``."""
+    for tool, s, mb, anon_mb, rc, err in measured:
+        rows.append((ranks, tool, size, s, mb, anon_mb, rc))
+        if rc != 0:
+            print(f"{tool} at {ranks} ranks failed (exit {rc}): {err.strip()}", file=sys.stderr)
+        results[f"{tool}_s_{ranks}"] = round(s, 2)
+        results[f"{tool}_rss_mb_{ranks}"] = round(mb, 1)
+        results[f"{tool}_anon_mb_{ranks}"] = round(anon_mb, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the small nccl_data trace instead of rank0")
@@ -171,7 +190,7 @@ def main() -> None:
         "nccl_data.json.gz" if args.quick else "rank0.json.gz"
     )
     results: dict[str, float] = {}
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     kafka = _kafka_reachable()
     if not kafka:
         print("no Kafka broker reachable (scripts/kafka.sh up): the import to Kafka is not measured")
@@ -192,13 +211,7 @@ def main() -> None:
             if (
                 ranks > 32
             ):  # HTA is extrapolated from 8 and 32 ranks (below); the import alone keeps all records
-                for tool, s, mb, anon_mb, rc, err in measured:
-                    rows.append((ranks, tool, size, s, mb, anon_mb, rc))
-                    if rc != 0:
-                        print(f"{tool} at {ranks} ranks failed (exit {rc}): {err.strip()}", file=sys.stderr)
-                    results[f"{tool}_s_{ranks}"] = round(s, 2)
-                    results[f"{tool}_rss_mb_{ranks}"] = round(mb, 1)
-                    results[f"{tool}_anon_mb_{ranks}"] = round(anon_mb, 1)
+                _record(measured, ranks, size, rows, results)
                 continue
             measured += [
                 ("argus_import_only", *run_measured([PY, "-c", IMPORT_ONLY, *files], env, 1800)),
@@ -214,13 +227,7 @@ def main() -> None:
                     f"bench-{ranks}",
                 ]
                 measured.insert(1, ("argus_to_kafka", *run_measured([*k_cmd, *files], env, 1800)))
-            for tool, s, mb, anon_mb, rc, err in measured:
-                rows.append((ranks, tool, size, s, mb, anon_mb, rc))
-                if rc != 0:
-                    print(f"{tool} at {ranks} ranks failed (exit {rc}): {err.strip()}", file=sys.stderr)
-                results[f"{tool}_s_{ranks}"] = round(s, 2)
-                results[f"{tool}_rss_mb_{ranks}"] = round(mb, 1)
-                results[f"{tool}_anon_mb_{ranks}"] = round(anon_mb, 1)
+            _record(measured, ranks, size, rows, results)
     print(f"trace: {src.name} replicated; wall seconds and peak memory (summed PSS) of the process tree")
     print("argus_import_only: the same import without the store (records kept in memory), for scale")
     print("argus_to_kafka: `argus import-trace` without --local (the records go to the broker)")

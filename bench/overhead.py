@@ -30,6 +30,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -41,6 +42,21 @@ def make_model(dim: int, layers: int) -> nn.Module:
     return nn.Sequential(
         nn.TransformerEncoder(layer, layers, enable_nested_tensor=False), nn.Linear(dim, dim)
     )
+
+
+def _train_step(net: nn.Module, optim: Any, batches: Iterator[Any], loader: Any) -> Iterator[Any]:
+    """One training step on the next batch (the loader starts over when it runs out); returns
+    the batches to take the next step from."""
+    try:
+        x, y = next(batches)
+    except StopIteration:
+        batches = iter(loader)
+        x, y = next(batches)
+    loss = nn.functional.mse_loss(net(x), y)
+    optim.zero_grad(set_to_none=True)
+    loss.backward()
+    optim.step()
+    return batches
 
 
 def _low(v: list[float]) -> float:
@@ -107,15 +123,7 @@ def main() -> None:
             prof.__enter__()
         for _ in range(n):
             t0 = time.perf_counter()
-            try:
-                x, y = next(it)
-            except StopIteration:
-                it = iter(loader)
-                x, y = next(it)
-            loss = nn.functional.mse_loss(net(x), y)
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            optim.step()
+            it = _train_step(net, optim, it, loader)
             out.append((time.perf_counter() - t0) * 1e3)
             if prof is not None:
                 prof.step()
@@ -248,15 +256,7 @@ def components(info: Any) -> None:
         it = iter(tloader)
         t0 = time.perf_counter_ns()
         for _ in range(n):
-            try:
-                a, b = next(it)
-            except StopIteration:
-                it = iter(tloader)
-                a, b = next(it)
-            loss = nn.functional.mse_loss(tiny(a), b)
-            topt.zero_grad(set_to_none=True)
-            loss.backward()
-            topt.step()
+            it = _train_step(tiny, topt, it, tloader)
         return (time.perf_counter_ns() - t0) / n / 1e3
 
     quiet = AgentConfig(stacks=False, heartbeat_s=1e6, stack_hz=1.0, cupti=False)

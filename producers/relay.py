@@ -58,10 +58,10 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from argus.schemas import (
     HEARTBEATS,
@@ -108,30 +108,100 @@ class RelayError(Exception):
 
 
 @dataclass
-class _Group:
+class _Parts:
+    """A step's parts held: when the first came, the parts and the ranks they carry."""
+
     first: float
     parts: list[StepBatch] = field(default_factory=list)
     ranks: set[int] = field(default_factory=set)
 
+    def __len__(self) -> int:
+        return len(self.ranks)
 
-class StepMerger:
+
+@dataclass
+class _Beats:
+    """A job run's heartbeats held: when the first came, the latest of each rank."""
+
+    first: float
+    latest: dict[int, Heartbeat] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.latest)
+
+
+K = TypeVar("K", tuple[str, int, int], tuple[str, int])
+G = TypeVar("G", _Parts, _Beats)
+Out = TypeVar("Out", StepBatch, HeartbeatBatch)
+
+
+class _RankMerger(Generic[K, G, Out]):
+    """What the step and heartbeat mergers share: groups of ranks' records held per key (a
+    key starts with the job run), each job run's rank count on this node learned from what
+    arrives (the most ranks released at once), a group released when it has that many ranks
+    or ``linger_s`` after its first record, a job run silent for ``forget_s`` forgotten."""
+
+    def __init__(self, linger_s: float, limit: tuple[str, int], forget_s: float) -> None:
+        if linger_s <= 0 or limit[1] < 1 or forget_s <= 0:
+            raise ValueError(f"linger_s, {limit[0]} and forget_s must be positive")
+        self.linger_s = linger_s
+        self.forget_s = forget_s
+        self._open: dict[K, G] = {}
+        self._local_ranks: dict[tuple[str, int], int] = {}
+        self._last_seen: dict[tuple[str, int], float] = {}
+        self._next_prune = 0.0
+
+    def _merge(self, group: G) -> Out:
+        """The group's records as one message (called once, as it is released)."""
+        raise NotImplementedError
+
+    def _full(self) -> bool:
+        """Whether more is held than the merger's bound (the oldest group is then released)."""
+        raise NotImplementedError
+
+    def _added(self, key: K, now: float) -> list[Out]:
+        """After a record joined ``key``'s group: the group if complete, else the oldest if full."""
+        job = (key[0], key[1])
+        self._last_seen[job] = now
+        if len(self._open[key]) >= self._local_ranks.get(job, 1 << 62):
+            return [self._release(key)]
+        if self._full():
+            return [self._release(next(iter(self._open)))]
+        return []
+
+    def due(self, now: float) -> list[Out]:
+        """Groups whose first record is ``linger_s`` old."""
+        if now >= self._next_prune:
+            self._next_prune = now + 60.0
+            for job in [j for j, t in self._last_seen.items() if now - t > self.forget_s]:
+                del self._last_seen[job]
+                self._local_ranks.pop(job, None)
+        late = [k for k, g in self._open.items() if now - g.first >= self.linger_s]
+        return [self._release(k) for k in late]
+
+    def drain(self) -> list[Out]:
+        """Everything held (at shutdown)."""
+        return [self._release(k) for k in list(self._open)]
+
+    def _release(self, key: K) -> Out:
+        group = self._open.pop(key)
+        job = (key[0], key[1])
+        self._local_ranks[job] = max(self._local_ranks.get(job, 0), len(group))
+        return self._merge(group)
+
+
+class StepMerger(_RankMerger[tuple[str, int, int], _Parts, StepBatch]):
     """Merge the parts of each (job, run, step) that reach this node.
 
     A job's rank count on the node is learned from what arrives: the most ranks seen in
     one step. A step is released when it has that many, or ``linger_s`` after its first
-    part, whichever comes first. A job silent for ``forget_s`` is forgotten.
+    part, whichever comes first. A job silent for ``forget_s`` is forgotten. At most
+    ``max_open`` steps are held (beyond, the oldest is released early).
     """
 
     def __init__(self, linger_s: float = 0.2, max_open: int = 4096, forget_s: float = 3600.0) -> None:
-        if linger_s <= 0 or max_open < 1 or forget_s <= 0:
-            raise ValueError("linger_s, max_open and forget_s must be positive")
-        self.linger_s = linger_s
+        super().__init__(linger_s, ("max_open", max_open), forget_s)
         self.max_open = max_open
-        self.forget_s = forget_s
-        self._open: dict[tuple[str, int, int], _Group] = {}
-        self._local_ranks: dict[tuple[str, int], int] = {}
-        self._last_seen: dict[tuple[str, int], float] = {}
-        self._next_prune = 0.0
 
     @property
     def open_steps(self) -> int:
@@ -143,39 +213,19 @@ class StepMerger:
         key = (part.job, part.run, part.step)
         group = self._open.get(key)
         if group is None:
-            group = self._open[key] = _Group(now)
+            group = self._open[key] = _Parts(now)
         group.parts.append(part)
         group.ranks.update(part["rank"].tolist())  # a retried rank counts once
-        job = (part.job, part.run)
-        self._last_seen[job] = now
-        if len(group.ranks) >= self._local_ranks.get(job, 1 << 62):
-            return [self._release(key)]
-        if len(self._open) > self.max_open:
-            return [self._release(next(iter(self._open)))]
-        return []
+        return self._added(key, now)
 
-    def due(self, now: float) -> list[StepBatch]:
-        """Steps whose first part is ``linger_s`` old."""
-        if now >= self._next_prune:
-            self._next_prune = now + 60.0
-            for job in [j for j, t in self._last_seen.items() if now - t > self.forget_s]:
-                del self._last_seen[job]
-                self._local_ranks.pop(job, None)
-        late = [k for k, g in self._open.items() if now - g.first >= self.linger_s]
-        return [self._release(k) for k in late]
+    def _full(self) -> bool:
+        return len(self._open) > self.max_open
 
-    def drain(self) -> list[StepBatch]:
-        """Everything held (at shutdown)."""
-        return [self._release(k) for k in list(self._open)]
-
-    def _release(self, key: tuple[str, int, int]) -> StepBatch:
-        group = self._open.pop(key)
-        job = (key[0], key[1])
-        self._local_ranks[job] = max(self._local_ranks.get(job, 0), len(group.ranks))
+    def _merge(self, group: _Parts) -> StepBatch:
         return StepBatch.concat(group.parts)
 
 
-class HeartbeatMerger:
+class HeartbeatMerger(_RankMerger[tuple[str, int], _Beats, HeartbeatBatch]):
     """Collect the heartbeats of each job run that reach this node into batches.
 
     The latest heartbeat of each rank is kept; a job's batch is released when every local
@@ -186,16 +236,9 @@ class HeartbeatMerger:
     """
 
     def __init__(self, linger_s: float = 2.0, max_ranks: int = 65_536, forget_s: float = 3600.0) -> None:
-        if linger_s <= 0 or max_ranks < 1 or forget_s <= 0:
-            raise ValueError("linger_s, max_ranks and forget_s must be positive")
-        self.linger_s = linger_s
+        super().__init__(linger_s, ("max_ranks", max_ranks), forget_s)
         self.max_ranks = max_ranks
-        self.forget_s = forget_s
-        self._open: dict[tuple[str, int], tuple[float, dict[int, Heartbeat]]] = {}
-        self._local_ranks: dict[tuple[str, int], int] = {}
-        self._last_seen: dict[tuple[str, int], float] = {}
         self._held = 0
-        self._next_prune = 0.0
 
     @property
     def held(self) -> int:
@@ -205,39 +248,20 @@ class HeartbeatMerger:
     def add(self, beat: Heartbeat, now: float) -> list[HeartbeatBatch]:
         """Take one heartbeat; return the batch it completes (at most one) or the oldest when full."""
         job = (beat.job, beat.run)
-        _, ranks = self._open.setdefault(job, (now, {}))
-        cur = ranks.get(beat.rank)
+        latest = self._open.setdefault(job, _Beats(now)).latest
+        cur = latest.get(beat.rank)
         if cur is None:
             self._held += 1
         if cur is None or beat.time_ns >= cur.time_ns:
-            ranks[beat.rank] = beat
-        self._last_seen[job] = now
-        if len(ranks) >= self._local_ranks.get(job, 1 << 62):
-            return [self._release(job)]
-        if self._held > self.max_ranks:
-            return [self._release(next(iter(self._open)))]
-        return []
+            latest[beat.rank] = beat
+        return self._added(job, now)
 
-    def due(self, now: float) -> list[HeartbeatBatch]:
-        """Batches whose first heartbeat is ``linger_s`` old."""
-        if now >= self._next_prune:
-            self._next_prune = now + 60.0
-            for job in [j for j, t in self._last_seen.items() if now - t > self.forget_s]:
-                del self._last_seen[job]
-                self._local_ranks.pop(job, None)
-        return [
-            self._release(j) for j, (first, _) in list(self._open.items()) if now - first >= self.linger_s
-        ]
+    def _full(self) -> bool:
+        return self._held > self.max_ranks
 
-    def drain(self) -> list[HeartbeatBatch]:
-        """Everything held (at shutdown)."""
-        return [self._release(j) for j in list(self._open)]
-
-    def _release(self, job: tuple[str, int]) -> HeartbeatBatch:
-        _, ranks = self._open.pop(job)
-        self._held -= len(ranks)
-        self._local_ranks[job] = max(self._local_ranks.get(job, 0), len(ranks))
-        return HeartbeatBatch.from_beats([ranks[r] for r in sorted(ranks)])
+    def _merge(self, group: _Beats) -> HeartbeatBatch:
+        self._held -= len(group)
+        return HeartbeatBatch.from_beats([group.latest[r] for r in sorted(group.latest)])
 
 
 class Sink(Protocol):
@@ -246,6 +270,24 @@ class Sink(Protocol):
     def publish(self, topic: str, key: bytes, record: Record) -> None: ...
 
     def publish_raw(self, topic: str, key: bytes, value: bytes) -> None: ...
+
+
+R = TypeVar("R", StepBatch, Heartbeat)
+
+
+@dataclass
+class _Lane(Generic[R]):
+    """One kind of record the relay merges: its topic and type, its merger, the Kafka key of
+    a record or batch, how a log names a record, and which records it may merge at all (the
+    others go on as the rank sent them)."""
+
+    topic: str
+    expect: type[R]
+    merger: StepMerger | HeartbeatMerger
+    key: Callable[[Any], bytes]
+    name: Callable[[R], str]
+    takes: Callable[[R], bool] = lambda _: True
+    published: int = 0
 
 
 class NodeRelay:
@@ -284,12 +326,25 @@ class NodeRelay:
         self.sink = sink
         self.merger = StepMerger(linger_s)
         self.beats = HeartbeatMerger(heartbeat_linger_s)
+        self._step_lane = _Lane(
+            STEPS,
+            StepBatch,
+            self.merger,
+            lambda b: step_key(b.job, b.step),
+            lambda p: f"a part of step {p.step}",
+        )
+        self._beat_lane = _Lane(
+            HEARTBEATS,
+            Heartbeat,
+            self.beats,
+            lambda b: job_key(b.job),
+            lambda b: f"a heartbeat of rank {b.rank}",
+            takes=HeartbeatBatch.takes,
+        )
         self.allowed_uids = frozenset({os.geteuid()} if allowed_uids is None else allowed_uids)
         self.allowed_gids = frozenset(allowed_gids)
         self.max_datagram = max_datagram
         self.received = 0
-        self.published = 0
-        self.published_heartbeats = 0
         self.forwarded_undecodable = 0
         self.refused: Counter[str] = Counter()
         self._logged_at: dict[str, float] = {}
@@ -379,10 +434,9 @@ class NodeRelay:
                 while self._round(0.0):
                     pass
             finally:
-                for batch in self.merger.drain():
-                    self._send(batch)
-                for beats in self.beats.drain():
-                    self._send_beats(beats)
+                for lane in (self._step_lane, self._beat_lane):
+                    for batch in lane.merger.drain():
+                        self._send(lane, batch)
                 self._sock.close()
 
     def _unlink_own(self) -> None:
@@ -398,10 +452,9 @@ class NodeRelay:
         if raws:
             self.received += len(raws)
             self._take(raws, now)
-        for batch in self.merger.due(now):
-            self._send(batch)
-        for beats in self.beats.due(now):
-            self._send_beats(beats)
+        for lane in (self._step_lane, self._beat_lane):
+            for batch in lane.merger.due(now):
+                self._send(lane, batch)
         return len(raws)
 
     def _receive(self, timeout: float) -> list[bytes]:
@@ -452,47 +505,41 @@ class NodeRelay:
         beats = [raw for raw in raws if _is_heartbeat(raw)]
         if beats:
             raws = [raw for raw in raws if not _is_heartbeat(raw)]
-            self._take_beats(beats, now)
-        # One decode for all: the parts' columns are range-checked in one vectorized pass.
-        for raw, part in zip(raws, decode_many(raws, expect=StepBatch), strict=True):
-            if isinstance(part, SchemaError):
+            self._take_lane(self._beat_lane, beats, now)
+        self._take_lane(self._step_lane, raws, now)
+
+    def _take_lane(self, lane: _Lane[Any], raws: list[bytes], now: float) -> None:
+        # One decode for all: the records' columns are range-checked in one vectorized pass.
+        for raw, record in zip(raws, decode_many(raws, expect=lane.expect), strict=True):
+            if isinstance(record, SchemaError):
                 self.forwarded_undecodable += 1
-                self.sink.publish_raw(STEPS, b"", raw)
+                self.sink.publish_raw(lane.topic, b"", raw)
+                continue
+            if not lane.takes(record):  # e.g. a heartbeat with a newline in its text: it goes on alone
+                self.sink.publish_raw(lane.topic, lane.key(record), raw)
                 continue
             try:
-                released = self.merger.add(part, now)
-            except Exception:  # never lose a part: it goes on as the rank sent it
-                log.exception("node relay: cannot merge a part of step %d (forwarded as is)", part.step)
-                self.sink.publish_raw(STEPS, step_key(part.job, part.step), raw)
+                released = lane.merger.add(record, now)
+            except Exception:  # never lose a record: it goes on as the rank sent it
+                log.exception("node relay: cannot merge %s (forwarded as is)", lane.name(record))
+                self.sink.publish_raw(lane.topic, lane.key(record), raw)
                 continue
             for batch in released:
-                self._send(batch)
+                self._send(lane, batch)
 
-    def _take_beats(self, raws: list[bytes], now: float) -> None:
-        for raw, beat in zip(raws, decode_many(raws, expect=Heartbeat), strict=True):
-            if isinstance(beat, SchemaError):
-                self.forwarded_undecodable += 1
-                self.sink.publish_raw(HEARTBEATS, b"", raw)
-                continue
-            if not HeartbeatBatch.takes(beat):  # a newline in its text: it goes on alone
-                self.sink.publish_raw(HEARTBEATS, job_key(beat.job), raw)
-                continue
-            try:
-                released = self.beats.add(beat, now)
-            except Exception:  # never lose a heartbeat: it goes on as the rank sent it
-                log.exception("node relay: cannot merge a heartbeat of rank %d (forwarded as is)", beat.rank)
-                self.sink.publish_raw(HEARTBEATS, job_key(beat.job), raw)
-                continue
-            for batch in released:
-                self._send_beats(batch)
+    def _send(self, lane: _Lane[Any], batch: StepBatch | HeartbeatBatch) -> None:
+        self.sink.publish(lane.topic, lane.key(batch), batch)
+        lane.published += 1
 
-    def _send_beats(self, batch: HeartbeatBatch) -> None:
-        self.sink.publish(HEARTBEATS, job_key(batch.job), batch)
-        self.published_heartbeats += 1
+    @property
+    def published(self) -> int:
+        """Step batches published."""
+        return self._step_lane.published
 
-    def _send(self, batch: StepBatch) -> None:
-        self.sink.publish(STEPS, step_key(batch.job, batch.step), batch)
-        self.published += 1
+    @property
+    def published_heartbeats(self) -> int:
+        """Heartbeat batches published."""
+        return self._beat_lane.published
 
     def stats(self) -> dict[str, int]:
         """Counters for logs."""

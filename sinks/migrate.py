@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
+from ._sql import DDL_FRAGMENTS
 from .store import Store, split_statements
 
 __all__ = ["MAX_TTL_DAYS", "Migration", "applied_versions", "migrate", "migrations"]
@@ -19,11 +20,18 @@ _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 @dataclass(frozen=True)
 class Migration:
-    """One DDL file."""
+    """One DDL file, its shared expressions (``{busy_ms}`` ...) filled in; ``{ttl_days}`` is
+    left for :func:`migrate`."""
 
     version: int
     name: str
     sql: str
+
+
+def _fill(sql: str, names: dict[str, str]) -> str:
+    for name, text in names.items():
+        sql = sql.replace("{" + name + "}", text)
+    return sql
 
 
 def migrations() -> list[Migration]:
@@ -33,7 +41,7 @@ def migrations() -> list[Migration]:
     for entry in folder.iterdir():
         m = _NAME.match(entry.name)
         if m:
-            out.append(Migration(int(m.group(1)), m.group(2), entry.read_text()))
+            out.append(Migration(int(m.group(1)), m.group(2), _fill(entry.read_text(), DDL_FRAGMENTS)))
     return sorted(out, key=lambda m: m.version)
 
 
@@ -60,7 +68,7 @@ def migrate(store: Store, *, ttl_days: int = 30) -> list[Migration]:
     for m in migrations():
         if m.version in done:
             continue
-        for statement in split_statements(m.sql.replace("{ttl_days}", str(int(ttl_days)))):
+        for statement in split_statements(_fill(m.sql, {"ttl_days": str(int(ttl_days))})):
             store.execute(statement)
         store.execute("INSERT INTO schema_migrations (version) VALUES ({v:UInt32})", {"v": m.version})
         applied.append(m)

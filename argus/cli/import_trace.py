@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from itertools import islice
@@ -24,7 +24,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 
-__all__ = ["StepParts", "diagnose_steps", "import_files", "iter_imports"]
+__all__ = ["StepParts", "collect_imports", "diagnose_steps", "iter_imports"]
 
 _BIG = 32 << 20  # show a progress bar past this many bytes of input
 
@@ -33,11 +33,13 @@ def _default_job(path: Path) -> str:
     return path.resolve().parent.name or "kineto"
 
 
-def _import_one(path: str, job: str, run: int, rank: int | None) -> tuple[list[Any], Any]:
+def _import_one(
+    path: str, job: str, run: int, rank: int | None, progress: Callable[[int], None] | None = None
+) -> tuple[list[Any], Any]:
     """Every record of one trace file and the import summary (runs in a worker process too)."""
     from argus.producers.kineto import KinetoImport
 
-    imp = KinetoImport(path, job=job, run=run, rank=rank)
+    imp = KinetoImport(path, job=job, run=run, rank=rank, progress=progress)
     return list(imp.records()), imp.summary
 
 
@@ -64,8 +66,6 @@ def iter_imports(
     with Progress(*columns, console=console, transient=True, disable=total < _BIG) as bar:
         task = bar.add_task("importing", total=total)
         if workers <= 1 or len(paths) == 1:
-            from argus.producers.kineto import KinetoImport
-
             if started is not None:
                 started()
             done = 0
@@ -75,8 +75,7 @@ def iter_imports(
                 def advance(n: int, offset: int = done) -> None:
                     bar.update(task, completed=offset + n)
 
-                imp = KinetoImport(p, job=job, run=run, rank=rank, progress=advance)
-                yield list(imp.records()), imp.summary
+                yield _import_one(p, job, run, rank, advance)
                 done += size
                 bar.update(task, completed=done)
             return
@@ -105,20 +104,12 @@ def iter_imports(
                     fut.cancel()
 
 
-def import_files(
-    paths: Sequence[str],
-    *,
-    job: str,
-    run: int = 0,
-    rank: int | None = None,
-    workers: int = 1,
-    started: Callable[[], object] | None = None,
-) -> tuple[list[Any], list[Any]]:
-    """Import trace files and return all their records and the summaries (kept in memory:
-    for a few files; :func:`iter_imports` streams them). Raises like :func:`iter_imports`."""
+def collect_imports(imports: Iterable[tuple[list[Any], Any]]) -> tuple[list[Any], list[Any]]:
+    """All records and the summaries of :func:`iter_imports` (``collect_imports(iter_imports(paths,
+    job=...))``), kept in memory: for a few files; iterate :func:`iter_imports` to stream them."""
     records: list[Any] = []
     summaries: list[Any] = []
-    for recs, summary in iter_imports(paths, job=job, run=run, rank=rank, workers=workers, started=started):
+    for recs, summary in imports:
         records.extend(recs)
         summaries.append(summary)
     return records, summaries

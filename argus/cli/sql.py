@@ -1,7 +1,7 @@
 """``argus sql``: analysts' SQL over the store, behaving like clickhouse-client.
 
 - On a terminal the result is a table; piped or redirected it is TSV with a header
-  (``TabSeparatedWithNames``), one row per line, never wrapped.
+  (``TabSeparatedWithNames``, written by ClickHouse itself), one row per line, never wrapped.
 - A query ending in ``FORMAT <name>`` is ClickHouse's to format: its bytes are written as
   they come (``SELECT 1 AS a FORMAT JSONEachRow`` prints ``{"a":1}``).
 - ``-`` reads the query from stdin (``argus sql - < query.sql``).
@@ -166,21 +166,16 @@ def sql(
             fail(f"--param wants NAME=VALUE, got {p!r}")
         params[name] = value
     out = sys.stdout.buffer
+    if fmt is Format.auto:
+        fmt = Format.table if sys.stdout.isatty() else Format.tsv
     with command_store() as store:
-        if format_clause(query):
+        if format_clause(query) or fmt is Format.tsv:  # ClickHouse's own bytes (TSV: TabSeparatedWithNames)
             _raw(store, query, params or None, out)
             return
         result = _times_as_text(store.query_arrow(query, params or None))
     names = result.column_names
     rows = list(zip(*(c.to_pylist() for c in result.columns), strict=True)) if names else []
-    if fmt is Format.auto:
-        fmt = Format.table if sys.stdout.isatty() else Format.tsv
-    if fmt is Format.tsv:
-        if names:
-            out.write(("\t".join(tsv_escape(n) for n in names) + "\n").encode())
-        for r in rows:
-            out.write(("\t".join(tsv_escape(v) for v in r) + "\n").encode())
-    elif fmt is Format.csv:
+    if fmt is Format.csv:
         import io
 
         text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)

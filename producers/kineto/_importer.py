@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from argus.schemas import LIMITS, StepBatch, StepRecord, ValidationError, validate
+from argus.schemas import COLLECTIVE_COLUMNS, LIMITS, StepBatch, StepRecord, ValidationError, validate
 from argus.schemas import Record as _Record
 
 from ..sketch import NameInterner, RankSketchEncoder, kernel_stats
@@ -52,15 +52,7 @@ _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _ANNOTATION_CATS = frozenset({"user_annotation", "cpu_op"})
 _GPU_PHASES = ("forward_ms", "backward_ms", "optimizer_ms")  # measured on the GPU when it ran them
-_KINDS = (
-    "",
-    "all_reduce_ms",
-    "all_gather_ms",
-    "reduce_scatter_ms",
-    "all_to_all_ms",
-    "broadcast_ms",
-    "p2p_ms",
-)
+_KINDS = ("", *COLLECTIVE_COLUMNS)  # a kernel's collective kind ("": not a collective)
 _KIND_WORDS = (
     ("allreduce", "all_reduce_ms"),
     ("allgather", "all_gather_ms"),
@@ -192,8 +184,9 @@ class KinetoImport:
         self._max_ts = -np.inf
         self._names: NameInterner | None = None
         self._encoder: RankSketchEncoder | None = None
-        self._interner_local: dict[str, int] = {}
-        self._local_names: list[str] = []
+        self._local = NameInterner(
+            job, run, 0
+        )  # ids in this file (never sent): mapped to the rank's at the end
         self._pending: list[tuple[int, Any]] = []
         self._annotations: list[tuple[str, float, float]] = []
 
@@ -230,13 +223,6 @@ class KinetoImport:
             return
         self._steps.append(_Step(number, start, end))
 
-    def _local_id(self, name: str) -> int:
-        i = self._interner_local.get(name)
-        if i is None:
-            i = self._interner_local[name] = len(self._local_names)
-            self._local_names.append(name)
-        return i
-
     def _on_gpu(self, e: Event) -> None:
         if e.cat != "kernel":
             is_h2d = "HtoD" in e.name or "H2D" in e.name
@@ -253,7 +239,7 @@ class KinetoImport:
                     f"group={a.group_size} pg={a.pg_name or ''}]"
                 )
         k = self._k
-        k["id"].append(self._local_id(name))
+        k["id"].append(self._local.intern(name))
         k["ts"].append(e.ts)
         k["dur"].append(e.dur)
         k["stream"].append(a.stream if a is not None and a.stream is not None else 0)
@@ -359,7 +345,7 @@ class KinetoImport:
             else:
                 local, start, dur, streams = raw
                 used = np.unique(local)
-                mapping = self._names.intern_many(self._local_names[j] for j in used.tolist())
+                mapping = self._names.intern_many(self._local.name(j) for j in used.tolist())
                 ids = mapping[np.searchsorted(used, local)]
             names = self._names.pending()
             if names is not None:

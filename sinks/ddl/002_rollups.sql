@@ -1,5 +1,6 @@
 -- Rollups for dashboards and a lookup of jobs, filled by materialized views on insert.
 -- Inserts deduplicated in the source table (retried sink batches) do not reach the views.
+-- Busy and collective time (busy_ms, collective_ms) are defined once in sinks/_sql.py, with the dashboards.
 
 CREATE TABLE IF NOT EXISTS jobs
 (
@@ -44,8 +45,7 @@ CREATE MATERIALIZED VIEW IF NOT EXISTS steps_minutely_mv TO steps_minutely AS
 SELECT job, run, toStartOfMinute(time) AS minute, count() AS rows, sum(tokens) AS tokens,
        sum(samples) AS samples, max(step) AS max_step,
        quantilesState(0.5, 0.9, 0.99)(steps.step_ms) AS step_ms,
-       quantilesState(0.5, 0.99)(toFloat32(steps.step_ms - (all_reduce_ms + all_gather_ms + reduce_scatter_ms
-           + all_to_all_ms + broadcast_ms + p2p_ms))) AS busy_ms,
+       quantilesState(0.5, 0.99)(toFloat32({busy_ms})) AS busy_ms,
        uniqState(rank) AS ranks
 FROM steps GROUP BY job, run, minute;
 
@@ -71,10 +71,7 @@ SETTINGS non_replicated_deduplication_window = 1000;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS steps_by_rank_mv TO steps_by_rank AS
 SELECT job, run, rank, toStartOfHour(time) AS hour, any(steps.host) AS host, count() AS steps, sum(step_ms) AS step_ms,
-       sum(steps.step_ms - (all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms))
-           AS busy_ms,
-       sum(all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms)
-           AS collective_ms,
+       sum({busy_ms}) AS busy_ms, sum({collective_ms}) AS collective_ms,
        sum(steps.dataloader_ms) AS dataloader_ms, max(steps.step_ms) AS max_step_ms
 FROM steps GROUP BY job, run, rank, hour;
 

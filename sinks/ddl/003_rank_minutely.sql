@@ -2,6 +2,7 @@
 -- `argus report`'s phase breakdown: at 10M step rows a GROUP BY rank over `steps` takes
 -- seconds on a small machine, over this rollup milliseconds. Means are sum / steps.
 -- Filled by a materialized view (deduplicated inserts do not reach it) and backfilled once.
+-- The select names its sums (step, busy, collective and phases) once: rank_minutely_sums in sinks/_sql.py.
 
 CREATE TABLE IF NOT EXISTS steps_rank_minutely
 (
@@ -31,22 +32,10 @@ SETTINGS non_replicated_deduplication_window = 1000;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS steps_rank_minutely_mv TO steps_rank_minutely AS
 SELECT job, run, toStartOfMinute(time) AS minute, rank, any(steps.host) AS host, count() AS steps,
-       sum(steps.step_ms) AS step_sum,
-       sum(steps.step_ms - (all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms))
-           AS busy_sum,
-       sum(all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms) AS collective_sum,
-       sum(forward_ms) AS forward_sum, sum(backward_ms) AS backward_sum, sum(optimizer_ms) AS optimizer_sum,
-       sum(dataloader_ms) AS dataloader_sum, sum(h2d_ms) AS h2d_sum, sum(gc_ms) AS gc_sum,
-       sum(compile_ms) AS compile_sum, sum(checkpoint_ms) AS checkpoint_sum
+       {rank_minutely_sums}
 FROM steps GROUP BY job, run, minute, rank;
 
 INSERT INTO steps_rank_minutely
 SELECT job, run, toStartOfMinute(time) AS minute, rank, any(steps.host) AS host, count() AS steps,
-       sum(steps.step_ms) AS step_sum,
-       sum(steps.step_ms - (all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms))
-           AS busy_sum,
-       sum(all_reduce_ms + all_gather_ms + reduce_scatter_ms + all_to_all_ms + broadcast_ms + p2p_ms) AS collective_sum,
-       sum(forward_ms) AS forward_sum, sum(backward_ms) AS backward_sum, sum(optimizer_ms) AS optimizer_sum,
-       sum(dataloader_ms) AS dataloader_sum, sum(h2d_ms) AS h2d_sum, sum(gc_ms) AS gc_sum,
-       sum(compile_ms) AS compile_sum, sum(checkpoint_ms) AS checkpoint_sum
+       {rank_minutely_sums}
 FROM steps GROUP BY job, run, minute, rank;

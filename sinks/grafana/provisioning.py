@@ -133,19 +133,23 @@ _LINKS = {
 }
 
 
-def _panel(panel: Panel, pid: int, x: int, y: int) -> db.Panel:
-    fmt = _FORMAT["timeseries"] if panel.kind == "timeseries" else _FORMAT["table"]
-    p = (
+def _placed(panel: Panel, pid: int, x: int, y: int, datasource: dm.DataSourceRef) -> db.Panel:
+    """The panel's id, kind, title, description, datasource and place, with no query yet."""
+    return (
         db.Panel()
         .id(pid)
         .type(panel.kind)
         .title(panel.title)
         .description(panel.description)
-        .datasource(_DS)
+        .datasource(datasource)
         .grid_pos(dm.GridPos(h=panel.height, w=panel.width, x=x, y=y))
-        .with_target(_ClickHouse(panel.sql, fmt))
         .options({})
     )
+
+
+def _panel(panel: Panel, pid: int, x: int, y: int) -> db.Panel:
+    fmt = _FORMAT["timeseries"] if panel.kind == "timeseries" else _FORMAT["table"]
+    p = _placed(panel, pid, x, y, _DS).with_target(_ClickHouse(panel.sql, fmt))
     if panel.kind == "heatmap":
         p.options({"calculate": False, "yAxis": {"axisLabel": "rank"}, "color": {"scheme": "Oranges"}})
         p.with_transformation(
@@ -225,6 +229,12 @@ def _dashboard_builder(dashboard: Dashboard, title_tags: list[str]) -> db.Dashbo
     return builder
 
 
+def _dashboard_dict(builder: db.Dashboard) -> dict[str, Any]:
+    out: dict[str, Any] = _as_dict(builder.build())
+    out["schemaVersion"] = 39
+    return out
+
+
 def dashboard_json(dashboard: Dashboard, options: GrafanaOptions | None = None) -> dict[str, Any]:
     """Grafana dashboard JSON for one ClickHouse dashboard (datasource chosen by a variable)."""
     options = options or GrafanaOptions()
@@ -234,9 +244,7 @@ def dashboard_json(dashboard: Dashboard, options: GrafanaOptions | None = None) 
         builder.with_variable(_variable(name))
     for panel, pid, x, y in _layout(dashboard.panels):
         builder.with_panel(_panel(panel, pid, x, y))
-    out: dict[str, Any] = _as_dict(builder.build())
-    out["schemaVersion"] = 39
-    return out
+    return _dashboard_dict(builder)
 
 
 def pipeline_dashboard_json() -> dict[str, Any]:
@@ -244,23 +252,12 @@ def pipeline_dashboard_json() -> dict[str, Any]:
     builder = _dashboard_builder(PIPELINE, ["argus", "argus-pipeline"])
     builder.with_variable(db.DatasourceVariable(PROM_VAR).label("Prometheus").type("prometheus"))
     for panel, pid, x, y in _layout(PIPELINE.panels):
-        p = (
-            db.Panel()
-            .id(pid)
-            .type(panel.kind)
-            .title(panel.title)
-            .description(panel.description)
-            .datasource(_PROM)
-            .grid_pos(dm.GridPos(h=panel.height, w=panel.width, x=x, y=y))
-            .options({})
-        )
+        p = _placed(panel, pid, x, y, _PROM)
         for ref, line in zip("ABCDEFGH", panel.sql.split("\n"), strict=False):
             legend, _, expr = line.partition("=")
             p.with_target(prom.Dataquery().expr(expr.strip()).legend_format(legend.strip()).ref_id(ref))
         builder.with_panel(p)
-    out: dict[str, Any] = _as_dict(builder.build())
-    out["schemaVersion"] = 39
-    return out
+    return _dashboard_dict(builder)
 
 
 def _runbook(rule: AlertRule, base: str) -> str:

@@ -10,16 +10,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from argus.schemas import COLLECTIVE_COLUMNS
+from argus.schemas import COLLECTIVE_COLUMNS, PHASE_COLUMNS
+
+from .._sql import BUSY_MS as BUSY
 
 __all__ = ["ALERTS", "DASHBOARDS", "PIPELINE", "REPORT", "AlertRule", "Dashboard", "Panel", "all_panels"]
 
 JOB = "job = decodeURLComponent('${job:percentencode}')"
 RANK = "rank = toUInt32OrZero(decodeURLComponent('${rank:percentencode}'))"
 KERNEL = "name = decodeURLComponent('${kernel:percentencode}')"
-COLLECTIVE = "(" + " + ".join(COLLECTIVE_COLUMNS) + ")"  # a step's collective time (schemas' one list)
-BUSY = f"(step_ms - {COLLECTIVE})"
-"""Time a rank spends outside collectives: the straggler is the rank that waits least."""
+_LEGEND = {"p2p_ms": "send_recv"}
+
+
+def _each(template: str, columns: tuple[str, ...]) -> str:
+    """``template`` for every column, ``{c}`` the column and ``{name}`` its name without ``_ms``."""
+    return ", ".join(template.format(c=c, name=_LEGEND.get(c, c.removesuffix("_ms"))) for c in columns)
+
+
+_KERNEL_STATS = """sum(count) AS calls, round(sum(total_ns) / 1e6, 2) AS total_ms,
+       round(quantile(0.5)(p50_ns) / 1e3, 2) AS p50_us, round(quantile(0.5)(p99_ns) / 1e3, 2) AS p99_us,
+       round(max(max_ns) / 1e3, 2) AS max_us"""
+"""A kernel's calls, total and typical durations over the rows selected (the median step's p50/p99)."""
 
 
 @dataclass(frozen=True)
@@ -195,9 +206,7 @@ GROUP BY t ORDER BY t""",
             "phases",
             "Phases (ms)",
             "timeseries",
-            f"""SELECT $__timeInterval(time) AS t, avg(forward_ms) AS forward, avg(backward_ms) AS backward,
-       avg(optimizer_ms) AS optimizer, avg(dataloader_ms) AS dataloader, avg(h2d_ms) AS h2d, avg(gc_ms) AS gc,
-       avg(compile_ms) AS compile, avg(checkpoint_ms) AS checkpoint
+            f"""SELECT $__timeInterval(time) AS t, {_each("avg({c}) AS {name}", PHASE_COLUMNS)}
 FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)
 GROUP BY t ORDER BY t""",
         ),
@@ -205,9 +214,7 @@ GROUP BY t ORDER BY t""",
             "collectives",
             "Collectives (ms)",
             "timeseries",
-            f"""SELECT $__timeInterval(time) AS t, avg(all_reduce_ms) AS all_reduce, avg(all_gather_ms) AS all_gather,
-       avg(reduce_scatter_ms) AS reduce_scatter, avg(all_to_all_ms) AS all_to_all,
-       avg(broadcast_ms) AS broadcast, avg(p2p_ms) AS send_recv
+            f"""SELECT $__timeInterval(time) AS t, {_each("avg({c}) AS {name}", COLLECTIVE_COLUMNS)}
 FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)
 GROUP BY t ORDER BY t""",
         ),
@@ -215,9 +222,7 @@ GROUP BY t ORDER BY t""",
             "kernels",
             "Kernels of this rank (top by total time)",
             "table",
-            f"""SELECT name, sum(count) AS calls, round(sum(total_ns) / 1e6, 2) AS total_ms,
-       round(quantile(0.5)(p50_ns) / 1e3, 2) AS p50_us, round(quantile(0.5)(p99_ns) / 1e3, 2) AS p99_us,
-       round(max(max_ns) / 1e3, 2) AS max_us
+            f"""SELECT name, {_KERNEL_STATS}
 FROM kernels WHERE {JOB} AND {RANK} AND $__timeFilter(time)
 GROUP BY name ORDER BY total_ms DESC LIMIT 20""",
         ),
@@ -298,9 +303,7 @@ GROUP BY t ORDER BY t""",
             "kernel_ranks",
             "This kernel on every rank (slowest p99 first)",
             "table",
-            f"""SELECT rank, sum(count) AS calls, round(sum(total_ns) / 1e6, 2) AS total_ms,
-       round(quantile(0.5)(p50_ns) / 1e3, 2) AS p50_us, round(quantile(0.5)(p99_ns) / 1e3, 2) AS p99_us,
-       round(max(max_ns) / 1e3, 2) AS max_us
+            f"""SELECT rank, {_KERNEL_STATS}
 FROM kernels WHERE {JOB} AND {KERNEL} AND $__timeFilter(time)
 GROUP BY rank ORDER BY p99_us DESC, rank LIMIT 50""",
             "Click a rank for its drill-down.",
@@ -465,9 +468,7 @@ GROUP BY step_group, rank_group ORDER BY step_group, rank_group""",
         "Phases per rank (mean ms per step)",
         "table",
         f"""SELECT rank, any(host) AS rank_host, sum(steps) AS n, sum(step_sum) / n AS step,
-       sum(forward_sum) / n AS forward, sum(backward_sum) / n AS backward, sum(optimizer_sum) / n AS optimizer,
-       sum(dataloader_sum) / n AS dataloader, sum(h2d_sum) / n AS h2d, sum(gc_sum) / n AS gc,
-       sum(compile_sum) / n AS compile, sum(checkpoint_sum) / n AS checkpoint,
+       {_each("sum({name}_sum) / n AS {name}", PHASE_COLUMNS)},
        sum(collective_sum) / n AS collective, sum(busy_sum) / n AS busy
 FROM steps_rank_minutely WHERE {JOB} AND $__timeFilter(minute)
 GROUP BY rank ORDER BY rank""",

@@ -16,13 +16,14 @@ import argparse
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from tests.helpers.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -183,13 +184,6 @@ def run(a: argparse.Namespace) -> None:
     }
     Path(a.out, f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    """A TCP port free right now on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def launch(world: int, args: Sequence[str], out: Path, *, timeout: float = 240.0) -> list[dict[str, Any]]:

@@ -8,22 +8,13 @@ from typing import Any
 
 import pytest
 
-from argus.schemas import StepBatch, StepRecord
 from tests.agent.rank_worker import launch
+from tests.frameworks.common import batches
 
 pytestmark = pytest.mark.slow
 
 WARMUP, STEPS = 4, 14
 COLLECTIVES = ("all_reduce_ms", "all_gather_ms", "reduce_scatter_ms")
-
-
-def batches(results: list[dict[str, Any]]) -> list[StepBatch]:
-    """Every rank's records, one batch per step."""
-    by_step: dict[int, list[StepRecord]] = {}
-    for r in results:
-        for row in r["records"]:
-            by_step.setdefault(row["step"], []).append(StepRecord(**row))
-    return [StepBatch.from_records(sorted(by_step[s], key=lambda x: x.rank)) for s in sorted(by_step)]
 
 
 def check_against_profiler(

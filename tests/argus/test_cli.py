@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.net import free_port, http_get
+
 ARGUS = [sys.executable, "-m", "argus.cli"]
 
 
@@ -111,23 +113,23 @@ def test_sql_prints_datetimes_as_clickhouse_client_does(tmp_path: Path) -> None:
     ]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str) -> tuple[int, str]:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+def _serving(kafka_conf: dict[str, str], home: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``argus *args --metrics-port P`` on the broker, started; the process and its base URL."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "ARGUS_HOME": str(home),
+        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
+        "ARGUS_METRICS_ADDR": "127.0.0.1",
+    }
+    proc = subprocess.Popen(
+        [*ARGUS, *args, "--metrics-port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def _wait_ready(proc: subprocess.Popen[str], url: str, timeout: float) -> tuple[int, str]:
@@ -138,7 +140,7 @@ def _wait_ready(proc: subprocess.Popen[str], url: str, timeout: float) -> tuple[
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         try:
-            got = _get(url)
+            got = http_get(url)
         except OSError:  # not listening yet
             got = (0, "")
         if got[0] == 200:
@@ -154,28 +156,14 @@ def test_sink_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path
     import signal
     import time
 
-    port = _free_port()
-    env = {
-        **os.environ,
-        "ARGUS_HOME": str(tmp_path),
-        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
-        "ARGUS_METRICS_ADDR": "127.0.0.1",
-    }
     group = f"health-{os.getpid()}-{time.monotonic_ns()}"
-    proc = subprocess.Popen(
-        [*ARGUS, "sink", "--group", group, "--metrics-port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, base = _serving(kafka_conf, tmp_path, "sink", "--group", group)
     try:
-        ready = _wait_ready(proc, f"http://127.0.0.1:{port}/readyz", 90)
-        base = f"http://127.0.0.1:{port}"
+        ready = _wait_ready(proc, f"{base}/readyz", 90)
         assert ready[0] == 200 and ready[1].startswith("ready: "), ready
-        live = _get(f"{base}/livez")
+        live = http_get(f"{base}/livez")
         assert live[0] == 200 and live[1].startswith("polled "), live
-        status, metrics = _get(f"{base}/metrics")
+        status, metrics = http_get(f"{base}/metrics")
         assert status == 200 and "argus_sink_messages_total" in metrics
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -191,26 +179,12 @@ def test_worker_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_pa
     import signal
     import time
 
-    port = _free_port()
-    env = {
-        **os.environ,
-        "ARGUS_HOME": str(tmp_path),
-        "ARGUS_KAFKA_BOOTSTRAP": kafka_conf["bootstrap.servers"],
-        "ARGUS_METRICS_ADDR": "127.0.0.1",
-    }
     app_id = f"health-{os.getpid()}-{time.monotonic_ns()}"
-    proc = subprocess.Popen(
-        [*ARGUS, "worker", "--app-id", app_id, "--metrics-port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    proc, base = _serving(kafka_conf, tmp_path, "worker", "--app-id", app_id)
     try:
         ready = _wait_ready(proc, f"{base}/readyz", 120)
         assert ready[0] == 200 and ready[1].startswith("ready: "), ready
-        live = _get(f"{base}/livez")
+        live = http_get(f"{base}/livez")
         assert live[0] == 200 and live[1].startswith("event loop ticked "), live
     finally:
         proc.send_signal(signal.SIGTERM)

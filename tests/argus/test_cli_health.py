@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import urllib.error
-import urllib.request
 
 import faust
 import pytest
 
 from argus.cli._health import WorkerHealth, add_probes
 from argus.metrics import serve_metrics
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+from tests.helpers.net import http_get
 
 
 def test_probe_paths_answer_200_or_503_and_metrics_stay() -> None:
@@ -31,11 +22,11 @@ def test_probe_paths_answer_200_or_503_and_metrics_stay() -> None:
     try:
         add_probes(server, {"/readyz": lambda: (state["ok"], "why not"), "/broken": broken})
         base = f"http://127.0.0.1:{server.server_port}"
-        assert _get(f"{base}/readyz") == (200, "why not\n")
+        assert http_get(f"{base}/readyz") == (200, "why not\n")
         state["ok"] = False
-        assert _get(f"{base}/readyz") == (503, "why not\n")
-        assert _get(f"{base}/broken") == (503, "probe failed: RuntimeError: cannot tell\n")
-        status, body = _get(f"{base}/metrics")
+        assert http_get(f"{base}/readyz") == (503, "why not\n")
+        assert http_get(f"{base}/broken") == (503, "probe failed: RuntimeError: cannot tell\n")
+        status, body = http_get(f"{base}/metrics")
         assert status == 200 and "argus_x 1.0" in body
     finally:
         server.shutdown()

@@ -8,30 +8,16 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+from tests.helpers.net import free_port, http_get
 
 
 @pytest.mark.kafka
 def test_node_agent_serves_relay_metrics_and_health(kafka_conf, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     sock = tmp_path / "relay.sock"
     env = {
         **os.environ,
@@ -55,7 +41,7 @@ def test_node_agent_serves_relay_metrics_and_health(kafka_conf, tmp_path: Path) 
         status = 0
         while time.monotonic() < deadline:
             try:
-                status, body = _get(f"http://127.0.0.1:{port}/healthz")
+                status, body = http_get(f"http://127.0.0.1:{port}/healthz", timeout=2)
                 break
             except OSError:
                 time.sleep(0.3)
@@ -63,7 +49,7 @@ def test_node_agent_serves_relay_metrics_and_health(kafka_conf, tmp_path: Path) 
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:  # garbage: refused, counted
             s.sendto(b"not a step record", str(sock))
         time.sleep(1.0)
-        status, text = _get(f"http://127.0.0.1:{port}/metrics")
+        status, text = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
         assert status == 200
         assert "argus_relay_received_total" in text and "argus_node_publisher_dropped_total" in text
         refused = [ln for ln in text.splitlines() if ln.startswith("argus_relay_refused_total{")]

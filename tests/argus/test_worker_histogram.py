@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from argus.metrics import serve_metrics
 from argus.streams.metrics import LATENCY_BUCKETS_S, LatencyHistogram
+from tests.helpers.net import free_port
 
 
 def test_every_append_is_counted_once_even_after_the_deque_drops_it() -> None:
@@ -25,9 +25,7 @@ def test_every_append_is_counted_once_even_after_the_deque_drops_it() -> None:
 
 def test_served_as_a_histogram_prometheus_parses() -> None:
     h = LatencyHistogram([0.2, 1.5, 1.5], maxlen=10)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = serve_metrics(
         port,
         lambda: {"argus_worker_step_completion_seconds": ("histogram", "latency", {(): h.buckets()})},

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tests.agent.rank_worker import free_port
 from tests.frameworks.common import REPO, batches, check_straggler, load
+from tests.helpers.net import free_port
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")

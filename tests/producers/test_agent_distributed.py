@@ -12,18 +12,9 @@ from typing import Any
 import pytest
 
 from argus.schemas import HEARTBEATS, STACKS, STEPS, Heartbeat, StackSample, StepBatch, decode
+from tests.helpers.kafka import start_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-
-
-def start_offsets(conf: dict[str, Any], topics: list[str]) -> list[Any]:
-    """Partitions of ``topics`` positioned at their current end (so only new records are read)."""
-    from confluent_kafka import TopicPartition
-
-    from argus.kafka_admin import end_offsets, ensure_topics
-
-    ensure_topics(conf, topics, partitions=16)
-    return [TopicPartition(t, p, hi) for (t, p), hi in end_offsets(conf, topics).items()]
 
 
 def consume(

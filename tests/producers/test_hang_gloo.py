@@ -13,7 +13,8 @@ import pytest
 
 from argus.detectors import HANG, HangState, detect_hang, hang_anomalies
 from argus.schemas import HEARTBEATS, Heartbeat, decode
-from tests.producers.test_agent_distributed import start_offsets
+from tests.helpers.kafka import start_offsets
+from tests.helpers.net import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -23,11 +24,9 @@ HANG_RANK, HANG_STEP, WORLD = 2, 6, 4
 def test_a_rank_blocked_before_an_all_reduce_is_named_with_the_all_reduce(kafka_conf, unique, tmp_path):
     from confluent_kafka import Consumer
 
-    from argus.examples.train_ddp import _free_port
-
     job = f"gloo-hang-{unique}"
     assignment = start_offsets(kafka_conf, [HEARTBEATS])
-    port = str(_free_port())
+    port = str(free_port())
     args = [
         "--steps",
         "200",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from argus.cli.import_trace import StepParts, import_files, iter_imports
+from argus.cli.import_trace import StepParts, collect_imports, iter_imports
 from argus.schemas import StepBatch, StepRecord
 from tests.argus.test_import_trace import _rank_trace
 
@@ -21,7 +21,7 @@ def test_files_come_back_in_order_whatever_the_window(tmp_path: Path) -> None:
         paths.append(str(path))
     streamed = [(s.rank, len(recs)) for recs, s in iter_imports(paths, job="w", workers=2)]
     assert [r for r, _ in streamed] == list(range(7))  # 7 files, at most 4 in flight
-    records, summaries = import_files(paths, job="w", workers=1)
+    records, summaries = collect_imports(iter_imports(paths, job="w", workers=1))
     assert [s.rank for s in summaries] == list(range(7)) and len(records) == sum(n for _, n in streamed)
 
 

@@ -4,7 +4,6 @@ OAUTHBEARER (Kafka's unsecured JWS validator), the token from a file through lib
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -16,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 
 from argus.config import load_settings
 from argus.kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
 from argus.wiring import faust_credentials
+from tests.helpers.kafka import faust_send, first_value, own_broker
 
-REPO = Path(__file__).resolve().parents[2]
 PORT = 19392  # PLAINTEXT; SASL_PLAINTEXT (OAUTHBEARER) on PORT + 2
 pytestmark = pytest.mark.kafka
 
@@ -39,19 +37,8 @@ def unsecured_jwt(sub: str, lifetime_s: float = 3600) -> str:
 
 @pytest.fixture(scope="module")
 def oauth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data = tmp_path_factory.mktemp("kafka-oauth")
-    env = {
-        **os.environ,
-        "ARGUS_KAFKA_PORT": str(PORT),
-        "ARGUS_KAFKA_DATA": str(data),
-        "ARGUS_KAFKA_HEAP": "384m",
-        "ARGUS_KAFKA_OAUTHBEARER": "unsecured",
-    }
-    subprocess.run([str(REPO / "scripts" / "kafka.sh"), "up"], env=env, check=True, timeout=180)
-    try:
+    with own_broker(tmp_path_factory.mktemp("kafka-oauth"), PORT, ARGUS_KAFKA_OAUTHBEARER="unsecured"):
         yield f"127.0.0.1:{PORT + 2}"
-    finally:
-        subprocess.run([str(REPO / "scripts" / "kafka.sh"), "down"], env=env, timeout=60)
 
 
 def env_for(bootstrap: str, token_file: Path) -> dict[str, str]:
@@ -75,15 +62,7 @@ def test_admin_producer_and_consumer_authenticate_with_a_token_file(oauth_broker
     pub.publish_raw("oauth-check", b"k", b"authenticated")
     pub.drain(30)
     assert pub.shutdown(5)
-    c = Consumer({**conf, "group.id": "oauth", "auto.offset.reset": "earliest"})
-    c.subscribe(["oauth-check"])
-    deadline, got = time.monotonic() + 30, None
-    while got is None and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and not m.error():
-            got = m.value()
-    c.close()
-    assert got == b"authenticated"
+    assert first_value(conf, "oauth-check", "oauth") == b"authenticated"
 
 
 def test_faust_clients_authenticate_with_the_same_token(oauth_broker, tmp_path: Path) -> None:
@@ -96,25 +75,7 @@ def test_faust_clients_authenticate_with_the_same_token(oauth_broker, tmp_path: 
     assert isinstance(creds, faust.OAuthCredentials)
     assert "eyJ" not in repr(creds) + repr(creds.oauth_cb)
     ensure_topics(settings.kafka_client_config(), ["oauth-check"], partitions=1)
-
-    async def send() -> Any:
-        app = faust.App(
-            f"oauth-{time.time_ns()}",
-            broker=f"kafka://{oauth_broker}",
-            broker_credentials=creds,
-            web_enabled=False,
-        )
-        await app.producer.start()
-        try:
-            fut = await app.producer.send(
-                "oauth-check", key=None, value=b"from faust", partition=None, timestamp=None, headers=None
-            )
-            return await fut
-        finally:
-            await app.producer.stop()
-
-    meta = asyncio.run(asyncio.wait_for(send(), 60))
-    assert meta.topic == "oauth-check"
+    assert faust_send(oauth_broker, creds, "oauth-check", "oauth").topic == "oauth-check"
 
 
 def test_an_expired_token_is_refused_and_never_shown(oauth_broker, tmp_path: Path) -> None:

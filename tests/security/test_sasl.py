@@ -3,45 +3,31 @@ wrong password refused with a clear message that never shows the password."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from argus.config import load_settings
 from argus.kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
 from argus.wiring import faust_credentials
+from tests.helpers.kafka import faust_send, first_value, own_broker
 
-REPO = Path(__file__).resolve().parents[2]
 PORT = 19292  # PLAINTEXT; SASL_PLAINTEXT on PORT + 2
 pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture(scope="module")
 def scram_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    data = tmp_path_factory.mktemp("kafka-scram")
     password = secrets.token_urlsafe(18)
-    env = {
-        **os.environ,
-        "ARGUS_KAFKA_PORT": str(PORT),
-        "ARGUS_KAFKA_DATA": str(data),
-        "ARGUS_KAFKA_HEAP": "384m",
-        "ARGUS_KAFKA_SCRAM_USER": "argus-test",
-        "ARGUS_KAFKA_SCRAM_PASSWORD": password,
-    }
-    subprocess.run([str(REPO / "scripts" / "kafka.sh"), "up"], env=env, check=True, timeout=180)
-    try:
+    data = tmp_path_factory.mktemp("kafka-scram")
+    with own_broker(data, PORT, ARGUS_KAFKA_SCRAM_USER="argus-test", ARGUS_KAFKA_SCRAM_PASSWORD=password):
         yield {"user": "argus-test", "password": password, "bootstrap": f"127.0.0.1:{PORT + 2}"}
-    finally:
-        subprocess.run([str(REPO / "scripts" / "kafka.sh"), "down"], env=env, timeout=60)
 
 
 def env_for(broker: dict[str, str], password: str) -> dict[str, str]:
@@ -66,15 +52,7 @@ def test_producer_consumer_and_admin_authenticate(scram_broker, tmp_path: Path) 
     p = Producer({**conf, "enable.idempotence": True})
     p.produce("sasl-check", b"authenticated")
     assert p.flush(20) == 0
-    c = Consumer({**conf, "group.id": "sasl", "auto.offset.reset": "earliest"})
-    c.subscribe(["sasl-check"])
-    deadline, got = time.monotonic() + 30, None
-    while got is None and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and not m.error():
-            got = m.value()
-    c.close()
-    assert got == b"authenticated"
+    assert first_value(conf, "sasl-check", "sasl") == b"authenticated"
 
 
 def test_faust_clients_authenticate_with_the_same_settings(scram_broker) -> None:
@@ -83,25 +61,7 @@ def test_faust_clients_authenticate_with_the_same_settings(scram_broker) -> None
     settings = load_settings(env=env_for(scram_broker, scram_broker["password"]))
     creds = faust_credentials(settings)
     assert isinstance(creds, faust.SASLCredentials) and creds.mechanism.value == "SCRAM-SHA-512"
-
-    async def send() -> Any:
-        app = faust.App(
-            f"sasl-{time.time_ns()}",
-            broker=f"kafka://{scram_broker['bootstrap']}",
-            broker_credentials=creds,
-            web_enabled=False,
-        )
-        await app.producer.start()
-        try:
-            fut = await app.producer.send(
-                "sasl-check", key=None, value=b"from faust", partition=None, timestamp=None, headers=None
-            )
-            return await fut
-        finally:
-            await app.producer.stop()
-
-    meta = asyncio.run(asyncio.wait_for(send(), 60))
-    assert meta.topic == "sasl-check"
+    assert faust_send(scram_broker["bootstrap"], creds, "sasl-check", "sasl").topic == "sasl-check"
 
 
 def test_a_wrong_password_is_refused_clearly(scram_broker) -> None:

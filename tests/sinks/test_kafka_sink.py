@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from argus.kafka_admin import ensure_topics
 from argus.schemas import Anomaly, StepBatch, encode, step_key
-from argus.sinks import to_arrow
+from argus.sinks import StoreUnavailableError, to_arrow
 from argus.sinks.kafka_sink import KafkaSink
+from argus.sinks.store import dedup_settings
 from tests.figures import report
 from tests.records import T0, step_batch
 
@@ -21,16 +23,48 @@ pytestmark = pytest.mark.kafka
 
 
 class Borrowed:
-    """The session store lent to a sink: the sink may close it, the session keeps it open."""
+    """The session store lent to a sink: the sink may close it, the session keeps it open.
+    ``before_insert`` runs before every insert: it may raise (a store that is down) or wait."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, before_insert: Callable[[], object] | None = None) -> None:
         self._store = store
+        self._before_insert = before_insert
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
+    def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
+        if self._before_insert is not None:
+            self._before_insert()
+        self._store.insert_arrow(*args, **kwargs)
+
     def close(self) -> None:
         pass
+
+
+def refuse() -> None:
+    """A store that is down."""
+    raise StoreUnavailableError("connection refused (test outage)")
+
+
+def died_after_insert(
+    conf: dict[str, Any], store: Any, topic: str, group: str, recs: list[Any], last: int
+) -> None:
+    """What a sink that died after inserting offsets 0..``last`` of partition 0, before
+    committing them, had done: the intent commit, then the insert."""
+    c = Consumer({**conf, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 0, metadata=f"argus:{last}")], asynchronous=False)
+    c.close()
+    table, data = to_arrow(recs[: last + 1])
+    store.insert_arrow(table, data, settings=dedup_settings(f"steps:{topic}:0:0-{last}"))
+
+
+def committed(conf: dict[str, Any], topic: str, group: str) -> TopicPartition:
+    """Partition 0's committed offset (and metadata) for ``group``."""
+    c = Consumer({**conf, "group.id": group})
+    (tp,) = c.committed([TopicPartition(topic, 0)], timeout=10)
+    c.close()
+    return tp
 
 
 def make_topic(conf: dict[str, Any], name: str, partitions: int = 2) -> str:
@@ -134,14 +168,7 @@ def test_an_unfinished_insert_is_replayed_without_duplicates(kafka_conf, store, 
     recs = batches(job, 30)
     produce(kafka_conf, topic, recs)
     group = f"g-{unique}"
-    # What the dead sink had done: the intent commit, then the insert of offsets 0..9.
-    from confluent_kafka import Consumer
-
-    c = Consumer({**kafka_conf, "group.id": group, "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(topic, 0, 0, metadata="argus:9")], asynchronous=False)
-    c.close()
-    table, data = to_arrow(recs[:10])
-    store.insert_arrow(table, data, settings={"insert_deduplication_token": f"steps:{topic}:0:0-9"})
+    died_after_insert(kafka_conf, store, topic, group, recs, 9)
     assert count(store, "steps", job) == 80
 
     sink = KafkaSink(lambda: Borrowed(store), kafka_conf, topics=[topic], group=group, batch_seconds=0.2)
@@ -157,23 +184,14 @@ def test_an_unfinished_insert_is_replayed_without_duplicates(kafka_conf, store, 
 
 def test_store_outage_is_retried_until_it_returns(kafka_conf, store, unique) -> None:
     """The store refuses inserts for a while (as a restarted ClickHouse would); nothing is lost."""
-    from argus.sinks import StoreUnavailableError
-
     topic = make_topic(kafka_conf, f"t-outage-{unique}", partitions=1)
     job = f"outage-{unique}"
     steps = int(os.environ.get("ARGUS_TEST_STORE_STEPS", "20"))
     produce(kafka_conf, topic, batches(job, steps))
     outage_s = float(os.environ.get("ARGUS_TEST_STORE_OUTAGE_S", "2"))
     down_until = time.monotonic() + outage_s
-
-    class Outage(Borrowed):
-        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
-            if time.monotonic() < down_until:
-                raise StoreUnavailableError("connection refused (test outage)")
-            self._store.insert_arrow(*args, **kwargs)
-
     sink = KafkaSink(
-        lambda: Outage(store),
+        lambda: Borrowed(store, lambda: time.monotonic() < down_until and refuse()),
         kafka_conf,
         topics=[topic],
         group=f"g-{unique}",
@@ -207,20 +225,12 @@ def test_a_replay_cut_by_other_chunks_ends_at_the_recorded_offset_and_rollups_co
     """Issue 17, item 6: the dead sink had cut offsets 0..2 (3 messages in one chunk); the
     replaying sink gets one message per poll and flushes on age, which cut 0..0 with a new
     token before: steps collapses on merge, steps_minutely and steps_rank_minutely never."""
-    from argus.sinks.store import dedup_settings
-
     topic = make_topic(kafka_conf, f"t-rechunk-{unique}", partitions=1)
     job = f"rechunk-{unique}"
     recs = batches(job, 6)
     produce(kafka_conf, topic, recs)
     group = f"g-{unique}"
-    from confluent_kafka import Consumer
-
-    c = Consumer({**kafka_conf, "group.id": group, "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(topic, 0, 0, metadata="argus:2")], asynchronous=False)
-    c.close()
-    table, data = to_arrow(recs[:3])
-    store.insert_arrow(table, data, settings=dedup_settings(f"steps:{topic}:0:0-2"))
+    died_after_insert(kafka_conf, store, topic, group, recs, 2)
     sink = KafkaSink(
         lambda: Borrowed(store),
         kafka_conf,
@@ -281,16 +291,11 @@ def test_a_stop_ends_the_retries_of_an_unavailable_store(kafka_conf, store, uniq
     """SIGTERM (the stop event) did not stop a sink retrying; now it leaves, nothing committed."""
     import threading
 
-    from argus.sinks import StoreUnavailableError
-
     topic = make_topic(kafka_conf, f"t-down-{unique}", partitions=1)
     produce(kafka_conf, topic, batches(f"down-{unique}", 3))
-
-    class Down(Borrowed):
-        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
-            raise StoreUnavailableError("connection refused (test)")
-
-    sink = KafkaSink(lambda: Down(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.1)
+    sink = KafkaSink(
+        lambda: Borrowed(store, refuse), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.1
+    )
     stop = threading.Event()
     runner = threading.Thread(target=sink.run, args=(stop,))
     runner.start()
@@ -300,26 +305,17 @@ def test_a_stop_ends_the_retries_of_an_unavailable_store(kafka_conf, store, uniq
     stop.set()
     runner.join(60)
     assert not runner.is_alive()
-    from confluent_kafka import Consumer
-
-    c = Consumer({**kafka_conf, "group.id": f"g-{unique}"})
-    (tp,) = c.committed([TopicPartition(topic, 0)], timeout=10)
-    c.close()
+    tp = committed(kafka_conf, topic, f"g-{unique}")
     assert (tp.offset, tp.metadata) == (0, "argus:2")  # the intent stays: the next sink replays it
 
 
 def test_a_deadline_ends_the_retries_with_an_error(kafka_conf, store, unique) -> None:
-    from argus.sinks import SinkError, StoreUnavailableError
+    from argus.sinks import SinkError
 
     topic = make_topic(kafka_conf, f"t-deadline-{unique}", partitions=1)
     produce(kafka_conf, topic, batches(f"deadline-{unique}", 1))
-
-    class Down(Borrowed):
-        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
-            raise StoreUnavailableError("connection refused (test)")
-
     sink = KafkaSink(
-        lambda: Down(store),
+        lambda: Borrowed(store, refuse),
         kafka_conf,
         topics=[topic],
         group=f"g-{unique}",
@@ -367,21 +363,12 @@ def test_health_follows_the_group_the_polling_and_the_store(kafka_conf, store, u
     retried (but live within the deadline); neither once polling stops past ``stall_s``."""
     import threading
 
-    from argus.sinks import StoreUnavailableError
-
     topic = make_topic(kafka_conf, f"t-health-{unique}", partitions=1)
     job = f"health-{unique}"
     store_down = threading.Event()
     store_down.set()
-
-    class Switchable(Borrowed):
-        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
-            if store_down.is_set():
-                raise StoreUnavailableError("connection refused (test outage)")
-            self._store.insert_arrow(*args, **kwargs)
-
     sink = KafkaSink(
-        lambda: Switchable(store),
+        lambda: Borrowed(store, lambda: store_down.is_set() and refuse()),
         kafka_conf,
         topics=[topic],
         group=f"g-{unique}",
@@ -431,14 +418,17 @@ def test_an_insert_that_hangs_fails_liveness(kafka_conf, store, unique) -> None:
     job = f"hang-{unique}"
     entered, release = threading.Event(), threading.Event()
 
-    class Hanging(Borrowed):
-        def insert_arrow(self, *args: Any, **kwargs: Any) -> None:
-            entered.set()
-            release.wait(60)
-            self._store.insert_arrow(*args, **kwargs)
+    def hang() -> None:
+        entered.set()
+        release.wait(60)
 
     sink = KafkaSink(
-        lambda: Hanging(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.2, stall_s=5
+        lambda: Borrowed(store, hang),
+        kafka_conf,
+        topics=[topic],
+        group=f"g-{unique}",
+        batch_seconds=0.2,
+        stall_s=5,
     )
     try:
         produce(kafka_conf, topic, batches(job, 1))

@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from argus.sinks import migrate, migrations
 from argus.sinks.migrate import MAX_TTL_DAYS, applied_versions
+from argus.sinks.store import split_statements
 
 _FRESH = r"""
 import json, sys
@@ -57,18 +61,41 @@ def test_retention_out_of_bounds_is_refused_before_any_statement(store) -> None:
     assert applied_versions(store) == done
 
 
-def test_the_ddls_collective_sums_are_the_one_definition() -> None:
-    """Busy time is step time minus the collective sum of schemas.COLLECTIVE_COLUMNS: the Grafana
-    queries build it from that list; applied migrations cannot be regenerated, so every sum
-    written in them must spell exactly that list (a new collective needs a new migration)."""
-    import re
-
+def test_the_ddl_names_busy_time_and_the_collective_sum_once() -> None:
+    """Busy time is step time minus the collective sum of schemas.COLLECTIVE_COLUMNS, written once
+    in sinks/_sql.py: the DDL files name it, they do not spell the sum again."""
     from argus.schemas import COLLECTIVE_COLUMNS
+    from argus.sinks._sql import COLLECTIVE_MS
 
-    sums = [
-        re.sub(r"\s+", " ", s)
+    folder = resources.files("argus.sinks") / "ddl"
+    raw = [f.read_text() for f in folder.iterdir() if f.name.endswith(".sql")]
+    assert not any(re.search(r"all_reduce_ms\s*\+", sql) for sql in raw)
+    assert "(" + " + ".join(COLLECTIVE_COLUMNS) + ")" == COLLECTIVE_MS
+    rendered = [s for m in migrations() for s in re.findall(r"all_reduce_ms\s*\+[^()]*p2p_ms", m.sql)]
+    assert len(rendered) >= 9 and set(rendered) == {" + ".join(COLLECTIVE_COLUMNS)}
+    assert not any(re.search(r"\{(?!ttl_days\})[a-z_]+\}", m.sql) for m in migrations())  # every name filled
+
+
+# sha256 of each migration's statements (comments dropped, white space folded), as shipped.
+_APPLIED = {
+    1: "ae1ec1903ab41045",
+    2: "a2f2fe7a8b244100",
+    3: "a4d27dbc59a705b7",
+    4: "5b2a94c229c614b1",
+    5: "5403ce8f3c219b0e",
+    6: "8b1c11d103fc6527",
+    7: "65b2423045eaf09e",
+}
+
+
+def test_a_shipped_migration_renders_as_it_always_did() -> None:
+    """A store runs a migration once, by version: a migration that changes afterwards gives fresh
+    stores another schema than the live ones. That includes a change to what sinks/_sql.py fills
+    into it. Change the schema with a new migration; a new one is added to _APPLIED."""
+    got = {
+        m.version: hashlib.sha256(
+            re.sub(r"\s+", " ", "\n".join(split_statements(m.sql))).encode()
+        ).hexdigest()[:16]
         for m in migrations()
-        for s in re.findall(r"all_reduce_ms\s*\+[^()]*p2p_ms", m.sql)
-    ]
-    assert len(sums) >= 9
-    assert set(sums) == {" + ".join(COLLECTIVE_COLUMNS)}
+    }
+    assert got == _APPLIED
