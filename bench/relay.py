@@ -214,6 +214,7 @@ def main() -> None:
             "worker_heartbeats_per_s": round(heartbeat_drain(conf, ranks, 10 if args.quick else 30)),
         }
     print(json.dumps(out))
+    bench_streams.remove_worker_homes()
 
 
 if __name__ == "__main__":

@@ -437,21 +437,26 @@ class Streams:
         delivered (before the state that produced them is written)."""
         deepen = self.history.deepener(found.job, found.run, self.cfg.diagnoser)
         result = apply_findings(state, found, self.cfg.diagnoser, deepen=deepen)
-        await self.send_summary(found)
+        summary = await self.send_summary(found)
         for anomaly in result.anomalies:
             if await self.send_anomaly(anomaly) is not None:
                 self.metrics.anomalies[anomaly.cause] += 1
-        await self.app.producer.flush()
+        if result.anomalies:
+            await self.app.producer.flush()
+        elif summary is not None:
+            await summary
 
-    async def send_summary(self, found: StepFindings) -> None:
-        """The step's summary, once per diagnosed step (a step read twice by the cross-rank
-        stage, after a rebalance, is a duplicate here and never reaches this)."""
+    async def send_summary(self, found: StepFindings) -> Any:
+        """Send the step's summary, once per diagnosed step (a step read twice by the
+        cross-rank stage, after a rebalance, is a duplicate here and never reaches this);
+        its delivery future, or None when it cannot be encoded or sent (logged, counted)."""
         try:
             value = encode(found.summary)
-            await self.topics.summaries.send(key=job_key(found.job), value=value, headers=self.origin)
+            return await self.topics.summaries.send(key=job_key(found.job), value=value, headers=self.origin)
         except (SchemaError, MessageSizeTooLargeError, TypeError, ValueError) as exc:
             self.metrics.dead_letters["invalid_output"] += 1
             log.error("summary of step %d of %.100s not sent: %s", found.step, found.job, str(exc)[:300])
+            return None
 
     def expire(self, state_key: bytes) -> None:
         """Forget a job run silent for ``job_ttl_s`` (inside stream iteration: table writes)."""
