@@ -220,6 +220,15 @@ def skip_to_end(conf: dict[str, Any], group: str, topics: Iterable[str]) -> int:
     return len(ends)
 
 
+def skip_worker_to_end(conf: dict[str, Any], app_id: str, topics: Iterable[str]) -> int:
+    """:func:`skip_to_end` for every consumer group a stream worker of ``app_id`` reads with
+    (Faust's and its batch intakes', :func:`argus.streams.app.consumer_groups`)."""
+    from argus.streams.app import consumer_groups
+
+    topics = list(topics)
+    return sum(skip_to_end(conf, group, topics) for group in consumer_groups(app_id))
+
+
 class GroupLag:
     """Consumer lag of a consumer group (messages not yet committed), for /metrics."""
 

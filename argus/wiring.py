@@ -86,6 +86,7 @@ def stream_config(settings: Settings, **overrides: Any) -> Any:
     values: dict[str, Any] = {
         "broker": brokers,
         "credentials": faust_credentials(settings),
+        "kafka_config": settings.kafka_client_config(),
         "partitions": settings.kafka_partitions,
         "store": settings.streams_store,
         "datadir": str(settings.home / "streams"),

@@ -36,11 +36,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
-from argus.kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, skip_to_end  # noqa: E402
+from argus.kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, skip_worker_to_end  # noqa: E402
 from argus.producers.publisher import Publisher  # noqa: E402
 from argus.producers.relay import NodeRelay, RelayClient  # noqa: E402
 from argus.schemas import ALL_TOPICS, HEARTBEATS, STEP_FINDINGS, STEPS, Record, StepBatch, StepRecord, encode  # noqa: E402
 from argus.simulate import layout_for, publish_simulation  # noqa: E402
+from argus.streams.app import consumer_groups  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_streams", REPO / "bench" / "streams.py")
 assert _spec is not None and _spec.loader is not None
@@ -108,7 +109,7 @@ def catch_up(conf: dict[str, Any], per_message: int, ranks: int, steps: int) -> 
     """Rank-steps/s of a fresh worker catching up a job published ahead."""
     run = uuid.uuid4().hex[:8]
     app = f"bench-relay-{run}"
-    skip_to_end(conf, app, [STEPS, STEP_FINDINGS, HEARTBEATS])
+    skip_worker_to_end(conf, app, [STEPS, STEP_FINDINGS, HEARTBEATS])
     publisher = Publisher(conf, block_when_full=True)
     job = f"bench-relay-{per_message}-{run}"
     publish_simulation(
@@ -151,7 +152,7 @@ def heartbeat_drain(conf: dict[str, Any], ranks: int, rounds: int) -> float:
 
     run = uuid.uuid4().hex[:8]
     app = job = f"bench-heartbeats-{run}"
-    skip_to_end(conf, app, [STEPS, STEP_FINDINGS, HEARTBEATS])
+    skip_worker_to_end(conf, app, [STEPS, STEP_FINDINGS, HEARTBEATS])
     publisher = Publisher(conf, block_when_full=True)
     sim = ClusterSimulator(layout_for(ranks), seed=1, job=job, start_ns=time.time_ns())
     for step in sim.run(rounds):
@@ -159,7 +160,7 @@ def heartbeat_drain(conf: dict[str, Any], ranks: int, rounds: int) -> float:
             publisher.publish(HEARTBEATS, job_key(job), beat)
     publisher.drain(300)
     publisher.shutdown()
-    offsets = Consumer({**conf, "group.id": app})
+    offsets = Consumer({**conf, "group.id": consumer_groups(app)[1]})  # the heartbeat intake's
     parts = offsets.list_topics(HEARTBEATS, timeout=10).topics[HEARTBEATS].partitions
     tps = [TopicPartition(HEARTBEATS, p) for p in parts]
     ends = {tp.partition: offsets.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}

@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
-from argus.kafka_admin import GroupLag, ensure_topics, skip_to_end  # noqa: E402
+from argus.kafka_admin import GroupLag, ensure_topics, skip_worker_to_end  # noqa: E402
 from argus.producers.publisher import Publisher  # noqa: E402
 from argus.schemas import (  # noqa: E402
     ALL_TOPICS,
@@ -63,6 +63,7 @@ from argus.schemas import (  # noqa: E402
     job_key,
 )
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
+from argus.streams.app import consumer_groups  # noqa: E402
 
 
 class PeakRss(threading.Thread):
@@ -349,7 +350,7 @@ def main() -> None:
         for t in Consumer({**conf, "group.id": "bench-list"}).list_topics(timeout=10).topics
         if t.startswith("argus")
     ]
-    skip_to_end(conf, f"bench-{run}", sorted({*topics, STEP_FINDINGS}))
+    skip_worker_to_end(conf, f"bench-{run}", sorted({*topics, STEP_FINDINGS}))
     worker, home = start_worker(f"bench-{run}")
     rss = PeakRss(worker.pid)
     rss.start()
@@ -363,7 +364,7 @@ def main() -> None:
         records_per_s_8 = step_throughput(publisher, conf, f"bench-tput8-{run}", ranks, steps, 8, home)
 
         # 1b. Heartbeats: node batches of 8 (the relay's shape), then one per message.
-        lag = GroupLag(conf, f"bench-{run}", [HEARTBEATS])
+        lag = GroupLag(conf, consumer_groups(f"bench-{run}")[1], [HEARTBEATS])
         periods = 10 if args.quick else 30
         heartbeats_per_s = heartbeat_throughput(
             publisher, lag, f"bench-hb8-{run}", ranks, periods, 8, timeout=600

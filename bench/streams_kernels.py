@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
-from argus.kafka_admin import end_offsets, ensure_topics, skip_to_end  # noqa: E402
+from argus.kafka_admin import end_offsets, ensure_topics, skip_worker_to_end  # noqa: E402
 from argus.producers.publisher import Publisher  # noqa: E402
 from argus.schemas import (  # noqa: E402
     ALL_TOPICS,
@@ -69,7 +69,7 @@ def throughput_with_kernels(conf: dict, ranks: int, steps: int) -> dict[str, flo
     ensure_topics(conf, ALL_TOPICS, partitions=16)
     ensure_topics(conf, [EVIDENCE_TOPIC], partitions=16)
     topics = [STEPS, STEP_FINDINGS, HEARTBEATS, KERNELS, STACKS, EVIDENCE_TOPIC]
-    skip_to_end(conf, app_id, topics)
+    skip_worker_to_end(conf, app_id, topics)
     messages: list[tuple[str, bytes, bytes]] = []
     t_build = time.time()
     layout = layout_for(ranks)

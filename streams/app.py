@@ -20,10 +20,13 @@ Two stages (DESIGN.md):
   anomaly ids are deterministic: after a SIGKILL the restarted worker may send an anomaly
   again, never loses one, and downstream keeps each id once.
 
-- **hangs** (agent ``watch_heartbeats``, source ``argus.heartbeats`` keyed by job): the
+- **hangs** (task ``watch_heartbeats``, source ``argus.heartbeats`` keyed by job): the
   latest heartbeat of every rank of a job, kept by a :class:`HangTracker`
   (:mod:`streams.hangs`), fed one vectorized pass per job per consumer batch (node relays'
-  HeartbeatBatches and direct per-rank Heartbeats alike); a timer (``hang_tick_s``, the
+  HeartbeatBatches and direct per-rank Heartbeats alike). The worker's largest input, so it
+  is read in librdkafka batches by a :class:`BatchIntake` (its own consumer group, the app
+  id + ``-heartbeats``), not event by event through a Faust agent (:mod:`streams.intake`
+  says why, with figures); a timer (``hang_tick_s``, the
   detector's clock) sends the hang / lost-rank anomalies the tracker says are due to
   ``argus.anomalies`` (each id when first named, then again every ``hang_update_s`` with
   the cost so far). This state is in memory on purpose (see :mod:`streams.hangs`).
@@ -50,10 +53,11 @@ configurations in one process.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,11 +92,12 @@ from argus.schemas import (
 from .assembly import AssemblyConfig, CompleteStep, StepAssembler
 from .deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, rekey
 from .hangs import HangTracker
+from .intake import BatchIntake, RawInput, intake_group
 from .metrics import StreamMetrics
 from .ordering import Reorderer
 from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
 
-__all__ = ["LAG_TOPICS", "WORKER_TOPICS", "StreamConfig", "Streams", "Topics", "build_app"]
+__all__ = ["LAG_TOPICS", "WORKER_TOPICS", "StreamConfig", "Streams", "Topics", "build_app", "consumer_groups"]
 
 WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS)
 """The topics a worker reads and writes, created before it starts (its tables' changelogs
@@ -110,6 +115,8 @@ class StreamConfig:
 
     broker: str = "kafka://127.0.0.1:9092"
     credentials: Any = None
+    kafka_config: Mapping[str, Any] = field(default_factory=lambda: {"bootstrap.servers": "127.0.0.1:9092"})
+    """librdkafka settings for the same brokers (the heartbeat intake's consumer)."""
     app_id: str = "argus-streams"
     partitions: int = 16
     store: str = "memory://"
@@ -172,7 +179,6 @@ class Topics:
     summaries: TopicT
     anomalies: TopicT
     dead: TopicT
-    heartbeats: TopicT
     evidence_in: TopicT
     """Kernel sketches and stack samples, keyed by rank (best effort: ``acks=False``)."""
     evidence: TopicT
@@ -189,10 +195,15 @@ class Topics:
             summaries=topic(STEP_SUMMARIES),
             anomalies=topic(ANOMALIES),
             dead=topic(DEAD_LETTER),
-            heartbeats=topic(HEARTBEATS, partitions=partitions),
             evidence_in=topic(KERNELS, STACKS, acks=False),
             evidence=topic(EVIDENCE_TOPIC, partitions=partitions, internal=True, acks=False),
         )
+
+
+def consumer_groups(app_id: str) -> tuple[str, ...]:
+    """The consumer groups a worker of ``app_id`` reads with: Faust's, then the heartbeat
+    intake's."""
+    return (app_id, intake_group(app_id, "heartbeats"))
 
 
 _EXPIRE = "expire_job"
@@ -254,6 +265,9 @@ class Streams:
             job_ttl_s=cfg.job_ttl_s,
             update_s=cfg.hang_update_s,
         )
+        self.heartbeat_intake = BatchIntake(
+            cfg.kafka_config, consumer_groups(cfg.app_id)[1], HEARTBEATS, max_batch=cfg.take * 4
+        )
         self.history = EvidenceHistory(cfg.history)
         self.reading = False  # the assemble agent is inside a batch of parts
         self.refreshed: dict[bytes, int] = {}  # job state key -> the last step its anomalies were sent for
@@ -270,10 +284,10 @@ class Streams:
         app.timer(cfg.idle_refresh_s)(self.refresh_idle_jobs)
         app.timer(min(60.0, cfg.job_ttl_s / 2))(self.expire_jobs)
         app.timer(cfg.hang_tick_s)(self.detect_hangs)
+        app.task(self.watch_heartbeats)
         sources = {
             "assemble": t.steps,
             "diagnose": t.findings,
-            "watch_heartbeats": t.heartbeats,
             "rekey_evidence": t.evidence_in,
             "keep_evidence": t.evidence,
         }
@@ -501,20 +515,30 @@ class Streams:
 
     # -- hangs ---------------------------------------------------------------------------------
 
-    async def watch_heartbeats(self, stream: Any) -> None:
-        async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
-            records = []
-            for event, record in zip(events, decode_many([e.value or b"" for e in events]), strict=True):
-                if isinstance(record, Heartbeat | HeartbeatBatch):
-                    records.append((record, event))
-                else:  # a SchemaError, or a record of another type
-                    bad = record if isinstance(record, SchemaError) else DecodeError(type(record).__name__)
-                    await self.dead_letter(event, bad.reason, f"not a heartbeat: {bad}")
-            taken, refused = self.hangs.observe(records)
-            for event, reason, error in refused:
-                await self.dead_letter(event, reason, error)
-            self.metrics.heartbeats += taken
-            self.metrics.hang_jobs = self.hangs.jobs
+    async def watch_heartbeats(self) -> None:
+        """Task: the heartbeats topic, a consumer batch at a time (:mod:`streams.intake`)."""
+        while True:
+            try:
+                await self.heartbeat_intake.run(self.take_heartbeats)
+            except Exception:  # e.g. settings librdkafka refuses: say so, try again
+                log.exception("reading %s failed; again in 5 s", HEARTBEATS)
+                await asyncio.sleep(5.0)
+
+    async def take_heartbeats(self, inputs: Sequence[RawInput]) -> None:
+        """One batch of the heartbeats topic into the hang tracker; what is not a heartbeat,
+        or is refused by the tracker, to the dead letters."""
+        records = []
+        for raw, record in zip(inputs, decode_many([raw.value for raw in inputs]), strict=True):
+            if isinstance(record, Heartbeat | HeartbeatBatch):
+                records.append((record, raw))
+            else:  # a SchemaError, or a record of another type
+                bad = record if isinstance(record, SchemaError) else DecodeError(type(record).__name__)
+                await self.dead_letter(raw, bad.reason, f"not a heartbeat: {bad}")
+        taken, refused = self.hangs.observe(records)
+        for raw, reason, error in refused:
+            await self.dead_letter(raw, reason, error)
+        self.metrics.heartbeats += taken
+        self.metrics.hang_jobs = self.hangs.jobs
 
     async def detect_hangs(self) -> None:
         """Timer (``hang_tick_s``, the detector's clock): send the hang anomalies due."""
@@ -561,17 +585,18 @@ class Streams:
 
     # -- outputs -----------------------------------------------------------------------------
 
-    async def dead_letter(self, event: Any, reason: str, error: str) -> None:
-        """Send one input to the dead-letter topic (bounded) and wait until it is delivered."""
-        msg = event.message
+    async def dead_letter(self, source: Any, reason: str, error: str) -> None:
+        """Send one input (a Faust event or a :class:`RawInput`) to the dead-letter topic
+        (bounded) and wait until it is delivered."""
+        raw = source if isinstance(source, RawInput) else RawInput.of_event(source)
         self.metrics.dead_letters[reason] += 1
         log.warning(
-            "dead letter %s[%d]@%d: %s: %s", msg.topic, msg.partition, msg.offset, reason, error[:300]
+            "dead letter %s[%d]@%d: %s: %s", raw.topic, raw.partition, raw.offset, reason, error[:300]
         )
-        payload = bytes(event.value or b"")
-        record = DeadLetter.of(msg.topic, msg.partition, msg.offset, reason, error, time.time_ns(), payload)
+        payload = raw.value
+        record = DeadLetter.of(raw.topic, raw.partition, raw.offset, reason, error, time.time_ns(), payload)
         fut = await self.topics.dead.send(
-            key=bytes(msg.key or b"")[:1024],
+            key=raw.key[:1024],
             value=encode(record),
             headers=[
                 ("argus-reason", record.reason.encode()),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 
-from argus.kafka_admin import skip_to_end
+from argus.kafka_admin import skip_worker_to_end
 from argus.producers.publisher import Publisher
 from argus.schemas import (
     ANOMALIES,
@@ -69,7 +69,7 @@ def fresh_group(kafka_conf, app_id: str) -> str:
         topics = [t for t in listing.list_topics(timeout=10).topics if t.startswith("argus")]
     finally:
         listing.close()
-    skip_to_end(kafka_conf, app_id, sorted({*WORKER_TOPICS, *topics}))
+    skip_worker_to_end(kafka_conf, app_id, sorted({*WORKER_TOPICS, *topics}))
     return app_id
 
 

@@ -1,7 +1,7 @@
 """The stream worker's agents without a broker (Faust's ``agent.test_context()``): parts of a
 step in, its findings out; findings out of order held, then diagnosed in order, each step's
-summary sent once as it is diagnosed; heartbeats in, a hang anomaly out once the clock
-passes the threshold.
+summary sent once as it is diagnosed; heartbeats in (as the heartbeat intake hands over its
+consumer batches), a hang anomaly out once the clock passes the threshold.
 
 Sends are recorded, not made: each output topic's ``send`` and the producer's ``flush`` are
 replaced by fakes (the end-to-end tests in test_worker.py and test_hang_worker.py run the
@@ -19,8 +19,9 @@ import numpy as np
 
 from argus.detectors import DiagnoserConfig, StepFindings
 from argus.producers.simulator import ClusterSimulator, HangScenario, HangSimulator, Layout
-from argus.schemas import StepSummary, decode, encode, job_key
+from argus.schemas import HEARTBEATS, StepSummary, decode, encode, job_key
 from argus.streams import AssemblyConfig, CompleteStep, StreamConfig, Streams
+from argus.streams.intake import RawInput
 from argus.streams.outputs import step_outputs
 
 OUTPUTS = ("summaries", "findings", "anomalies", "dead")
@@ -191,25 +192,29 @@ def test_heartbeats_in_a_hang_anomaly_out_once_the_clock_passes_the_threshold(tm
     clock = [sim.start_ns]
     monkeypatch.setattr(time, "time_ns", lambda: clock[0])  # the detector's clock (detect_hangs)
 
-    async def beat_until(agent: Any, t_ns: int) -> None:
+    offsets = iter(range(10**6))
+
+    async def beat_until(t_ns: int) -> None:
+        # as the heartbeat intake hands them over: a consumer batch at a time, one not a heartbeat
         beats = sim.beats(clock[0], t_ns)
-        for beat in beats:
-            await agent.put(encode(beat), key=job_key("hung"))
-        last_ns = max(b.time_ns for b in beats)
-        await until(lambda: latest_beat(streams, ("hung", 0)) == last_ns)
+        raw = [RawInput(HEARTBEATS, 0, next(offsets), job_key("hung"), encode(b)) for b in beats]
+        junk = RawInput(HEARTBEATS, 0, next(offsets), job_key("hung"), b"not avro")
+        for lo in range(0, len(raw), 64):
+            await streams.take_heartbeats([*raw[lo : lo + 64], *([junk] if lo == 0 else [])])
+        assert latest_beat(streams, ("hung", 0)) == max(b.time_ns for b in beats)
         clock[0] = t_ns
 
     async def run() -> None:
-        async with streams.agents["watch_heartbeats"].test_context() as agent:
-            await beat_until(agent, sim.hang_ns + 2 * 10**9)  # 2 s into the hang: under the 10 s floor
-            await streams.detect_hangs()
-            assert out.sent["anomalies"] == []
-            await beat_until(agent, sim.hang_ns + 30 * 10**9)  # past the threshold
-            await streams.detect_hangs()
-            await streams.detect_hangs()  # named once; sent again only after hang_update_s
+        await beat_until(sim.hang_ns + 2 * 10**9)  # 2 s into the hang: under the 10 s floor
+        await streams.detect_hangs()
+        assert out.sent["anomalies"] == []
+        await beat_until(sim.hang_ns + 30 * 10**9)  # past the threshold
+        await streams.detect_hangs()
+        await streams.detect_hangs()  # named once; sent again only after hang_update_s
 
     asyncio.run(run())
     assert streams.metrics.hang_jobs == 1 and streams.metrics.heartbeats > 0
+    assert [decode(v).reason for _, v in out.sent["dead"]] == ["decode", "decode"]
     (sent,) = out.sent["anomalies"]
     anomaly = decode(sent[1])
     assert (anomaly.cause, anomaly.level, anomaly.suspect, anomaly.ranks) == ("hang", "hang", "rank:5", (5,))

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from argus.detectors import DiagnoserConfig, JobState, apply_findings, step_findings
-from argus.kafka_admin import ensure_topics, skip_to_end
+from argus.kafka_admin import ensure_topics, skip_worker_to_end
 from argus.producers.publisher import Publisher
 from argus.producers.simulator import CLEAN, ClusterSimulator, Fault, Layout, kernel_names
 from argus.producers.sketch import RankSketchEncoder
@@ -218,7 +218,7 @@ def test_the_live_worker_names_the_slow_kernel_family_or_frame(kafka_conf, worke
     job, quiet = f"deep-{unique}", f"deep-quiet-{unique}"
     app = f"d-{unique}"
     ensure_topics(kafka_conf, [EVIDENCE_TOPIC], partitions=16)
-    skip_to_end(kafka_conf, app, [*WORKER_TOPICS, KERNELS, STACKS, EVIDENCE_TOPIC])
+    skip_worker_to_end(kafka_conf, app, [*WORKER_TOPICS, KERNELS, STACKS, EVIDENCE_TOPIC])
     worker_factory(app)
     layout = layout_for(256)
 
