@@ -50,6 +50,19 @@ class Record:
         return cls(**kwargs)
 
 
+def evidence_avro(evidence: Mapping[str, float]) -> tuple[list[str], list[float]]:
+    """Evidence as it travels in Avro (an Anomaly's, a Finding's): keys and values apart."""
+    return list(evidence), [float(v) for v in evidence.values()]
+
+
+def evidence_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse, for a record with ranks and evidence: its fields, ranks a tuple."""
+    out = {k: v for k, v in data.items() if not k.startswith("evidence_")}
+    out["ranks"] = tuple(out["ranks"])
+    out["evidence"] = dict(zip(data["evidence_keys"], data["evidence_values"], strict=True))
+    return out
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
@@ -462,17 +475,12 @@ class Anomaly(Record):
 
     def to_avro(self) -> dict[str, Any]:
         out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        evidence = out.pop("evidence")
-        out["evidence_keys"] = list(evidence)
-        out["evidence_values"] = [float(v) for v in evidence.values()]
+        out["evidence_keys"], out["evidence_values"] = evidence_avro(out.pop("evidence"))
         return out
 
     @classmethod
     def from_avro(cls, data: Mapping[str, Any]) -> Anomaly:
-        fields_ = {k: v for k, v in data.items() if not k.startswith("evidence_")}
-        fields_["ranks"] = tuple(fields_["ranks"])
-        evidence = dict(zip(data["evidence_keys"], data["evidence_values"], strict=True))
-        return cls(**fields_, evidence=evidence)
+        return cls(**evidence_fields(data))
 
 
 @dataclass(frozen=True, slots=True)
