@@ -10,21 +10,20 @@ types, because they travel on a topic: one definition, its Avro schema
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ._records import Record, StepSummary, evidence_avro, evidence_fields
+from ._records import EvidenceRecord, Record, StepSummary
 
 __all__ = ["Finding", "JobOrder", "StepFindings"]
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One suspect of one step.
+class Finding(EvidenceRecord):
+    """One suspect of one step (a nested record of :class:`StepFindings`).
 
     ``suspect`` is named ``rank:<r>``, ``<hostA><-><hostB>`` (link), ``<host>``,
     ``<group column>:<key>`` (a stage), ``dp`` (the data-parallel replicas), ``pipeline``,
@@ -47,17 +46,6 @@ class Finding:
     def key(self) -> str:
         """Identity across steps: cause and suspect."""
         return f"{self.cause}|{self.suspect}"
-
-    def to_avro(self) -> dict[str, Any]:
-        """The nested ``Finding`` record of the step-findings schema."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "evidence"}
-        out["ranks"] = list(self.ranks)
-        out["evidence_keys"], out["evidence_values"] = evidence_avro(self.evidence)
-        return out
-
-    @classmethod
-    def from_avro(cls, data: Mapping[str, Any]) -> Finding:
-        return cls(**evidence_fields(data))
 
 
 @dataclass(frozen=True, eq=False)

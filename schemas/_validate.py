@@ -349,10 +349,9 @@ def _finding(s: StepFindings, f: Finding) -> None:
 
 
 def _step_findings(s: StepFindings) -> None:
-    _text(s, "job", s.job)
-    _int_range(s, "run", s.run, 0, _I32)
-    _int_range(s, "step", s.step, 0, LIMITS["max_step"])
-    _time(s, "end_ns", s.end_ns)
+    _step_summary(s.summary)  # the step's job, run, step and end are its summary's
+    if (s.summary.job, s.summary.run, s.summary.step, s.summary.end_ns) != (s.job, s.run, s.step, s.end_ns):
+        raise _fail(s, "the summary is of another step")
     _int_range(s, "n_ranks", s.n_ranks, 0, LIMITS["max_rank"])
     _nonneg_finite(s, "step_ms", s.step_ms)
     _finite(s, "job_ms", s.job_ms)
@@ -362,9 +361,6 @@ def _step_findings(s: StepFindings) -> None:
     _length(s, "findings", len(s.findings))
     for f in s.findings:
         _finding(s, f)
-    _step_summary(s.summary)
-    if (s.summary.job, s.summary.run, s.summary.step) != (s.job, s.run, s.step):
-        raise _fail(s, "the summary is of another step")
     _ints(s, "weak", s.weak, 0, LIMITS["max_rank"])
     _ints(s, "peer ranks", s.peers, 0, LIMITS["max_rank"])
     for peers in s.peers.values():
