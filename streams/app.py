@@ -95,7 +95,7 @@ from .metrics import StreamMetrics
 from .ordering import Reorderer
 from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
 
-__all__ = ["LAG_TOPICS", "WORKER_TOPICS", "StreamConfig", "Streams", "Topics", "build_app"]
+__all__ = ["LAG_TOPICS", "WORKER_INPUTS", "WORKER_TOPICS", "StreamConfig", "Streams", "Topics", "build_app"]
 
 WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS)
 """The topics a worker reads and writes, created before it starts (its tables' changelogs
@@ -103,6 +103,10 @@ and the internal evidence topic are created after, from the app)."""
 
 LAG_TOPICS = (STEPS, STEP_FINDINGS)
 """The inputs whose consumer lag a worker reports."""
+
+WORKER_INPUTS = (STEPS, STEP_FINDINGS, HEARTBEATS, KERNELS, STACKS, EVIDENCE_TOPIC)
+"""Every topic a worker group consumes (its agents' sources): where a new group is placed
+at the topics' ends so that it does not read their history (``kafka_admin.skip_to_end``)."""
 
 log = logging.getLogger("argus.streams")
 
