@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import numpy as np
 
@@ -28,7 +29,9 @@ from argus.schemas import Anomaly, StepBatch
 __all__ = [
     "HOST_COLUMNS",
     "CsvError",
+    "LogBatches",
     "LogDiagnosis",
+    "LogOptions",
     "LogRows",
     "as_written",
     "diagnose_log",
@@ -211,26 +214,40 @@ def _windows(rank: np.ndarray, t: np.ndarray, by_time: bool) -> tuple[np.ndarray
     return inv.astype(np.int64), t0 + width * used.astype(float)
 
 
-def log_batches(
-    rank: np.ndarray,
-    t: np.ndarray,
-    value: np.ndarray,
-    *,
-    by_time: bool,
-    metric: str = "step_ms",
-    higher_is_better: bool = False,
-    job: str = "log",
-    hosts: Mapping[int, str] | None = None,
-) -> tuple[list[StepBatch], np.ndarray, float]:
-    """One StepBatch per window (a rank's samples in a window averaged); ``hosts`` names
-    ranks' hosts (a rank without one is a host of its own).
+class LogOptions(TypedDict, total=False):
+    """How a log's values are read (:func:`log_batches`, :func:`diagnose_log`)."""
 
-    Returns the batches, the start label of every window (in ``t``'s unit) and the scale
-    the values were multiplied by (their median becomes 1,000).
+    metric: str
+    """What the value is: the step time (``step_ms``, the default) or a phase (see :func:`phase_of`)."""
+    higher_is_better: bool
+    """The value is a throughput (a slow rank has a low value)."""
+    job: str
+    """The job's name in the anomalies (``log`` by default)."""
+    hosts: Mapping[int, str] | None
+    """Ranks' hosts (a rank without one is a host of its own)."""
+
+
+@dataclass(frozen=True)
+class LogBatches:
+    """A log as step batches: one per window, the start label of every window (in the log's
+    time or step unit), the scale the values were multiplied by (their median becomes 1,000)
+    and the phase column they fill (None: the step time)."""
+
+    batches: list[StepBatch]
+    labels: np.ndarray
+    scale: float
+    phase: str | None
+
+
+def log_batches(
+    rank: np.ndarray, t: np.ndarray, value: np.ndarray, *, by_time: bool, **options: Unpack[LogOptions]
+) -> LogBatches:
+    """One StepBatch per window (a rank's samples in a window averaged).
 
     Raises:
         ValueError: arrays of different lengths, or no usable value.
     """
+    higher_is_better, hosts = options.get("higher_is_better", False), options.get("hosts") or {}
     rank, t, value = np.asarray(rank, np.int64), np.asarray(t, float), np.asarray(value, float)
     if not len(rank) == len(t) == len(value) or not len(value):
         raise ValueError("rank, time and value need one entry per row")
@@ -252,7 +269,7 @@ def log_batches(
     cells, inv = np.unique(key, return_inverse=True)
     mean = np.bincount(inv, weights=ms) / np.bincount(inv)
     cw, cr = cells // (int(rank.max()) + 1), cells % (int(rank.max()) + 1)
-    column = phase_of(metric)
+    column = phase_of(options.get("metric", "step_ms"))
     bounds = np.flatnonzero(np.diff(cw)) + 1
     batches = []
     for w_rows in np.split(np.arange(len(cells)), bounds):
@@ -265,15 +282,15 @@ def log_batches(
         cols.update(
             rank=r,
             dp=r,
-            host=np.array([(hosts or {}).get(x) or f"rank-{x}" for x in r.tolist()], dtype=object),
+            host=np.array([hosts.get(x) or f"rank-{x}" for x in r.tolist()], dtype=object),
             gpu_uuid=np.array([f"rank-{x}" for x in r.tolist()], dtype=object),
             start_ns=np.full(n, start, np.int64),
             end_ns=start + np.round(v * 1e6).astype(np.int64),
         )
         if column is not None:
             cols[column] = v
-        batches.append(StepBatch(job, 0, w, cols))
-    return batches, labels, scale
+        batches.append(StepBatch(options.get("job", "log"), 0, w, cols))
+    return LogBatches(batches, labels, scale, column)
 
 
 @dataclass(frozen=True)
@@ -302,35 +319,20 @@ class LogDiagnosis:
 
 
 def diagnose_log(
-    rank: np.ndarray,
-    t: np.ndarray,
-    value: np.ndarray,
-    *,
-    by_time: bool,
-    metric: str = "step_ms",
-    higher_is_better: bool = False,
-    job: str = "log",
-    hosts: Mapping[int, str] | None = None,
+    rank: np.ndarray, t: np.ndarray, value: np.ndarray, *, by_time: bool, **options: Unpack[LogOptions]
 ) -> LogDiagnosis:
-    """Diagnose a log with the one engine (:class:`JobDiagnoser`), as a live job would be.
+    """Diagnose a log (as :func:`log_batches` reads it) with the one engine
+    (:class:`JobDiagnoser`), as a live job would be.
 
     A log of one phase (``metric`` names one, e.g. ``dataloader_ms``) has no step time to
     weigh a one-step spike against: such spikes stay transients, and only sustained
     findings are anomalies."""
-    batches, labels, scale = log_batches(
-        rank,
-        t,
-        value,
-        by_time=by_time,
-        metric=metric,
-        higher_is_better=higher_is_better,
-        job=job,
-        hosts=hosts,
-    )
+    log = log_batches(rank, t, value, by_time=by_time, **options)
+    batches, scale = log.batches, log.scale
     cfg = DiagnoserConfig()
-    if phase_of(metric) is not None:
+    if log.phase is not None:
         cfg = dataclasses.replace(cfg, min_cost_frac=math.inf)
-    diag = JobDiagnoser(job, 0, cfg)
+    diag = JobDiagnoser(batches[0].job, 0, cfg)
     final: dict[str, Anomaly] = {}
     for b in batches:
         for a in diag.step(b).anomalies:
@@ -347,4 +349,4 @@ def diagnose_log(
         if len(batches) < needed
         else ()
     )
-    return LogDiagnosis(out, labels, dict(diag.state.transients), scale, notes)
+    return LogDiagnosis(out, log.labels, dict(diag.state.transients), scale, notes)

@@ -45,18 +45,15 @@ from argus.producers.simulator import Label
 from argus.schemas import (
     ALL_TOPICS,
     ANOMALIES,
-    HEARTBEATS,
-    KERNELS,
-    STACKS,
     STEP_FINDINGS,
     STEP_SUMMARIES,
-    STEPS,
     Anomaly,
     SchemaError,
     StepSummary,
     decode,
     job_key,
 )
+from argus.streams.app import WORKER_INPUTS, consumer_groups
 from argus.streams.deepening import EVIDENCE_TOPIC
 
 from .config import Settings
@@ -584,9 +581,9 @@ def _start_kafka(run: _Session) -> None:
         )
         raise DemoError(f"{exc}; {hint}") from None
     try:  # both groups start at the end of the topics: an old backlog is never read
-        ends = end_offsets(conf, [*ALL_TOPICS, STEP_FINDINGS, EVIDENCE_TOPIC])
-        worker_topics = (STEPS, STEP_FINDINGS, KERNELS, STACKS, HEARTBEATS, EVIDENCE_TOPIC)
-        commit_offsets(conf, cfg.app_id, {tp: o for tp, o in ends.items() if tp[0] in worker_topics})
+        ends = end_offsets(conf, {*ALL_TOPICS, *WORKER_INPUTS})
+        for group in consumer_groups(cfg.app_id):  # the worker's and its heartbeat intake's
+            commit_offsets(conf, group, {tp: o for tp, o in ends.items() if tp[0] in WORKER_INPUTS})
         commit_offsets(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
     except KafkaUnavailable as exc:
         raise DemoError(f"{exc}; is another demo running?") from None

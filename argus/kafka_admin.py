@@ -1,10 +1,12 @@
-"""Kafka administration at the edge: reachability and topic creation."""
+"""Kafka administration at the edge: reachability, topic creation, consumer groups' offsets,
+and reading a topic's records back (:func:`read_records`, for benches and tests)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = [
@@ -14,6 +16,7 @@ __all__ = [
     "end_offsets",
     "ensure_topics",
     "probe_kafka",
+    "read_records",
     "skip_to_end",
     "topic_partitions",
 ]
@@ -227,6 +230,43 @@ def skip_worker_to_end(conf: dict[str, Any], app_id: str, topics: Iterable[str])
 
     topics = list(topics)
     return sum(skip_to_end(conf, group, topics) for group in consumer_groups(app_id))
+
+
+def read_records(
+    conf: dict[str, Any],
+    source: Iterable[str] | Mapping[tuple[str, int], int],
+    take: Callable[[str, Any], None],
+    *,
+    until: Callable[[], bool],
+    timeout: float,
+) -> None:
+    """Pass every record of ``source`` to ``take`` (with its topic), until ``until()`` holds or
+    ``timeout`` seconds passed. ``source``: topics, read from their start by a fresh consumer
+    group, or partitions and the offsets to read them from (e.g. :func:`end_offsets` taken
+    before). Messages that do not decode are skipped (hostile input of another run)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from argus.schemas import SchemaError, decode
+
+    group = f"argus-read-{uuid.uuid4().hex}"
+    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "log_level": 3})
+    if isinstance(source, Mapping):
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in source.items()])
+    else:
+        consumer.subscribe(list(source))
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not until():
+            for m in consumer.consume(500, timeout=0.2):
+                if m.error():
+                    continue
+                try:
+                    record = decode(m.value() or b"")
+                except SchemaError:
+                    continue
+                take(m.topic() or "", record)
+    finally:
+        consumer.close()
 
 
 class GroupLag:

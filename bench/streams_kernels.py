@@ -28,27 +28,17 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
-from argus.kafka_admin import end_offsets, ensure_topics, skip_worker_to_end  # noqa: E402
+from argus.kafka_admin import end_offsets, ensure_topics, read_records, skip_worker_to_end  # noqa: E402
 from argus.producers.publisher import Publisher  # noqa: E402
-from argus.schemas import (  # noqa: E402
-    ALL_TOPICS,
-    ANOMALIES,
-    HEARTBEATS,
-    KERNELS,
-    STACKS,
-    STEP_FINDINGS,
-    STEP_SUMMARIES,
-    STEPS,
-    SchemaError,
-    decode,
-    encode,
-)
+from argus.schemas import ALL_TOPICS, ANOMALIES, KERNELS, STACKS, STEP_SUMMARIES, STEPS, encode  # noqa: E402
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
+from argus.streams.app import WORKER_INPUTS  # noqa: E402
 from argus.streams.deepening import EVIDENCE_TOPIC, HistoryConfig  # noqa: E402
 
 
@@ -68,8 +58,7 @@ def throughput_with_kernels(conf: dict, ranks: int, steps: int) -> dict[str, flo
     app_id = f"bench-k-{uuid.uuid4().hex[:8]}"
     ensure_topics(conf, ALL_TOPICS, partitions=16)
     ensure_topics(conf, [EVIDENCE_TOPIC], partitions=16)
-    topics = [STEPS, STEP_FINDINGS, HEARTBEATS, KERNELS, STACKS, EVIDENCE_TOPIC]
-    skip_worker_to_end(conf, app_id, topics)
+    skip_worker_to_end(conf, app_id, WORKER_INPUTS)
     messages: list[tuple[str, bytes, bytes]] = []
     t_build = time.time()
     layout = layout_for(ranks)
@@ -130,31 +119,19 @@ def throughput_with_kernels(conf: dict, ranks: int, steps: int) -> dict[str, flo
 def follow(conf: dict, job: str, steps: int, since: dict, timeout: float) -> tuple[list[float], float | None]:
     """Receive times of the job's step summaries, and when its first ``level=kernel``
     anomaly naming ``gemm`` came (read from the offsets ``since``, not the topics' history)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({**conf, "group.id": f"bench-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(t, p, o) for (t, p), o in since.items()])
     summaries: list[float] = []
-    found: float | None = None
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and (len(summaries) < steps or found is None):
-            for m in c.consume(1000, timeout=0.2):
-                if m.error():
-                    continue
-                try:
-                    r = decode(m.value())
-                except SchemaError:
-                    continue
-                if r.job != job:
-                    continue
-                if m.topic() == STEP_SUMMARIES:
-                    summaries.append(time.time())
-                elif found is None and r.level == "kernel" and "kernel_family:gemm" in r.evidence:
-                    found = time.time()
-    finally:
-        c.close()
-    return summaries, found
+    found: list[float] = []
+
+    def take(topic: str, r: Any) -> None:
+        if r.job != job:
+            return
+        if topic == STEP_SUMMARIES:
+            summaries.append(time.time())
+        elif not found and r.level == "kernel" and "kernel_family:gemm" in r.evidence:
+            found.append(time.time())
+
+    read_records(conf, since, take, until=lambda: len(summaries) >= steps and bool(found), timeout=timeout)
+    return summaries, (found[0] if found else None)
 
 
 def main() -> None:

@@ -12,24 +12,8 @@ No I/O, no clock, no Kafka.
 
 from __future__ import annotations
 
-from argus.schemas.causes import (
-    CHECKPOINT_STALL,
-    COMPUTE_STRAGGLER,
-    DATALOADER_STALL,
-    GC_PAUSE,
-    HANG,
-    HANG_CAUSES,
-    HOST_CPU_CONTENTION,
-    JIT_COMPILE_STALL,
-    LINK_DEGRADATION,
-    LOST_RANK,
-    MASKED_COMPUTE_STRAGGLER,
-    ONE_OFF_CAUSES,
-    PIPELINE_BUBBLE,
-    PIPELINE_STAGE_IMBALANCE,
-    SEQUENCE_LENGTH_IMBALANCE,
-    UNKNOWN,
-)
+from argus.schemas import causes
+from argus.schemas.causes import *  # noqa: F403  the root-cause classes, re-exported
 
 from ._classes import DECIDING_FIGURE, ROOT_CAUSES
 from ._config import DiagnoserConfig
@@ -48,6 +32,7 @@ from .facade import (
     StepResult,
     anomaly_id,
     apply_findings,
+    check_shape,
     diagnose,
     diagnose_step,
     refresh,
@@ -69,25 +54,10 @@ from .rootcause import classify_ranks, stage_imbalance
 from .stacks import StackDelta, stack_diff
 
 __all__ = [
-    "CHECKPOINT_STALL",
-    "COMPUTE_STRAGGLER",
-    "DATALOADER_STALL",
+    *causes.__all__,
     "DECIDING_FIGURE",
-    "GC_PAUSE",
-    "HANG",
-    "HANG_CAUSES",
-    "HOST_CPU_CONTENTION",
-    "JIT_COMPILE_STALL",
-    "LINK_DEGRADATION",
-    "LOST_RANK",
-    "MASKED_COMPUTE_STRAGGLER",
     "METRICS",
-    "ONE_OFF_CAUSES",
-    "PIPELINE_BUBBLE",
-    "PIPELINE_STAGE_IMBALANCE",
     "ROOT_CAUSES",
-    "SEQUENCE_LENGTH_IMBALANCE",
-    "UNKNOWN",
     "CrossRankResult",
     "Deepen",
     "Deepening",
@@ -112,6 +82,7 @@ __all__ = [
     "anomaly_id",
     "apply_findings",
     "attribute",
+    "check_shape",
     "classify_ranks",
     "common_ids",
     "cross_rank",

@@ -29,7 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from argus.schemas import Anomaly, KernelStats, StackSample, StepBatch, StepSummary
+from argus.schemas import (
+    Anomaly,
+    KernelStats,
+    StackSample,
+    StepBatch,
+    StepFindings,
+    StepSummary,
+    ValidationError,
+)
 from argus.schemas.causes import (
     CHECKPOINT_STALL,
     COMPUTE_STRAGGLER,
@@ -67,6 +75,7 @@ __all__ = [
     "StepResult",
     "anomaly_id",
     "apply_findings",
+    "check_shape",
     "diagnose",
     "diagnose_step",
     "refresh",
@@ -274,67 +283,13 @@ def _peer_table(
 _DEEP_KINDS = frozenset({"rank", "link", "host", "ranks"})
 
 
-@dataclass(frozen=True)
-class StepFindings:
-    """The stateless, cross-rank half of one step's diagnosis (what the stream worker's
-    cross-rank stage sends to its temporal stage, keyed by job): the job's step time, its
-    reference level of every metric (``job_median``: the typical rank's work, the fastest
-    ranks' collectives) and its step without the wait for the slowest rank (``job_ms``) for
-    the iteration level, the rank/stage findings, the weakly flagged ranks (hysteresis),
-    the step summary, and for the first three ranks of each rank, link or host finding a
-    few healthy peers of its group (``peers``: whom the kernel level compares it with)."""
-
-    job: str
-    run: int
-    step: int
-    end_ns: int
-    n_ranks: int
-    step_ms: float
-    job_median: np.ndarray
-    findings: tuple[Finding, ...]
-    summary: StepSummary
-    weak: tuple[int, ...] = ()
-    job_ms: float = -1.0
-    peers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict."""
-        return {
-            "job": self.job,
-            "run": self.run,
-            "step": self.step,
-            "end_ns": self.end_ns,
-            "n_ranks": self.n_ranks,
-            "step_ms": self.step_ms,
-            "job_median": self.job_median.tolist(),
-            "findings": [
-                {**asdict(f), "ranks": list(f.ranks), "evidence": dict(f.evidence)} for f in self.findings
-            ],
-            "summary": self.summary.to_avro(),
-            "weak": list(self.weak),
-            "job_ms": self.job_ms,
-            "peers": {str(r): list(p) for r, p in self.peers.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StepFindings:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            job=str(data["job"]),
-            run=int(data["run"]),
-            step=int(data["step"]),
-            end_ns=int(data["end_ns"]),
-            n_ranks=int(data["n_ranks"]),
-            step_ms=float(data["step_ms"]),
-            job_median=np.asarray(data["job_median"], dtype=float),
-            findings=tuple(
-                Finding(**{**f, "ranks": tuple(f["ranks"]), "evidence": dict(f["evidence"])})
-                for f in data["findings"]
-            ),
-            summary=StepSummary.from_avro(data["summary"]),  # type: ignore[arg-type]
-            weak=tuple(int(r) for r in data.get("weak", ())),
-            job_ms=float(data.get("job_ms", -1.0)),
-            peers={int(r): tuple(int(x) for x in p) for r, p in data.get("peers", {}).items()},
+def check_shape(sf: StepFindings) -> None:
+    """Raise :class:`ValidationError` unless ``sf`` fits these detectors' temporal half: one
+    job reference per :data:`METRICS`. Findings read from a topic passed the schema's range
+    checks, but another build (or a hostile producer) may have made them."""
+    if len(sf.job_median) != len(METRICS):
+        raise ValidationError(
+            f"StepFindings: job_median holds {len(sf.job_median)} metrics, these detectors {len(METRICS)}"
         )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._codec import SCHEMAS, SchemaInfo, decode, decode_many, encode, peek_schema_id
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
+from ._findings import Finding, JobOrder, StepFindings
 from ._heartbeats import HEARTBEAT_COLUMNS, HeartbeatBatch
 from ._kernels import KernelStats
 from ._records import (
@@ -62,9 +63,11 @@ __all__ = [
     "Anomaly",
     "DeadLetter",
     "DecodeError",
+    "Finding",
     "GpuSample",
     "Heartbeat",
     "HeartbeatBatch",
+    "JobOrder",
     "KernelNames",
     "KernelSketch",
     "KernelStats",
@@ -73,6 +76,7 @@ __all__ = [
     "SchemaInfo",
     "StackSample",
     "StepBatch",
+    "StepFindings",
     "StepRecord",
     "StepSummary",
     "UnknownSchemaError",

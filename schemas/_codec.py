@@ -21,6 +21,7 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
+from ._findings import JobOrder, StepFindings
 from ._heartbeats import HeartbeatBatch, PackedHeartbeats
 from ._records import (
     Anomaly,
@@ -53,6 +54,8 @@ _TYPES: dict[str, type[Record]] = {
     "step_summary": StepSummary,
     "anomaly": Anomaly,
     "dead_letter": DeadLetter,
+    "step_findings": StepFindings,
+    "job_order": JobOrder,
 }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ._records import Heartbeat, Record
+from ._records import ColumnarRecord, Heartbeat
 
 __all__ = ["HEARTBEAT_COLUMNS", "HeartbeatBatch", "PackedHeartbeats"]
 
@@ -49,7 +49,7 @@ def _ints(raw: Any, n: int, name: str) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class HeartbeatBatch(Record):
+class HeartbeatBatch(ColumnarRecord):
     """Heartbeats of ranks of one job run, one row per rank (see the module docstring).
 
     ``columns`` maps every name of :data:`HEARTBEAT_COLUMNS` to an array: per-row columns
@@ -72,13 +72,6 @@ class HeartbeatBatch(Record):
         for name in _INT_SLOTS + _TEXT_SLOTS:
             if self.columns[name].shape != (n, width):
                 raise ValueError(f"HeartbeatBatch column {name} is not rows × width")
-
-    def __len__(self) -> int:
-        return len(self.columns["rank"])
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        column: np.ndarray = self.columns[name]
-        return column
 
     @property
     def width(self) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -48,6 +48,24 @@ class Record:
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in names}
         return cls(**kwargs)
+
+
+class EvidenceRecord(Record):
+    """Mixin: a record with ``ranks`` and ``evidence`` (an Anomaly, a Finding); the evidence
+    mapping travels as two arrays, ``evidence_keys`` and ``evidence_values``."""
+
+    def to_avro(self) -> dict[str, Any]:
+        out = super().to_avro()
+        evidence = out.pop("evidence")
+        out["evidence_keys"], out["evidence_values"] = list(evidence), [float(v) for v in evidence.values()]
+        return out
+
+    @classmethod
+    def from_avro(cls, data: Mapping[str, Any]) -> Self:
+        fields_ = {k: v for k, v in data.items() if not k.startswith("evidence_")}
+        fields_["ranks"] = tuple(fields_["ranks"])
+        fields_["evidence"] = dict(zip(data["evidence_keys"], data["evidence_values"], strict=True))
+        return cls(**fields_)
 
 
 def _plain(value: Any) -> Any:
@@ -129,8 +147,21 @@ _COLUMN_SET = frozenset(STEP_COLUMNS)
 _WIRE = {name: ("<f8" if dt is np.float64 else "<i8") for name, dt in _DTYPES.items() if dt is not object}
 
 
+class ColumnarRecord(Record):
+    """Mixin: a record of numpy columns, one entry per rank (StepBatch, HeartbeatBatch)."""
+
+    columns: Mapping[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["rank"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        column: np.ndarray = self.columns[name]
+        return column
+
+
 @dataclass(frozen=True, eq=False)
-class StepBatch(Record):
+class StepBatch(ColumnarRecord):
     """Step records of one step of one job, as numpy columns (one entry per rank).
 
     ``columns`` maps every name of :data:`STEP_COLUMNS` to an array of the same length.
@@ -148,13 +179,6 @@ class StepBatch(Record):
         missing = _COLUMN_SET.difference(self.columns)
         if missing:
             raise ValueError(f"StepBatch lacks columns: {sorted(missing)}")
-
-    def __len__(self) -> int:
-        return len(self.columns["rank"])
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        column: np.ndarray = self.columns[name]
-        return column
 
     @property
     def step_ms(self) -> np.ndarray:
@@ -436,7 +460,7 @@ class StepSummary(Record):
 
 
 @dataclass(frozen=True, slots=True)
-class Anomaly(Record):
+class Anomaly(EvidenceRecord):
     """A diagnosis with its evidence (the figures that decided) and its cost."""
 
     id: str
@@ -459,20 +483,6 @@ class Anomaly(Record):
 
     LEVELS: ClassVar[frozenset[str]] = frozenset({"iteration", "cross_rank", "kernel", "hang"})
     SEVERITIES: ClassVar[frozenset[str]] = frozenset({"page", "warn", "info"})
-
-    def to_avro(self) -> dict[str, Any]:
-        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        evidence = out.pop("evidence")
-        out["evidence_keys"] = list(evidence)
-        out["evidence_values"] = [float(v) for v in evidence.values()]
-        return out
-
-    @classmethod
-    def from_avro(cls, data: Mapping[str, Any]) -> Anomaly:
-        fields_ = {k: v for k, v in data.items() if not k.startswith("evidence_")}
-        fields_["ranks"] = tuple(fields_["ranks"])
-        evidence = dict(zip(data["evidence_keys"], data["evidence_values"], strict=True))
-        return cls(**fields_, evidence=evidence)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ HEARTBEATS = "argus.heartbeats"
 """Heartbeat (one rank) and HeartbeatBatch (a node's ranks, from the relay), keyed by job:
 the hang detector sees all ranks of a job."""
 STEP_FINDINGS = "argus.step-findings"
-"""Internal to the stream workers: one step's cross-rank findings (JSON), keyed by job."""
+"""Internal to the stream workers: StepFindings (one step's cross-rank findings, from the
+cross-rank stage) and JobOrder (from a worker's timer), keyed by job: the temporal stage."""
 STEP_SUMMARIES = "argus.step-summaries"
 """StepSummary, keyed by job: the temporal stage."""
 ANOMALIES = "argus.anomalies"

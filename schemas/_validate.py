@@ -13,12 +13,13 @@ here converts to Arrow and inserts without overflow or wrap-around
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._errors import ValidationError
+from ._findings import Finding, JobOrder, StepFindings
 from ._heartbeats import HeartbeatBatch, PackedHeartbeats
 from ._records import (
     FLOAT_COLUMNS,
@@ -321,13 +322,56 @@ def _anomaly(a: Anomaly) -> None:
     _nonneg_finite(a, "score", a.score)
     _text(a, "summary", a.summary, "max_name_len")
     _ints(a, "ranks", a.ranks, 0, LIMITS["max_rank"])
-    _length(a, "evidence", len(a.evidence))
-    for k, v in a.evidence.items():
-        _text(a, "evidence key", k)
-        _finite(a, f"evidence {k}", v)
+    _evidence(a, a.evidence)
     _finite(a, "step_ms_added", a.step_ms_added)
     _finite(a, "gpu_hours_lost", a.gpu_hours_lost)
     _int_range(a, "detected_ns", a.detected_ns, 0, LIMITS["max_time_ns"])
+
+
+def _evidence(record: object, evidence: Mapping[str, float]) -> None:
+    _length(record, "evidence", len(evidence))
+    for k, v in evidence.items():
+        _text(record, "evidence key", k)
+        _finite(record, f"evidence {k}", v)
+
+
+def _finding(s: StepFindings, f: Finding) -> None:
+    if not isinstance(f, Finding):
+        raise _fail(s, f"findings hold a {type(f).__name__}")
+    if f.level not in Anomaly.LEVELS:
+        raise _fail(s, f"a finding's level {f.level!r} is not one of {sorted(Anomaly.LEVELS)}")
+    for name in ("cause", "suspect_kind", "suspect", "decided_by"):
+        _text(s, f"a finding's {name}", getattr(f, name))
+    _ints(s, "a finding's ranks", f.ranks, 0, LIMITS["max_rank"])
+    _finite(s, "a finding's score", f.score)
+    _finite(s, "a finding's step_ms_added", f.step_ms_added)
+    _evidence(s, f.evidence)
+
+
+def _step_findings(s: StepFindings) -> None:
+    _step_summary(s.summary)  # the step's job, run, step and end are its summary's
+    if (s.summary.job, s.summary.run, s.summary.step, s.summary.end_ns) != (s.job, s.run, s.step, s.end_ns):
+        raise _fail(s, "the summary is of another step")
+    _int_range(s, "n_ranks", s.n_ranks, 0, LIMITS["max_rank"])
+    _nonneg_finite(s, "step_ms", s.step_ms)
+    _finite(s, "job_ms", s.job_ms)
+    _length(s, "job_median", len(s.job_median))
+    if not np.all(np.abs(np.asarray(s.job_median, dtype=float)) <= MAX_FLOAT):
+        raise _fail(s, f"job_median holds NaN or values beyond ±{MAX_FLOAT:g}")
+    _length(s, "findings", len(s.findings))
+    for f in s.findings:
+        _finding(s, f)
+    _ints(s, "weak", s.weak, 0, LIMITS["max_rank"])
+    _ints(s, "peer ranks", s.peers, 0, LIMITS["max_rank"])
+    for peers in s.peers.values():
+        _ints(s, "peers", peers, 0, LIMITS["max_rank"])
+
+
+def _job_order(o: JobOrder) -> None:
+    _text(o, "job", o.job)
+    _int_range(o, "run", o.run, 0, _I32)
+    if o.action not in JobOrder.ACTIONS:
+        raise _fail(o, f"action {o.action!r} not one of {sorted(JobOrder.ACTIONS)}")
 
 
 def _dead_letter(d: DeadLetter) -> None:
@@ -352,6 +396,8 @@ _CHECKS: dict[type, Callable[[Any], None]] = {
     StepSummary: _step_summary,
     Anomaly: _anomaly,
     DeadLetter: _dead_letter,
+    StepFindings: _step_findings,
+    JobOrder: _job_order,
 }
 
 

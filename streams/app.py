@@ -66,7 +66,7 @@ import faust
 from aiokafka.errors import MessageSizeTooLargeError
 from faust.types import TopicT
 
-from argus.detectors import DiagnoserConfig, HangConfig, JobState, StepFindings, apply_findings, refresh
+from argus.detectors import DiagnoserConfig, HangConfig, JobState, apply_findings, check_shape, refresh
 from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,
@@ -81,9 +81,12 @@ from argus.schemas import (
     DecodeError,
     Heartbeat,
     HeartbeatBatch,
+    JobOrder,
     SchemaError,
     StepBatch,
+    StepFindings,
     ValidationError,
+    decode,
     decode_many,
     encode,
     job_key,
@@ -97,7 +100,16 @@ from .metrics import StreamMetrics
 from .ordering import Reorderer
 from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
 
-__all__ = ["LAG_TOPICS", "WORKER_TOPICS", "StreamConfig", "Streams", "Topics", "build_app", "consumer_groups"]
+__all__ = [
+    "LAG_TOPICS",
+    "WORKER_INPUTS",
+    "WORKER_TOPICS",
+    "StreamConfig",
+    "Streams",
+    "Topics",
+    "build_app",
+    "consumer_groups",
+]
 
 WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS)
 """The topics a worker reads and writes, created before it starts (its tables' changelogs
@@ -105,6 +117,10 @@ and the internal evidence topic are created after, from the app)."""
 
 LAG_TOPICS = (STEPS, STEP_FINDINGS)
 """The inputs whose consumer lag a worker reports."""
+
+WORKER_INPUTS = (STEPS, STEP_FINDINGS, HEARTBEATS, KERNELS, STACKS, EVIDENCE_TOPIC)
+"""Every topic a worker group consumes (its agents' sources): where a new group is placed
+at the topics' ends so that it does not read their history (``kafka_admin.skip_worker_to_end``)."""
 
 log = logging.getLogger("argus.streams")
 
@@ -206,8 +222,9 @@ def consumer_groups(app_id: str) -> tuple[str, ...]:
     return (app_id, intake_group(app_id, "heartbeats"))
 
 
-_EXPIRE = "expire_job"
-"""A findings-topic message that orders the diagnose agent to forget a silent job run."""
+def _state_key(job: str, run: int) -> bytes:
+    """Key of a job run's state in the job-state table."""
+    return f"{job}|{run}".encode()
 
 
 def _held_key(state_key: bytes, step: int) -> bytes:
@@ -364,10 +381,10 @@ class Streams:
     async def publish_step(self, done: CompleteStep) -> tuple[str, str]:
         """Diagnose a complete step and send its findings, delivered; a reason and an error
         when they cannot be (its parts are dead-lettered then). The summary is checked here
-        (encoded, within the size limit) and sent by the temporal stage: a step that a
+        (with the findings it travels in) and sent by the temporal stage: a step that a
         rebalance makes the cross-rank stage read and complete twice is summarized once."""
         try:
-            sf, _summary, findings = step_outputs(done, self.cfg.diagnoser, self.cfg.max_message_bytes)
+            sf, findings = step_outputs(done, self.cfg.diagnoser, self.cfg.max_message_bytes)
         except ValidationError as exc:
             return "output_too_large", str(exc)
         except Exception as exc:  # a detector bug on odd input must not stop the worker
@@ -391,21 +408,24 @@ class Streams:
                 await self.diagnose_step(event, sf)
 
     async def read_findings(self, event: Any) -> StepFindings | None:
-        """The step's findings; None after an expire order (applied here) or bad input."""
+        """The step's findings; None after a job order (applied here) or bad input."""
         try:
-            data = json.loads(bytes(event.value or b""))
-            if isinstance(data, dict) and _EXPIRE in data:  # from expire_jobs
-                self.expire(f"{data[_EXPIRE]}|{int(data['run'])}".encode())
+            record = decode(bytes(event.value or b""))
+            if isinstance(record, JobOrder):  # from expire_jobs, the only action
+                self.expire(_state_key(record.job, record.run))
                 return None
-            return StepFindings.from_dict(data)
-        except (ValueError, KeyError, TypeError) as exc:
-            await self.dead_letter(event, "invalid", f"step findings: {exc}")
+            if not isinstance(record, StepFindings):
+                raise DecodeError(f"expected StepFindings or JobOrder, got {type(record).__name__}")
+            check_shape(record)
+        except SchemaError as exc:
+            await self.dead_letter(event, exc.reason, f"step findings: {exc}")
             return None
+        return record
 
     async def diagnose_step(self, event: Any, sf: StepFindings) -> None:
         """Diagnose the step, and every held step it lets go, in order; then write the job's
         state (after the anomalies it produced are delivered)."""
-        state_key = f"{sf.job}|{sf.run}".encode()
+        state_key = _state_key(sf.job, sf.run)
         doc = _doc(self.job_states.get(state_key))
         state = JobState.from_dict(doc["state"]) if doc else JobState.new(sf.job, sf.run, self.cfg.diagnoser)
         # Steps that arrived before an earlier one wait in their own table (one small write
@@ -440,11 +460,14 @@ class Streams:
                 self.held_findings.pop(_held_key(state_key, step), None)
 
     def held_step(self, state_key: bytes, step: int, job: str) -> StepFindings | None:
+        """A held step's findings (the message as it came, checked when it came)."""
         held_raw = self.held_findings.get(_held_key(state_key, step))
-        if held_raw is None:
-            log.warning("job %s: held step %d is missing from the table; skipped", job, step)
+        try:
+            found: StepFindings = decode(held_raw or b"", expect=StepFindings)
+        except SchemaError as exc:  # missing, or held by an older build (JSON)
+            log.warning("job %s: held step %d not in the table (%s); skipped", job, step, exc.reason)
             return None
-        return StepFindings.from_dict(json.loads(held_raw))
+        return found
 
     async def apply(self, state: JobState, found: StepFindings) -> None:
         """One step's findings into the job's state; its summary and anomalies sent and
@@ -465,7 +488,7 @@ class Streams:
         cross-rank stage, after a rebalance, is a duplicate here and never reaches this);
         its delivery future, or None when it cannot be encoded or sent (logged, counted)."""
         try:
-            value = encode(found.summary)
+            value = encode(found.summary, check=False)  # checked when its findings were read
             return await self.topics.summaries.send(key=job_key(found.job), value=value, headers=self.origin)
         except (SchemaError, MessageSizeTooLargeError, TypeError, ValueError) as exc:
             self.metrics.dead_letters["invalid_output"] += 1
@@ -509,9 +532,8 @@ class Streams:
         for raw in list(self.job_states.values()):
             doc = _doc(raw)
             if doc and doc.get("seen_s", 0) < cutoff:
-                state = doc["state"]
-                order = json.dumps({_EXPIRE: state["job"], "run": state["run"]}).encode()
-                await self.topics.findings.send(key=job_key(state["job"]), value=order)
+                order = JobOrder(doc["state"]["job"], int(doc["state"]["run"]), "expire")
+                await self.topics.findings.send(key=job_key(order.job), value=encode(order))
 
     # -- hangs ---------------------------------------------------------------------------------
 

@@ -1,11 +1,10 @@
-"""What the cross-rank stage sends, bounded whatever its input claims (pure): a complete
-step's summary and findings (:func:`step_outputs`), and any anomaly cut to what validation
-allows (:func:`bounded_anomaly`)."""
+"""What the stream workers send, bounded whatever their input claims (pure): a complete
+step's findings, its summary inside (:func:`step_outputs`), and any anomaly cut to what
+validation allows (:func:`bounded_anomaly`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from argus.detectors import DiagnoserConfig, StepFindings, step_findings
 from argus.schemas import LIMITS, Anomaly, ValidationError, encode
@@ -56,19 +55,18 @@ def bounded_anomaly(a: Anomaly) -> Anomaly:
 
 def step_outputs(
     done: CompleteStep, config: DiagnoserConfig, max_bytes: int = MAX_MESSAGE_BYTES
-) -> tuple[StepFindings, bytes, bytes]:
-    """The cross-rank stage's output for one complete step: its findings, the encoded step
-    summary and the findings message (pure; the worker sends both).
+) -> tuple[StepFindings, bytes]:
+    """The cross-rank stage's output for one complete step: its findings and their message
+    (pure; the worker sends it). The step summary travels inside the findings, checked with
+    them, and is encoded once, by the temporal stage that sends it.
 
-    Raises :class:`ValidationError` when either would exceed ``max_bytes`` or the summary is
-    out of range (the worker dead-letters the step's parts then).
+    Raises :class:`ValidationError` when the findings (summary included) are out of range or
+    their message exceeds ``max_bytes`` (the worker dead-letters the step's parts then).
     """
     sf = step_findings(done.batch, config, missing=done.missing)
-    summary = encode(sf.summary)
-    findings = json.dumps(sf.to_dict()).encode()
-    if max(len(summary), len(findings)) > max_bytes:
+    findings = encode(sf)
+    if len(findings) > max_bytes:
         raise ValidationError(
-            f"step {sf.step} of {sf.job}: summary of {len(summary)} bytes and findings of "
-            f"{len(findings)} bytes, limit {max_bytes}"
+            f"step {sf.step} of {sf.job}: findings of {len(findings)} bytes, limit {max_bytes}"
         )
-    return sf, summary, findings
+    return sf, findings

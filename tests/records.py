@@ -1,22 +1,30 @@
 """Records of every type for tests that need valid ones (the codec's round trips, the
-sink, the worker, the fuzzers): one definition, imported, never copied."""
+sink, the worker, the fuzzers): one definition, imported, never copied. ``RECORDS`` are
+the types the sink stores; ``WORKER_RECORDS`` travel only between the stream workers'
+stages (the step-findings topic)."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from argus.detectors import METRICS
 from argus.schemas import (
     Anomaly,
     DeadLetter,
+    Finding,
     GpuSample,
     Heartbeat,
+    JobOrder,
     KernelNames,
     KernelSketch,
     StackSample,
     StepBatch,
+    StepFindings,
     StepRecord,
     StepSummary,
 )
 
-__all__ = ["RECORDS", "T0", "step_batch"]
+__all__ = ["RECORDS", "T0", "WORKER_RECORDS", "step_batch"]
 
 T0 = 1_800_000_000 * 10**9
 
@@ -98,3 +106,28 @@ RECORDS = [
     ),
     DeadLetter("argus.steps", 3, 1234, "decode", "bad magic", T0, b"\xff\xfe"),
 ]
+
+_SUMMARY = next(r for r in RECORDS if isinstance(r, StepSummary))
+WORKER_RECORDS = [
+    StepFindings(
+        _SUMMARY.job,
+        _SUMMARY.run,
+        _SUMMARY.step,
+        _SUMMARY.end_ns,
+        _SUMMARY.ranks,
+        120.0,
+        np.linspace(0.0, 60.0, len(METRICS)),
+        (
+            Finding(
+                "compute_straggler", "cross_rank", "rank", "rank:3", (3,), 7.5, "compute_ms_z",
+                {"compute_ms_z": 7.5, "compute_ms": 45.0}, 14.0,
+            ),
+            Finding("pipeline_stage_imbalance", "cross_rank", "stage", "pp:1", (), 4.0, "compute_ms_z"),
+        ),
+        _SUMMARY,
+        weak=(9,),
+        job_ms=118.5,
+        peers={3: (1, 2, 4)},
+    ),
+    JobOrder("job-a", 1, "expire"),
+]  # fmt: skip

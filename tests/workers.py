@@ -10,10 +10,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer
 
-from argus.kafka_admin import skip_worker_to_end
+from argus.kafka_admin import read_records, skip_worker_to_end
 from argus.producers.publisher import Publisher
 from argus.schemas import (
     ANOMALIES,
@@ -22,8 +23,6 @@ from argus.schemas import (
     STEP_SUMMARIES,
     STEPS,
     Anomaly,
-    SchemaError,
-    decode,
 )
 from argus.simulate import layout_for, parse_fault, publish_simulation
 
@@ -91,26 +90,18 @@ def publish(kafka_conf, job: str, steps: int, faults: list[str], *, ranks: int =
 
 def collect(kafka_conf, job: str, *, until, timeout: float = 120.0) -> tuple[dict[str, Anomaly], set[int]]:
     """Anomalies (latest version per id) and summarized steps of ``job`` until ``until`` holds."""
-    c = Consumer({**kafka_conf, "group.id": f"peek-{time.time_ns()}", "auto.offset.reset": "earliest"})
-    c.subscribe([ANOMALIES, STEP_SUMMARIES])
     anomalies: dict[str, Anomaly] = {}
     steps: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and not until(anomalies, steps):
-            for m in c.consume(500, timeout=0.5):
-                if m.error():
-                    continue
-                try:
-                    r = decode(m.value())
-                except SchemaError:  # hostile records of another test
-                    continue
-                if r.job != job:
-                    continue
-                if m.topic() == ANOMALIES:
-                    anomalies[r.id] = r
-                else:
-                    steps.add(r.step)
-    finally:
-        c.close()
+
+    def take(topic: str, r: Any) -> None:
+        if r.job != job:
+            return
+        if topic == ANOMALIES:
+            anomalies[r.id] = r
+        else:
+            steps.add(r.step)
+
+    read_records(
+        kafka_conf, [ANOMALIES, STEP_SUMMARIES], take, until=lambda: until(anomalies, steps), timeout=timeout
+    )
     return anomalies, steps

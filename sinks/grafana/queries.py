@@ -75,6 +75,14 @@ class AlertRule:
     drilldown: str = "job"  # runbook link: "job" overview, or "rank" drill-down (needs a rank label)
 
 
+def _rank_averages(key: str, title: str, columns: tuple[str, ...]) -> Panel:
+    """A time series of this rank's mean of each of ``columns`` of its steps."""
+    sql = f"""SELECT $__timeInterval(time) AS t, {_each("avg({c}) AS {name}", columns)}
+FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)
+GROUP BY t ORDER BY t"""
+    return Panel(key, title, "timeseries", sql)
+
+
 JOB_OVERVIEW = Dashboard(
     uid="argus-job",
     title="Argus / Job overview",
@@ -202,22 +210,8 @@ FROM steps WHERE {JOB} AND $__timeFilter(time)
 GROUP BY t ORDER BY t""",
             width=24,
         ),
-        Panel(
-            "phases",
-            "Phases (ms)",
-            "timeseries",
-            f"""SELECT $__timeInterval(time) AS t, {_each("avg({c}) AS {name}", PHASE_COLUMNS)}
-FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)
-GROUP BY t ORDER BY t""",
-        ),
-        Panel(
-            "collectives",
-            "Collectives (ms)",
-            "timeseries",
-            f"""SELECT $__timeInterval(time) AS t, {_each("avg({c}) AS {name}", COLLECTIVE_COLUMNS)}
-FROM steps WHERE {JOB} AND {RANK} AND $__timeFilter(time)
-GROUP BY t ORDER BY t""",
-        ),
+        _rank_averages("phases", "Phases (ms)", PHASE_COLUMNS),
+        _rank_averages("collectives", "Collectives (ms)", COLLECTIVE_COLUMNS),
         Panel(
             "kernels",
             "Kernels of this rank (top by total time)",

@@ -113,9 +113,9 @@ def test_throughput_direction_and_phase_names() -> None:
     assert diagnose_log(rank, step, v, by_time=False).anomalies == []  # a fast rank is nobody's problem
     assert phase_of("dataloader_wait_ms") == "dataloader_ms" and phase_of("step_time") is None
     assert phase_of("allreduce_time") == "all_reduce_ms" and phase_of("fwd") == "forward_ms"
-    batches, labels, scale = log_batches(rank, step, v, by_time=False, metric="fwd")
-    assert len(batches) == 40 and labels[-1] == 39 and 0.9 < scale < 1.1
-    assert np.allclose(np.median(batches[0]["forward_ms"]), 1000, rtol=0.02)
+    log = log_batches(rank, step, v, by_time=False, metric="fwd")
+    assert len(log.batches) == 40 and log.labels[-1] == 39 and 0.9 < log.scale < 1.1
+    assert log.phase == "forward_ms" and np.allclose(np.median(log.batches[0]["forward_ms"]), 1000, rtol=0.02)
 
 
 def test_cli_json_and_table(tmp_path: Path) -> None:

@@ -10,12 +10,14 @@ from argus.detectors import (
     JobState,
     StepFindings,
     apply_findings,
+    check_shape,
     step_findings,
 )
 from argus.producers.simulator import COMPUTE_STRAGGLER, DATALOADER_STALL, ClusterSimulator, Fault, Layout
+from argus.schemas import decode, encode
 
 
-def test_split_stages_through_json_match_the_facade() -> None:
+def test_split_stages_through_the_codec_match_the_facade() -> None:
     faults = [
         Fault(COMPUTE_STRAGGLER, first_step=12, steps=10, ranks=(37,)),
         Fault(DATALOADER_STALL, first_step=30, steps=1, ranks=(5,)),
@@ -26,8 +28,8 @@ def test_split_stages_through_json_match_the_facade() -> None:
     ids_facade, ids_split = [], []
     for s in ClusterSimulator(Layout(dp=8, tp=8, pp=2), seed=5, job="split", faults=faults).run(45):
         ids_facade += [(a.id, a.end_step) for a in facade.step(s.batch).anomalies]
-        wire = json.loads(json.dumps(step_findings(s.batch, cfg, missing=(3,)).to_dict()))
-        sf = StepFindings.from_dict(wire)
+        sf = decode(encode(step_findings(s.batch, cfg, missing=(3,))), expect=StepFindings)
+        check_shape(sf)
         assert sf.summary.missing == (3,)
         state = JobState.from_dict(json.loads(json.dumps(state.to_dict())))  # as a changelog would
         ids_split += [(a.id, a.end_step) for a in apply_findings(state, sf, cfg).anomalies]

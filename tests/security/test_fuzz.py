@@ -24,11 +24,11 @@ from argus.producers.kineto import KinetoImport, TraceError
 from argus.producers.sketch import kernel_stats
 from argus.schemas import SCHEMAS, KernelStats, SchemaError, StepBatch, decode, encode, validate
 from argus.schemas.kernel_codec import decode_payload, encode_payload
-from tests.records import RECORDS, step_batch
+from tests.records import RECORDS, WORKER_RECORDS, step_batch
 
 EXAMPLES = int(os.environ.get("ARGUS_FUZZ_EXAMPLES", "1000"))
 MANY = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-VALID = [encode(r) for r in RECORDS] + [encode(step_batch(16))]
+VALID = [encode(r) for r in RECORDS + WORKER_RECORDS] + [encode(step_batch(16))]
 
 
 def _decodes_cleanly(data: bytes) -> None:

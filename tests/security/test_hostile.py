@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from argus.detectors import diagnose
-from argus.kafka_admin import ensure_topics, skip_to_end
+from argus.kafka_admin import end_offsets, ensure_topics, read_records, skip_to_end
 from argus.producers.publisher import Publisher
 from argus.producers.simulator import ClusterSimulator, HangScenario, HangSimulator, Layout
 from argus.schemas import (
@@ -27,9 +27,7 @@ from argus.schemas import (
     HEARTBEATS,
     STEPS,
     Anomaly,
-    SchemaError,
     StepBatch,
-    decode,
     encode,
     job_key,
     step_key,
@@ -207,41 +205,39 @@ def test_a_hung_job_with_a_long_frame_is_named_and_the_worker_lives(
     ensure_topics(kafka_conf, [HEARTBEATS, ANOMALIES], partitions=16)
     job = f"long-frame-{unique}"
     worker = worker_factory(fresh_group(kafka_conf, f"lf-{unique}"))
-    consumer = Consumer({**kafka_conf, "group.id": f"peek-{job}", "auto.offset.reset": "latest"})
-    consumer.subscribe([ANOMALIES])
+    since = end_offsets(kafka_conf, [ANOMALIES])
     publisher = Publisher(kafka_conf)
     frame = "train.py:step;model.py:" + "f" * 5000
-    found: Anomaly | None = None
+    history_s = 20.0
+    sim = HangSimulator(
+        Layout(dp=2, tp=4, pp=1),
+        HangScenario("collective_hang", at_s=history_s + 5.0, rank=5),
+        job=job,
+        heartbeat_s=2.0,
+        start_ns=time.time_ns() - int(history_s * 1e9),
+    )
+    sent_to = [sim.start_ns]
+    named: list[Anomaly] = []
+
+    def beat_until_named() -> bool:
+        """Send the heartbeats due by now (the hang starts 5 s in); True once it was named."""
+        now = time.time_ns()
+        for beat in sim.beats(sent_to[0], now):
+            publisher.publish(HEARTBEATS, job_key(job), dataclasses.replace(beat, stack=frame))
+        sent_to[0] = now
+        publisher.flush(5)
+        return bool(named)
+
+    def take(topic: str, a: Any) -> None:
+        if a.job == job:
+            named.append(a)
+
     try:
-        history_s = 20.0
-        sim = HangSimulator(
-            Layout(dp=2, tp=4, pp=1),
-            HangScenario("collective_hang", at_s=history_s + 5.0, rank=5),
-            job=job,
-            heartbeat_s=2.0,
-            start_ns=time.time_ns() - int(history_s * 1e9),
-        )
-        sent_to = sim.start_ns
-        deadline = time.monotonic() + 120
-        while found is None and time.monotonic() < deadline:
-            now = time.time_ns()
-            for beat in sim.beats(sent_to, now):
-                publisher.publish(HEARTBEATS, job_key(job), dataclasses.replace(beat, stack=frame))
-            sent_to = now
-            publisher.flush(5)
-            for m in consumer.consume(100, timeout=0.5):
-                if m.error():
-                    continue
-                try:
-                    a = decode(m.value())
-                except SchemaError:
-                    continue
-                if a.job == job:
-                    found = a
+        read_records(kafka_conf, since, take, until=beat_until_named, timeout=120)
         alive = worker.proc.poll() is None
     finally:
-        consumer.close()
         publisher.shutdown(5)
+    found = named[-1] if named else None
     report("hung_job_long_frame", sent=1, received=int(found is not None), lost=int(found is None), duplicated=0,
            crashes=int(not alive))  # fmt: skip
     assert found is not None and alive

@@ -1,6 +1,7 @@
 """Hostile bytes through the whole pipeline, per record type: decode → validate → the
-worker's stage for the type (step assembly and the step's outputs; the hang detector and
-its anomalies; the kernel decoder) → the sink's row conversion (``to_arrow``, per record
+worker's stage for the type (step assembly and the step's outputs; the temporal stage on
+step findings and the summary it sends; the hang detector and its anomalies; the kernel
+decoder) → the sink's row conversion (``to_arrow``, per record
 and per consumer batch). Nothing may raise but the package's clear errors (issue 17).
 
 Seeded numpy mutation, not hypothesis: 10,000 cases per record type in a few seconds.
@@ -21,18 +22,31 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from argus.detectors import DiagnoserConfig, HangState, detect_hang, hang_anomalies, observe_heartbeats
+from argus.detectors import (
+    DiagnoserConfig,
+    HangState,
+    JobState,
+    apply_findings,
+    check_shape,
+    detect_hang,
+    hang_anomalies,
+    observe_heartbeats,
+    step_findings,
+)
+from argus.producers.simulator import COMPUTE_STRAGGLER, ClusterSimulator, Fault, Layout
 from argus.producers.sketch import kernel_stats
 from argus.schemas import (
     Anomaly,
     DeadLetter,
     GpuSample,
     Heartbeat,
+    JobOrder,
     KernelNames,
     KernelSketch,
     SchemaError,
     StackSample,
     StepBatch,
+    StepFindings,
     StepSummary,
     ValidationError,
     decode,
@@ -41,11 +55,11 @@ from argus.schemas import (
     validate,
 )
 from argus.schemas.kernel_codec import encode_payload
-from argus.sinks import to_arrow
+from argus.sinks import TABLE_OF, to_arrow
 from argus.sinks.kernels import KernelDecoder
 from argus.streams import AssemblyConfig, StepAssembler
 from argus.streams.outputs import bounded_anomaly, step_outputs
-from tests.records import RECORDS, T0, step_batch
+from tests.records import RECORDS, T0, WORKER_RECORDS, step_batch
 
 CASES = int(os.environ.get("ARGUS_FUZZ_PIPELINE_CASES", "10000"))
 I64 = 1 << 63
@@ -66,7 +80,17 @@ def _stats(seed: int) -> Any:
 
 
 _BASE_STATS = _stats(1)
-SEEDS: dict[type, list[Any]] = {type(r): [r] for r in RECORDS}
+
+
+def _straggler_findings() -> list[StepFindings]:
+    """The cross-rank stage's findings of a job with a compute straggler (findings, peers)."""
+    fault = Fault(COMPUTE_STRAGGLER, first_step=12, steps=10, ranks=(5,))
+    sim = ClusterSimulator(Layout(dp=4, tp=4, pp=2), seed=3, job="job-a", faults=[fault])
+    return [step_findings(s.batch, DiagnoserConfig()) for s in sim.run(16)][-3:]
+
+
+SEEDS: dict[type, list[Any]] = {type(r): [r] for r in RECORDS + WORKER_RECORDS}
+SEEDS[StepFindings] += _straggler_findings()
 SEEDS[StepBatch] = [step_batch(8), step_batch(1, step=0), step_batch(64, step=10**6)]
 SEEDS[KernelSketch] = [
     KernelSketch("job-a", 1, 5, 10, 1, -1, encode_payload(_BASE_STATS)),
@@ -86,17 +110,30 @@ def _value(rng: np.random.Generator, current: Any) -> Any:
         return TEXTS[rng.integers(len(TEXTS))]
     if isinstance(current, bytes):
         return bytes(rng.integers(0, 256, int(rng.integers(0, 64)), dtype=np.uint8))
+    if dataclasses.is_dataclass(current):
+        return _mutate_fields(rng, current)
+    if isinstance(current, np.ndarray):
+        out = current.astype(float)  # a copy
+        if len(out):
+            out[rng.integers(len(out))] = _value(rng, 0.0)
+        return out if rng.random() < 0.8 else out[: int(rng.integers(len(out) + 1))]
+    if isinstance(current, tuple) and current and dataclasses.is_dataclass(current[0]):
+        i = int(rng.integers(len(current)))
+        return (*current[:i], _mutate_fields(rng, current[i]), *current[i + 1 :])
     if isinstance(current, tuple):
         n = int(rng.choice([0, 1, 3, 70_000])) if rng.random() < 0.3 else max(len(current), 1)
         if current and isinstance(current[0], str):
             return tuple(TEXTS[i % len(TEXTS)] for i in rng.integers(0, len(TEXTS), min(n, 50)))
         return tuple(int(INTS[i]) for i in rng.integers(0, len(INTS), n)) if n < 100 else tuple(range(n))
+    if isinstance(current, dict) and current and isinstance(next(iter(current)), int):
+        return {_value(rng, 0): _value(rng, next(iter(current.values())))}  # peers: rank -> ranks
     if isinstance(current, dict):
         return {TEXTS[rng.integers(len(TEXTS))]: FLOATS[rng.integers(len(FLOATS))]}
     return current
 
 
 def _mutate_fields(rng: np.random.Generator, record: Any) -> Any:
+    """``record`` with one to three fields (nested records' too) set to hostile values."""
     if isinstance(record, StepBatch):
         cols = {k: v.copy() for k, v in record.columns.items()}
         job, run, step = record.job, record.run, record.step
@@ -168,6 +205,7 @@ class Pipeline:
     def __init__(self) -> None:
         self.assembler = StepAssembler(AssemblyConfig(quiet_s=0.0, max_open_steps=64, max_jobs=256))
         self.hang: dict[tuple[str, int], HangState] = {}
+        self.jobs: dict[tuple[str, int], JobState] = {}
         self.kernels = KernelDecoder()
         self.cfg = DiagnoserConfig()
         self.now = 0.0
@@ -177,7 +215,7 @@ class Pipeline:
     def feed(self, record: Any) -> None:
         validate(record)  # whatever decodes is in range
         self.accepted += 1
-        if type(record) is not Heartbeat:
+        if type(record) in TABLE_OF:
             table, data = to_arrow([record])
             assert isinstance(data, pa.Table) and data.num_rows >= 0, table
         if isinstance(record, StepBatch):
@@ -187,11 +225,13 @@ class Pipeline:
                 if step.reason in ("late", "far_future", "absurd_rank"):
                     continue
                 try:
-                    _, summary, _ = step_outputs(step, self.cfg)
+                    _, findings = step_outputs(step, self.cfg)
                 except ValidationError:
                     continue  # output too large: the worker dead-letters the step's parts
-                decode(summary)
+                self.temporal(decode(findings))  # what the cross-rank stage sent, read by the temporal one
                 self.outputs += 1
+        elif isinstance(record, StepFindings):
+            self.temporal(record)
         elif isinstance(record, Heartbeat):
             observe_heartbeats(self.hang, [(record, None)])
             state = self.hang.get((record.job, record.run))
@@ -207,6 +247,23 @@ class Pipeline:
         elif isinstance(record, Anomaly):
             decode(encode(bounded_anomaly(record)))
 
+    def temporal(self, sf: StepFindings) -> None:
+        """The temporal stage on one step's findings (in order per job, as the worker's reorderer
+        lets them through): the job's state updated, the summary and the anomalies sent."""
+        try:
+            check_shape(sf)
+        except ValidationError:
+            return  # findings these detectors cannot read: dead-lettered
+        state = self.jobs.setdefault((sf.job, sf.run), JobState.new(sf.job, sf.run, self.cfg))
+        # each case as the job's next step (most cases are of a few steps: they would be duplicates)
+        result = apply_findings(
+            state, dataclasses.replace(sf, step=max(sf.step, state.last_step + 1)), self.cfg
+        )
+        decode(encode(sf.summary, check=False))  # as the worker sends it: checked with the findings
+        for anomaly in result.anomalies:
+            decode(encode(bounded_anomaly(anomaly)))
+        self.outputs += 1
+
 
 TYPES = [
     StepBatch,
@@ -218,6 +275,8 @@ TYPES = [
     StepSummary,
     Anomaly,
     DeadLetter,
+    StepFindings,
+    JobOrder,
 ]
 
 
@@ -244,7 +303,7 @@ def test_hostile_bytes_through_decode_worker_and_sink_rows(kind: type) -> None:
         for r in good:
             by_type.setdefault(type(r), []).append(r)
         for t, records in by_type.items():
-            if t is not Heartbeat:
+            if t in TABLE_OF:
                 to_arrow(records)
     list(pipeline.assembler.drain())
     assert len(messages) == CASES and pipeline.accepted + rejected == CASES

@@ -10,6 +10,7 @@ same agents against the real broker)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -17,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from argus.detectors import DiagnoserConfig, StepFindings
+from argus.detectors import DiagnoserConfig
 from argus.producers.simulator import ClusterSimulator, HangScenario, HangSimulator, Layout
-from argus.schemas import HEARTBEATS, StepSummary, decode, encode, job_key
+from argus.schemas import HEARTBEATS, JobOrder, StepFindings, StepSummary, decode, encode, job_key
 from argus.streams import AssemblyConfig, CompleteStep, StreamConfig, Streams
 from argus.streams.intake import RawInput
 from argus.streams.outputs import step_outputs
@@ -114,7 +115,7 @@ def test_parts_of_a_step_become_its_findings_acknowledged_only_after(tmp_path) -
     # the summary goes out once, from the temporal stage (a step completed twice after a
     # rebalance is a duplicate there): here it travels inside the findings
     assert out.sent["summaries"] == []
-    findings = [StepFindings.from_dict(json.loads(v)) for _, v in out.sent["findings"]]
+    findings = [decode(v, expect=StepFindings) for _, v in out.sent["findings"]]
     assert [(f.job, f.step) for f in findings] == [("asm", 0), ("asm", 1)]
     assert [(f.summary.step, f.summary.ranks) for f in findings] == [(0, 8), (1, 8)]
     assert {k for k, _ in out.sent["findings"]} == {job_key("asm")}
@@ -124,7 +125,7 @@ def test_parts_of_a_step_become_its_findings_acknowledged_only_after(tmp_path) -
 def findings_of(job: str, steps: int) -> list[bytes]:
     sim = ClusterSimulator(Layout(dp=2, tp=4, pp=1), seed=2, job=job)
     return [
-        step_outputs(CompleteStep(s.batch, (), (), "all_ranks"), DiagnoserConfig())[2] for s in sim.run(steps)
+        step_outputs(CompleteStep(s.batch, (), (), "all_ranks"), DiagnoserConfig())[1] for s in sim.run(steps)
     ]
 
 
@@ -174,6 +175,39 @@ def test_a_step_that_overtakes_an_earlier_one_waits_for_it_and_a_gap_times_out(t
     assert all(isinstance(s, StepSummary) for s in summaries)
     assert [s.step for s in summaries] == [0, 1, 2, 4, 5]
     assert out.sent["dead"] == [] and out.sent["anomalies"] == []
+
+
+def test_the_findings_topic_takes_findings_and_job_orders_the_rest_is_dead_lettered(tmp_path) -> None:
+    """Everything on the findings topic has a schema: the cross-rank stage's StepFindings and
+    the expire timer's JobOrder; anything else (garbage, the JSON of older builds, another
+    record type, findings these detectors cannot read) is dead-lettered, not a crash."""
+    job, key = "ttl", b"ttl|0"
+    found = findings_of(job, 1)[0]
+    streams, out = make(tmp_path, job_ttl_s=0.2, start_wait_s=0.0)
+    summary = decode(found).summary
+    bad = {
+        "decode": [b"not avro", b'{"expire_job": "ttl", "run": 0}', encode(summary)],
+        "invalid": [encode(dataclasses.replace(decode(found), job_median=np.zeros(3)))],
+    }
+
+    async def run() -> None:
+        async with streams.agents["diagnose"].test_context() as agent:
+            await agent.put(found, key=job_key(job))
+            await until(lambda: streams.job_states.get(key) is not None)
+            for value in bad["decode"] + bad["invalid"]:
+                await agent.put(value, key=job_key(job))
+            await until(lambda: len(out.sent["dead"]) == 4)
+            await asyncio.sleep(0.3)  # the job is silent past its TTL
+            await streams.expire_jobs()  # the timer orders it forgotten, through the topic
+            (order,) = out.sent["findings"]
+            assert decode(order[1]) == JobOrder(job, 0, "expire") and order[0] == job_key(job)
+            await agent.put(order[1], key=order[0])
+            await until(lambda: streams.job_states.get(key) is None)
+
+    asyncio.run(run())
+    reasons = [decode(v).reason for _, v in out.sent["dead"]]
+    assert reasons == ["decode"] * 3 + ["invalid"]
+    assert [decode(v).step for _, v in out.sent["summaries"]] == [0]
 
 
 def latest_beat(streams: Streams, job_run: tuple[str, int]) -> int:

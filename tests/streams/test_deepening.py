@@ -3,17 +3,15 @@ samples (pure), and the real worker on the real broker naming the slow kernel or
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer
 
 from argus.detectors import DiagnoserConfig, JobState, apply_findings, step_findings
-from argus.kafka_admin import ensure_topics, skip_worker_to_end
+from argus.kafka_admin import ensure_topics, read_records, skip_worker_to_end
 from argus.producers.publisher import Publisher
 from argus.producers.simulator import CLEAN, ClusterSimulator, Fault, Layout, kernel_names
 from argus.producers.sketch import RankSketchEncoder
@@ -26,7 +24,6 @@ from argus.schemas import (
     Anomaly,
     SchemaError,
     StackSample,
-    decode,
     encode,
     rank_key,
 )
@@ -187,28 +184,20 @@ def _collect(
     kafka_conf: dict[str, Any], jobs: set[str], until: Any, timeout: float
 ) -> tuple[dict[str, list[Anomaly]], dict[str, set[int]]]:
     """Every version of every anomaly of ``jobs``, in the order sent, and their summarized steps."""
-    c = Consumer({**kafka_conf, "group.id": f"peek-{time.time_ns()}", "auto.offset.reset": "earliest"})
-    c.subscribe([ANOMALIES, STEP_SUMMARIES])
     versions: dict[str, list[Anomaly]] = {}
     steps: dict[str, set[int]] = {j: set() for j in jobs}
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and not until(versions, steps):
-            for m in c.consume(500, timeout=0.5):
-                if m.error():
-                    continue
-                try:
-                    r = decode(m.value())
-                except SchemaError:
-                    continue
-                if r.job not in jobs:
-                    continue
-                if m.topic() == ANOMALIES:
-                    versions.setdefault(r.id, []).append(r)
-                else:
-                    steps[r.job].add(r.step)
-    finally:
-        c.close()
+
+    def take(topic: str, r: Any) -> None:
+        if r.job not in jobs:
+            return
+        if topic == ANOMALIES:
+            versions.setdefault(r.id, []).append(r)
+        else:
+            steps[r.job].add(r.step)
+
+    read_records(
+        kafka_conf, [ANOMALIES, STEP_SUMMARIES], take, until=lambda: until(versions, steps), timeout=timeout
+    )
     return versions, steps
 
 

@@ -60,8 +60,9 @@ def test_a_step_whose_outputs_exceed_the_message_limit_raises_instead_of_sending
     batch = step_batch(64)
     missing = tuple(range(64, 64 + 60_000))
     done = CompleteStep(batch, missing, (), "timeout")
-    sf, _, findings = step_outputs(done, DiagnoserConfig())  # 60,000 missing ranks fit
+    sf, findings = step_outputs(done, DiagnoserConfig())  # 60,000 missing ranks fit
     assert len(findings) < 900_000 and sf.summary.missing == missing
+    assert decode(findings).summary.missing == missing  # the summary travels in the findings
     with pytest.raises(ValidationError, match="limit 1000"):
         step_outputs(done, DiagnoserConfig(), max_bytes=1000)
     assert np.all(batch["rank"] < 64)
