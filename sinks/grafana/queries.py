@@ -19,6 +19,11 @@ __all__ = ["ALERTS", "DASHBOARDS", "PIPELINE", "REPORT", "AlertRule", "Dashboard
 JOB = "job = decodeURLComponent('${job:percentencode}')"
 RANK = "rank = toUInt32OrZero(decodeURLComponent('${rank:percentencode}'))"
 KERNEL = "name = decodeURLComponent('${kernel:percentencode}')"
+EVIDENCE = (
+    "arrayStringConcat(arrayMap((k, v) -> concat(k, '=', toString(round(v, 3))), mapKeys(evidence), "
+    "mapValues(evidence)), ', ')"
+)
+"""An anomaly's evidence map as one line of ``key=value`` pairs."""
 _LEGEND = {"p2p_ms": "send_recv"}
 
 
@@ -157,8 +162,7 @@ ORDER BY z DESC LIMIT 10""",
             "table",
             f"""SELECT time, start_step, end_step, level, cause, suspect_kind, suspect, round(score, 1) AS score,
        round(step_ms_added, 1) AS step_ms_added, round(gpu_hours_lost, 3) AS gpu_hours_lost, summary,
-       arrayStringConcat(arrayMap((k, v) -> concat(k, '=', toString(round(v, 3))), mapKeys(evidence),
-                                  mapValues(evidence)), ', ') AS evidence
+       {EVIDENCE} AS evidence
 FROM anomalies WHERE {JOB} AND $__timeFilter(time)
 ORDER BY time DESC, end_step DESC LIMIT 1 BY id LIMIT 100""",
             "Each anomaly once (LIMIT 1 BY id); the cost is what the suspect adds to every step of the job.",
@@ -209,6 +213,22 @@ RANK_DRILLDOWN = Dashboard(
 FROM steps WHERE {JOB} AND $__timeFilter(time)
 GROUP BY t ORDER BY t""",
             width=24,
+        ),
+        Panel(
+            "rank_anomalies",
+            "Anomalies naming this rank (kernel level first: which kernels, by how much)",
+            "table",
+            f"""SELECT time, start_step, end_step, level, cause, suspect, round(score, 1) AS score,
+       round(step_ms_added, 1) AS step_ms_added, summary, {EVIDENCE} AS evidence
+FROM anomalies
+WHERE {JOB} AND has(ranks, toUInt32OrZero(decodeURLComponent('${{rank:percentencode}}'))) AND $__timeFilter(time)
+ORDER BY level = 'kernel' DESC, time DESC, end_step DESC LIMIT 1 BY id LIMIT 50""",
+            "Every anomaly whose ranks include this one, each once (LIMIT 1 BY id). A kernel-level anomaly "
+            "carries the kernels whose p50/p90 shifted against healthy peers (kernel_p90:<name> = ratio), "
+            "their family and the idle-gap change; a CPU-side one the frames this rank spends more "
+            "samples in.",
+            width=24,
+            height=6,
         ),
         _rank_averages("phases", "Phases (ms)", PHASE_COLUMNS),
         _rank_averages("collectives", "Collectives (ms)", COLLECTIVE_COLUMNS),

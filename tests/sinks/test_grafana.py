@@ -312,3 +312,13 @@ def test_hang_alert_pages_with_the_suspect_for_the_hung_job_only(store, jobs, ha
     assert [(f["job"], f["suspect"]) for f in mine] == [(hang_job, f"rank:{HUNG_RANK}")]
     assert "all_reduce" in mine[0]["detail"]
     assert "{{ $labels.suspect }}" in rule.summary and "{{ $labels.detail }}" in rule.summary
+
+
+def test_the_rank_panel_lists_the_rank_s_kernel_level_anomaly_first(store, jobs) -> None:
+    panel = dict((p.key, p) for _, p in all_panels())["rank_anomalies"]
+    names, rows = run_panel(store, panel.sql, jobs, job=jobs["names"]["slow"], rank=str(STRAGGLER))
+    assert rows and rows[0][names.index("level")] == "kernel"
+    assert "kernel_p90:" in rows[0][names.index("evidence")]
+    assert {r[names.index("suspect")] for r in rows} == {f"rank:{STRAGGLER}"}
+    _, healthy = run_panel(store, panel.sql, jobs, job=jobs["names"]["slow"], rank="3")
+    assert healthy == []
