@@ -16,6 +16,9 @@
 2. Latency: the same worker, a job published live at a fixed step rate with faults
    injected; for every anomaly, its Kafka timestamp minus the end of the step that
    confirmed it (both wall clocks of this machine).
+3. Kernels (bench/streams_kernels.py, a worker of its own): a job of 4,096 ranks (1,024 with
+   --quick) whose every rank publishes its kernel sketch and stack sample every step beside
+   its step record; records_per_s_with_kernels and that worker's peak RSS.
 Peak RSS of the worker process is sampled throughout.
 
     python bench/streams.py [--quick]
@@ -23,7 +26,9 @@ Peak RSS of the worker process is sampled throughout.
     python bench/streams.py --workers 2   # + the rebalance phase
 
 Last line: JSON with records_per_s, records_per_s_8, heartbeats_per_s (node batches of 8),
-heartbeats_per_s_1 (one per message), latency_p50_s, latency_p99_s, worker_rss_mb.
+heartbeats_per_s_1 (one per message), latency_p50_s, latency_p99_s, worker_rss_mb,
+records_per_s_with_kernels, worker_rss_mb_with_kernels (and rebalance_lost,
+rebalance_duplicated with --workers 2).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -420,6 +426,10 @@ def main() -> None:
     lat = np.array([ts / 1e3 - ns / 1e9 for ns, ts in first.items()])
     p50, p99 = (float(np.percentile(lat, q)) for q in (50, 99)) if len(lat) else (float("nan"),) * 2
     rss_mb = rss.peak / 2**20
+
+    # 3. Kernel sketches and stacks flowing (a worker of its own).
+    with_kernels = runpy.run_path(str(REPO / "bench" / "streams_kernels.py"))["throughput_with_kernels"]
+    kernels = with_kernels(conf, 1024 if args.quick else 4096, 24)
     print()
     print(
         f"{'ranks':>8} {'records/s':>12} {'records/s @8':>13} {'beats/s @8':>11} {'beats/s @1':>11} "
@@ -444,6 +454,9 @@ def main() -> None:
                 "latency_p50_s": round(p50, 3),
                 "latency_p99_s": round(p99, 3),
                 "worker_rss_mb": round(rss_mb, 1),
+                "records_per_s_with_kernels": kernels["records_per_s_with_kernels"],
+                "worker_rss_mb_with_kernels": kernels["worker_rss_mb_with_kernels"],
+                "ranks_with_kernels": kernels["ranks"],
                 "ranks": ranks,
                 "ranks_per_message": per_message,
                 "step_rate_live": round(rate, 3),

@@ -7,7 +7,7 @@ does. The messages are built and encoded first; then they are published as fast 
 publisher can while one `argus worker` consumes. records_per_s_with_kernels = every
 record published (rank-steps, sketches, names, stacks) per second, from the first one
 published to the moment the worker has summarized every step and named the kernel of the
-job's one fault (a GPU whose GEMMs run 1.3x slower over the last half of the run): the
+job's one fault (a GPU whose GEMMs run 1.3x slower from a quarter of the run on): the
 ``level=kernel`` anomaly needs the sketches of the fault's steps, so by then the worker
 has taken in (nearly) everything. The worker's peak RSS is sampled
 throughout, and the history's bound per rank (``HistoryConfig.bytes_per_rank``) printed
@@ -62,7 +62,7 @@ def throughput_with_kernels(conf: dict, ranks: int, steps: int) -> dict[str, flo
     messages: list[tuple[str, bytes, bytes]] = []
     t_build = time.time()
     layout = layout_for(ranks)
-    fault = parse_fault(f"compute_straggler@{steps // 2}+{steps}:{ranks // 3},kernel=gemm,x=1.3", layout)
+    fault = parse_fault(f"compute_straggler@{steps // 4}+{steps}:{ranks // 3},kernel=gemm,x=1.3", layout)
     publish_simulation(
         lambda topic, key, record: messages.append((topic, key, encode(record))),
         job=job,
