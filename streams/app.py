@@ -195,10 +195,9 @@ class Topics:
     summaries: TopicT
     anomalies: TopicT
     dead: TopicT
-    evidence_in: TopicT
-    """Kernel sketches and stack samples, keyed by rank (best effort: ``acks=False``)."""
     evidence: TopicT
-    """The same re-keyed by job, co-partitioned with the findings (internal)."""
+    """Kernel sketches and stack samples re-keyed by job, co-partitioned with the findings
+    (internal; best effort: ``acks=False``)."""
 
     @classmethod
     def declare(cls, app: faust.App, partitions: int) -> Topics:
@@ -211,15 +210,14 @@ class Topics:
             summaries=topic(STEP_SUMMARIES),
             anomalies=topic(ANOMALIES),
             dead=topic(DEAD_LETTER),
-            evidence_in=topic(KERNELS, STACKS, acks=False),
             evidence=topic(EVIDENCE_TOPIC, partitions=partitions, internal=True, acks=False),
         )
 
 
 def consumer_groups(app_id: str) -> tuple[str, ...]:
-    """The consumer groups a worker of ``app_id`` reads with: Faust's, then the heartbeat
-    intake's."""
-    return (app_id, intake_group(app_id, "heartbeats"))
+    """The consumer groups a worker of ``app_id`` reads with: Faust's, then its batch
+    intakes' (heartbeats; kernel sketches and stacks)."""
+    return (app_id, intake_group(app_id, "heartbeats"), intake_group(app_id, "evidence"))
 
 
 def _state_key(job: str, run: int) -> bytes:
@@ -282,8 +280,16 @@ class Streams:
             job_ttl_s=cfg.job_ttl_s,
             update_s=cfg.hang_update_s,
         )
+        _, beats_group, evidence_group = consumer_groups(cfg.app_id)
         self.heartbeat_intake = BatchIntake(
-            cfg.kafka_config, consumer_groups(cfg.app_id)[1], HEARTBEATS, max_batch=cfg.take * 4
+            cfg.kafka_config, beats_group, [HEARTBEATS], max_batch=cfg.take * 4
+        )
+        self.evidence_intake = BatchIntake(
+            cfg.kafka_config,
+            evidence_group,
+            [KERNELS, STACKS],
+            max_batch=cfg.take * 4,
+            max_age_s=cfg.history.max_age_s,
         )
         self.history = EvidenceHistory(cfg.history)
         self.reading = False  # the assemble agent is inside a batch of parts
@@ -302,10 +308,10 @@ class Streams:
         app.timer(min(60.0, cfg.job_ttl_s / 2))(self.expire_jobs)
         app.timer(cfg.hang_tick_s)(self.detect_hangs)
         app.task(self.watch_heartbeats)
+        app.task(self.watch_evidence)
         sources = {
             "assemble": t.steps,
             "diagnose": t.findings,
-            "rekey_evidence": t.evidence_in,
             "keep_evidence": t.evidence,
         }
         return {name: app.agent(topic)(getattr(self, name)) for name, topic in sources.items()}
@@ -539,11 +545,15 @@ class Streams:
 
     async def watch_heartbeats(self) -> None:
         """Task: the heartbeats topic, a consumer batch at a time (:mod:`streams.intake`)."""
+        await self.keep_reading(self.heartbeat_intake, self.take_heartbeats)
+
+    async def keep_reading(self, intake: BatchIntake, handle: Any) -> None:
+        """Run a batch intake for good (an error it cannot get past is logged, then retried)."""
         while True:
             try:
-                await self.heartbeat_intake.run(self.take_heartbeats)
+                await intake.run(handle)
             except Exception:  # e.g. settings librdkafka refuses: say so, try again
-                log.exception("reading %s failed; again in 5 s", HEARTBEATS)
+                log.exception("reading %s failed; again in 5 s", intake.name)
                 await asyncio.sleep(5.0)
 
     async def take_heartbeats(self, inputs: Sequence[RawInput]) -> None:
@@ -576,27 +586,31 @@ class Streams:
         self.hangs.prune(now)
 
     # -- kernel level (streams/deepening.py) ------------------------------------------------
-    # Kernel sketches and stacks, keyed by rank, re-keyed by job into a topic co-partitioned
-    # with the findings; kept a few steps per rank. Best effort (acks=False): a partition
-    # first seen with messages older than history.max_age_s (a new group on the topics'
-    # backlog) is moved to its end, once.
+    # Kernel sketches and stacks, keyed by rank (two per rank per step: read in batches by a
+    # BatchIntake), re-keyed by job into a topic co-partitioned with the findings, packed;
+    # kept a few steps per rank. Best effort (acks=False): a partition first seen with
+    # messages older than history.max_age_s (a new group on the topics' backlog) is moved
+    # to its end, once.
 
-    async def rekey_evidence(self, stream: Any) -> None:
-        async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
-            fresh = await self.recent_only(events)
-            out, bad = rekey(
-                [(e.message.key, bytes(e.value or b"")) for e in fresh], self.cfg.max_message_bytes
-            )
-            for i, exc in bad:
-                await self.dead_letter(fresh[i], exc.reason, str(exc))
-            for key, blob in out:  # queued, not awaited: the history is best effort
-                await self.app.producer.send(EVIDENCE_TOPIC, key, blob, None, None, None)
+    async def watch_evidence(self) -> None:
+        """Task: the kernel sketches and stacks, a consumer batch at a time."""
+        await self.keep_reading(self.evidence_intake, self.rekey_evidence)
+
+    async def rekey_evidence(self, inputs: Sequence[RawInput]) -> None:
+        """One batch of kernel sketches and stacks onto the evidence topic, keyed by job;
+        what has neither a rank key nor decodes, to the dead letters."""
+        out, bad = rekey([(raw.key, raw.value) for raw in inputs], self.cfg.max_message_bytes)
+        for i, exc in bad:
+            await self.dead_letter(inputs[i], exc.reason, str(exc))
+        for key, blob in out:  # queued, not awaited: the history is best effort
+            await self.app.producer.send(EVIDENCE_TOPIC, key, blob, None, None, None)
 
     async def keep_evidence(self, stream: Any) -> None:
         async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
             self.history.add_packed([e.value for e in await self.recent_only(events)])
 
     async def recent_only(self, events: list[Any]) -> list[Any]:
+        """The events younger than ``history.max_age_s`` (see BatchIntake's ``max_age_s``)."""
         recent = time.time() - self.cfg.history.max_age_s
         stale = {e.message.tp for e in events if e.message.timestamp < recent} - self.skipped
         if stale:

@@ -3,8 +3,8 @@
 Faust hands an agent one event at a time: for each message a ``Message``, an ``Event``, a
 channel queue, the stream's processors and an acknowledgement, some tens of microseconds
 of Python. That is fine for step parts (one per host per step) and far too much for the
-heartbeats, the worker's largest input (every rank every few seconds), whose own work is
-a few microseconds per rank in one vectorized pass. Measured on node batches of 8 ranks
+inputs that come per rank: heartbeats (every rank every few seconds) and kernel sketches
+and stack samples (two per rank per step), whose own work is a few microseconds each. Measured on node batches of 8 ranks
 (16,384 ranks, one process): decode and hang bookkeeping alone take about 350k heartbeats
 per CPU-second; through a Faust agent the worker took 62–72k.
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,12 +45,21 @@ class RawInput:
     offset: int
     key: bytes
     value: bytes
+    time_s: float = 0.0
+    """The message's timestamp (seconds since the epoch; 0 when it has none)."""
 
     @classmethod
     def of_event(cls, event: Any) -> RawInput:
         """The same for a Faust event."""
         msg = event.message
-        return cls(msg.topic, msg.partition, msg.offset, bytes(msg.key or b""), bytes(event.value or b""))
+        return cls(
+            msg.topic,
+            msg.partition,
+            msg.offset,
+            bytes(msg.key or b""),
+            bytes(event.value or b""),
+            msg.timestamp,
+        )
 
 
 def intake_group(app_id: str, name: str) -> str:
@@ -58,27 +68,31 @@ def intake_group(app_id: str, name: str) -> str:
 
 
 class BatchIntake:
-    """Read ``topic`` in batches of up to ``max_batch`` messages and hand them to a coroutine.
+    """Read ``topics`` in batches of up to ``max_batch`` messages and hand them to a coroutine.
 
     Args:
         kafka_config: librdkafka settings for the brokers (bootstrap servers, security).
         group: the consumer group (:func:`intake_group`).
-        topic: what to read.
+        topics: what to read.
         max_batch: messages per batch at most.
         poll_s: how long one poll waits for a message (and how soon a stop is seen).
         max_fetch_bytes: one fetch's bytes at most (a node's heartbeats are small; a job's
             are one partition, so a larger fetch keeps its batches long).
+        max_age_s: a partition first seen with a message older than this is moved to its
+            end, once (a new group on a topic's backlog of best-effort input: what is that
+            old is of no use, and reading it would delay what is not). None: never.
     """
 
     def __init__(
         self,
         kafka_config: Mapping[str, Any],
         group: str,
-        topic: str,
+        topics: Sequence[str],
         *,
         max_batch: int = 2048,
         poll_s: float = 0.25,
         max_fetch_bytes: int = 8 * 2**20,
+        max_age_s: float | None = None,
     ) -> None:
         self.conf = {
             **kafka_config,
@@ -90,7 +104,10 @@ class BatchIntake:
             "fetch.max.bytes": max_fetch_bytes,
             "max.partition.fetch.bytes": max_fetch_bytes,
         }
-        self.topic = topic
+        self.topics = list(topics)
+        self.name = ",".join(self.topics)
+        self.max_age_s = max_age_s
+        self.skipped: set[tuple[str, int]] = set()  # partitions moved to their end once
         self.max_batch = max_batch
         self.poll_s = poll_s
         self.batches = 0
@@ -104,10 +121,10 @@ class BatchIntake:
         from confluent_kafka import Consumer
 
         loop = asyncio.get_running_loop()
-        kafka = ThreadPoolExecutor(1, thread_name_prefix=f"argus-intake-{self.topic}")
+        kafka = ThreadPoolExecutor(1, thread_name_prefix=f"argus-intake-{self.name}")
         consumer = await loop.run_in_executor(kafka, Consumer, self.conf)
         try:
-            await loop.run_in_executor(kafka, consumer.subscribe, [self.topic])
+            await loop.run_in_executor(kafka, consumer.subscribe, self.topics)
             while True:
                 batch = await loop.run_in_executor(kafka, self._poll, consumer)
                 if not batch:
@@ -115,7 +132,7 @@ class BatchIntake:
                 try:
                     await handle(batch)
                 except Exception:
-                    log.exception("handling a batch of %d from %s failed", len(batch), self.topic)
+                    log.exception("handling a batch of %d from %s failed", len(batch), self.name)
                 ends = {(raw.topic, raw.partition): raw.offset + 1 for raw in batch}
                 await loop.run_in_executor(kafka, self._store, consumer, ends)
                 self.batches += 1
@@ -129,13 +146,30 @@ class BatchIntake:
             err = msg.error()
             if err is not None:  # partition EOF, a broker away: librdkafka goes on by itself
                 if not err.retriable() and err.fatal():
-                    log.error("%s consumer: %s", self.topic, err)
+                    log.error("%s consumer: %s", self.name, err)
                 self.errors += 1
                 continue
+            ms = msg.timestamp()[1]
             out.append(
-                RawInput(msg.topic(), msg.partition(), msg.offset(), msg.key() or b"", msg.value() or b"")
+                RawInput(
+                    msg.topic(), msg.partition(), msg.offset(), msg.key() or b"", msg.value() or b"", ms / 1e3
+                )
             )
-        return out
+        return self._recent_only(consumer, out) if self.max_age_s is not None and out else out
+
+    def _recent_only(self, consumer: Any, batch: list[RawInput]) -> list[RawInput]:
+        from confluent_kafka import TopicPartition
+
+        cutoff = time.time() - (self.max_age_s or 0.0)
+        stale = {(r.topic, r.partition) for r in batch if 0 < r.time_s < cutoff} - self.skipped
+        for topic, partition in stale:
+            self.skipped.add((topic, partition))
+            _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            consumer.seek(TopicPartition(topic, partition, end))
+            log.info(
+                "%s[%d]: older than %.0f s, moved to its end (%d)", topic, partition, self.max_age_s, end
+            )
+        return [r for r in batch if not 0 < r.time_s < cutoff]
 
     @staticmethod
     def _store(consumer: Any, ends: dict[tuple[str, int], int]) -> None:
