@@ -14,11 +14,11 @@ A *part* carries some ranks of one job run: a ``StepBatch`` of one rank or of on
   unknown (0) until the caller lets a released group teach it (:meth:`PartMerger.learn`:
   the caller may first refuse a group, e.g. one of only implausible ranks), then the most
   any group showed; a group still open that shows more grows a known world at once (it has
-  that many ranks: it is whole). Ranks count one of two ways. ``dense``: the ranks of a whole job,
-  ``0 .. world - 1``; a group shows :func:`dense_world` of its ranks (a rank number is a
-  claim of its sender: it counts only with half the ranks below it present) and a rank at
-  or beyond the world completes nothing. Not dense: a node's share of a job, any rank
-  numbers; a group shows how many ranks it has.
+  that many ranks: it is whole). Ranks count one of two ways. ``dense``: the ranks of a
+  whole job, ``0 .. world - 1``; a group shows :func:`dense_world` of its ranks (a rank
+  number is a claim of its sender: it counts only with half the ranks below it present)
+  and a rank at or beyond the world completes nothing. Not dense: a node's share of a
+  job, any rank numbers; a group shows how many ranks it has.
 * **The release rule.** A group is released as soon as it is whole (its ranks inside the
   world reach a known world: ``all_ranks``), at the latest ``max_wait_s`` after its first
   part (``timeout``), and the oldest early while more than ``max_open`` groups or
@@ -61,16 +61,15 @@ def dense_world(ranks: Iterable[int] | np.ndarray) -> int:
 
 @dataclass(slots=True)
 class JobRun:
-    """What the merger knows of one job run."""
+    """What the merger knows of one job run: its ``world`` (ranks a whole group has; 0: not
+    known yet), ``claimed`` (the most ranks any group showed, open or released: the world,
+    once it is known), ``seen_s`` (when a part of it last came) and ``held`` (its groups held
+    now: a job run with groups held is never forgotten)."""
 
     world: int = 0
-    """Ranks a whole group has (0: not known yet)."""
     claimed: int = 0
-    """The most ranks any group showed, open or released (the world, once it is known)."""
     seen_s: float = 0.0
-    """When a part of it last came."""
     held: int = 0
-    """Groups held now (a job run with groups held is never forgotten)."""
 
 
 @dataclass(slots=True)

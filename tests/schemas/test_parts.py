@@ -48,6 +48,17 @@ def test_an_open_group_that_shows_more_grows_a_known_world() -> None:
     assert add(m, ("j", 0, 1), [0, 1, 2], now=2.0) == ["all_ranks"] and m.world(("j", 0)) == 3
 
 
+def test_due_releases_a_group_that_became_whole_before_its_wait_is_over() -> None:
+    m = merger()
+    add(m, ("j", 0, 0), [0, 1], now=0.0)
+    add(m, ("j", 0, 1), [0, 1], now=0.5)  # the world unknown: it waits too
+    ((reason, first),) = m.due(1.0)
+    assert reason == "timeout" and first.key == ("j", 0, 0)
+    m.learn(first.job, m.shows(first))
+    ((reason, second),) = m.due(1.0)
+    assert reason == "all_ranks" and second.key == ("j", 0, 1)
+
+
 def test_dense_ranks_beyond_the_world_complete_nothing_and_a_claim_needs_half_the_ranks() -> None:
     m = merger(dense=True)
     add(m, ("j", 0, 0), list(range(8)), now=0.0)
