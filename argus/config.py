@@ -259,6 +259,12 @@ def _check_range(lo: int, hi: int) -> Callable[[Any], Any]:
     return check
 
 
+def _check_positive(value: float) -> float:
+    if not value > 0:
+        raise ValueError("must be positive")
+    return value
+
+
 def _check_mechanism(text: str) -> str:
     known = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
     if text not in known:
@@ -269,6 +275,7 @@ def _check_mechanism(text: str) -> str:
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "ttl_days": _check_range(1, MAX_TTL_DAYS),
     "kafka_partitions": _check_range(1, 100_000),
+    "streams_step_timeout_s": _check_positive,  # the step assembler's max_wait_s
     "relay_allowed_uids": _check_ids,
     "relay_allowed_gids": _check_ids,
     "kafka_sasl_mechanism": _check_mechanism,

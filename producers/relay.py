@@ -12,15 +12,16 @@ The relay never sits on the training path:
 * the rank side (:class:`RelayClient`, used by the rank's publisher thread) sends without
   blocking; if the relay is absent, gone or its queue is full, the record goes straight
   to Kafka as before, and the relay is tried again a few seconds later;
-* the relay side (:class:`StepMerger`, pure) publishes a step's parts as soon as every
-  rank the node has for that job arrived, or ``linger_s`` after the first part: a slow
-  rank's record follows in its own message (the worker assembles steps from any number
-  of parts).
+* the relay side (:class:`StepMerger`, pure: the merging core it shares with the stream
+  worker's step assembly, :class:`~schemas.PartMerger`) publishes a step's parts as soon
+  as every rank the node has for that job arrived, or ``max_wait_s`` after the first part:
+  a slow rank's record follows in its own message (the worker assembles steps from any
+  number of parts).
 
 Heartbeats take the same way (:class:`HeartbeatMerger`): the relay keeps the latest
 heartbeat of each local rank of a job and publishes them as one ``HeartbeatBatch`` per job
 per heartbeat period, when every local rank of the job has sent one since the last
-batch, or ``heartbeat_linger_s`` after the first, whichever comes first: at 8 ranks per
+batch, or ``heartbeat_max_wait_s`` after the first, whichever comes first: at 8 ranks per
 node, 8× fewer heartbeat messages for the workers. Ranks without a relay keep sending
 their own ``Heartbeat``; the worker takes both.
 
@@ -29,8 +30,8 @@ Records that do not decode as a ``StepBatch`` or a ``Heartbeat`` are forwarded u
 them exactly as it would have.
 
 Loss window: what the relay holds is in its memory only. A relay killed with SIGKILL
-loses the step parts it held (at most ``linger_s``, 0.2 s of steps) and the heartbeats it
-held (at most ``heartbeat_linger_s``, 2 s), plus what its publisher had not yet handed to
+loses the step parts it held (at most ``max_wait_s``, 0.2 s of steps) and the heartbeats it
+held (at most ``heartbeat_max_wait_s``, 2 s), plus what its publisher had not yet handed to
 Kafka or its spool. A lost step part shows as missing ranks of that step; a lost heartbeat
 is one beat of a rank that sends one every few seconds (the hang detector calls a rank lost
 only after ``3 ×`` its interval). A clean stop (SIGTERM) publishes everything it holds.
@@ -59,7 +60,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -69,6 +70,8 @@ from argus.schemas import (
     STEPS,
     Heartbeat,
     HeartbeatBatch,
+    PartGroup,
+    PartMerger,
     Record,
     SchemaError,
     StepBatch,
@@ -107,161 +110,112 @@ class RelayError(Exception):
     """The relay cannot serve its socket (served by a live relay, not a socket, not creatable)."""
 
 
-@dataclass
-class _Parts:
-    """A step's parts held: when the first came, the parts and the ranks they carry."""
-
-    first: float
-    parts: list[StepBatch] = field(default_factory=list)
-    ranks: set[int] = field(default_factory=set)
-
-    def __len__(self) -> int:
-        return len(self.ranks)
-
-
-@dataclass
-class _Beats:
-    """A job run's heartbeats held: when the first came, the latest of each rank."""
-
-    first: float
-    latest: dict[int, Heartbeat] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.latest)
-
-
-K = TypeVar("K", tuple[str, int, int], tuple[str, int])
-G = TypeVar("G", _Parts, _Beats)
+R = TypeVar("R", StepBatch, Heartbeat)
+S = TypeVar("S", list[StepBatch], dict[int, Heartbeat])
 Out = TypeVar("Out", StepBatch, HeartbeatBatch)
 
 
-class _RankMerger(Generic[K, G, Out]):
-    """What the step and heartbeat mergers share: groups of ranks' records held per key (a
-    key starts with the job run), each job run's rank count on this node learned from what
-    arrives (the most ranks released at once), a group released when it has that many ranks
-    or ``linger_s`` after its first record, a job run silent for ``forget_s`` forgotten."""
+class _NodeMerger(Generic[R, S, Out]):
+    """What the step and heartbeat mergers share: the merging core of relay and worker
+    (:class:`~schemas.PartMerger`: parts grouped per key, the job run's rank count on this
+    node learned — the most ranks released at once —, a group released when it has that
+    many ranks or ``max_wait_s`` after its first record, a job run silent for ``forget_s``
+    forgotten), each released group merged into one message."""
 
-    def __init__(self, linger_s: float, limit: tuple[str, int], forget_s: float) -> None:
-        if linger_s <= 0 or limit[1] < 1 or forget_s <= 0:
-            raise ValueError(f"linger_s, {limit[0]} and forget_s must be positive")
-        self.linger_s = linger_s
-        self.forget_s = forget_s
-        self._open: dict[K, G] = {}
-        self._local_ranks: dict[tuple[str, int], int] = {}
-        self._last_seen: dict[tuple[str, int], float] = {}
-        self._next_prune = 0.0
+    def __init__(self, parts: PartMerger[R, S]) -> None:
+        self.parts: PartMerger[R, S] = parts
 
-    def _merge(self, group: G) -> Out:
-        """The group's records as one message (called once, as it is released)."""
+    @property
+    def max_wait_s(self) -> float:
+        """How long a group waits for the node's other ranks at most."""
+        return self.parts.max_wait_s
+
+    def world(self, job: str, run: int) -> int:
+        """The job run's ranks on this node, as learned (0 while unknown)."""
+        return self.parts.world((job, run))
+
+    def _merge(self, parts: S) -> Out:
+        """A released group's records as one message."""
         raise NotImplementedError
-
-    def _full(self) -> bool:
-        """Whether more is held than the merger's bound (the oldest group is then released)."""
-        raise NotImplementedError
-
-    def _added(self, key: K, now: float) -> list[Out]:
-        """After a record joined ``key``'s group: the group if complete, else the oldest if full."""
-        job = (key[0], key[1])
-        self._last_seen[job] = now
-        if len(self._open[key]) >= self._local_ranks.get(job, 1 << 62):
-            return [self._release(key)]
-        if self._full():
-            return [self._release(next(iter(self._open)))]
-        return []
 
     def due(self, now: float) -> list[Out]:
-        """Groups whose first record is ``linger_s`` old."""
-        if now >= self._next_prune:
-            self._next_prune = now + 60.0
-            for job in [j for j, t in self._last_seen.items() if now - t > self.forget_s]:
-                del self._last_seen[job]
-                self._local_ranks.pop(job, None)
-        late = [k for k, g in self._open.items() if now - g.first >= self.linger_s]
-        return [self._release(k) for k in late]
+        """Groups whose first record is ``max_wait_s`` old (or that are whole by now)."""
+        return [self._out(group) for _, group in self.parts.due(now)]
 
     def drain(self) -> list[Out]:
         """Everything held (at shutdown)."""
-        return [self._release(k) for k in list(self._open)]
+        return [self._out(group) for group in self.parts.drain()]
 
-    def _release(self, key: K) -> Out:
-        group = self._open.pop(key)
-        job = (key[0], key[1])
-        self._local_ranks[job] = max(self._local_ranks.get(job, 0), len(group))
-        return self._merge(group)
+    def _out(self, group: PartGroup[S]) -> Out:
+        """A released group, merged; its job run learns its rank count on this node from it."""
+        self.parts.learn(group.job, self.parts.shows(group))
+        return self._merge(group.parts)
 
 
-class StepMerger(_RankMerger[tuple[str, int, int], _Parts, StepBatch]):
+class StepMerger(_NodeMerger[StepBatch, list[StepBatch], StepBatch]):
     """Merge the parts of each (job, run, step) that reach this node.
 
     A job's rank count on the node is learned from what arrives: the most ranks seen in
-    one step. A step is released when it has that many, or ``linger_s`` after its first
+    one step. A step is released when it has that many, or ``max_wait_s`` after its first
     part, whichever comes first. A job silent for ``forget_s`` is forgotten. At most
     ``max_open`` steps are held (beyond, the oldest is released early).
     """
 
-    def __init__(self, linger_s: float = 0.2, max_open: int = 4096, forget_s: float = 3600.0) -> None:
-        super().__init__(linger_s, ("max_open", max_open), forget_s)
-        self.max_open = max_open
+    def __init__(self, max_wait_s: float = 0.2, max_open: int = 4096, forget_s: float = 3600.0) -> None:
+        super().__init__(
+            PartMerger(max_wait_s=max_wait_s, max_open=max_open, forget_s=forget_s, new=list, put=list.append)
+        )
 
     @property
     def open_steps(self) -> int:
         """Steps holding parts now."""
-        return len(self._open)
+        return len(self.parts.groups)
 
     def add(self, part: StepBatch, now: float) -> list[StepBatch]:
-        """Take one part; return the steps it completes (at most one) or the oldest when full."""
-        key = (part.job, part.run, part.step)
-        group = self._open.get(key)
-        if group is None:
-            group = self._open[key] = _Parts(now)
-        group.parts.append(part)
-        group.ranks.update(part["rank"].tolist())  # a retried rank counts once
-        return self._added(key, now)
+        """Take one part; return the step it completes (at most one) or the oldest when full."""
+        released = self.parts.add((part.job, part.run, part.step), part, part["rank"].tolist(), now)
+        return [self._out(group) for _, group in released] if released else []
 
-    def _full(self) -> bool:
-        return len(self._open) > self.max_open
-
-    def _merge(self, group: _Parts) -> StepBatch:
-        return StepBatch.concat(group.parts)
+    def _merge(self, parts: list[StepBatch]) -> StepBatch:
+        return StepBatch.concat(parts)
 
 
-class HeartbeatMerger(_RankMerger[tuple[str, int], _Beats, HeartbeatBatch]):
+def _keep_latest(latest: dict[int, Heartbeat], beat: Heartbeat) -> None:
+    """Keep a rank's heartbeat unless a newer one of it is kept already."""
+    cur = latest.get(beat.rank)
+    if cur is None or beat.time_ns >= cur.time_ns:
+        latest[beat.rank] = beat
+
+
+class HeartbeatMerger(_NodeMerger[Heartbeat, dict[int, Heartbeat], HeartbeatBatch]):
     """Collect the heartbeats of each job run that reach this node into batches.
 
     The latest heartbeat of each rank is kept; a job's batch is released when every local
     rank of the job (learned: the most ranks seen in one batch) has sent one since the last
-    batch, or ``linger_s`` after the first, whichever comes first. A job silent for
+    batch, or ``max_wait_s`` after the first, whichever comes first. A job silent for
     ``forget_s`` is forgotten. At most ``max_ranks`` ranks are held in all (beyond, the
     oldest batch is released early).
     """
 
-    def __init__(self, linger_s: float = 2.0, max_ranks: int = 65_536, forget_s: float = 3600.0) -> None:
-        super().__init__(linger_s, ("max_ranks", max_ranks), forget_s)
-        self.max_ranks = max_ranks
-        self._held = 0
+    def __init__(self, max_wait_s: float = 2.0, max_ranks: int = 65_536, forget_s: float = 3600.0) -> None:
+        super().__init__(
+            PartMerger(
+                max_wait_s=max_wait_s, max_ranks=max_ranks, forget_s=forget_s, new=dict, put=_keep_latest
+            )
+        )
 
     @property
     def held(self) -> int:
         """Heartbeats held now."""
-        return self._held
+        return self.parts.ranks_held
 
     def add(self, beat: Heartbeat, now: float) -> list[HeartbeatBatch]:
         """Take one heartbeat; return the batch it completes (at most one) or the oldest when full."""
-        job = (beat.job, beat.run)
-        latest = self._open.setdefault(job, _Beats(now)).latest
-        cur = latest.get(beat.rank)
-        if cur is None:
-            self._held += 1
-        if cur is None or beat.time_ns >= cur.time_ns:
-            latest[beat.rank] = beat
-        return self._added(job, now)
+        released = self.parts.add((beat.job, beat.run), beat, [beat.rank], now)
+        return [self._out(group) for _, group in released] if released else []
 
-    def _full(self) -> bool:
-        return self._held > self.max_ranks
-
-    def _merge(self, group: _Beats) -> HeartbeatBatch:
-        self._held -= len(group)
-        return HeartbeatBatch.from_beats([group.latest[r] for r in sorted(group.latest)])
+    def _merge(self, parts: dict[int, Heartbeat]) -> HeartbeatBatch:
+        return HeartbeatBatch.from_beats([parts[r] for r in sorted(parts)])
 
 
 class Sink(Protocol):
@@ -270,9 +224,6 @@ class Sink(Protocol):
     def publish(self, topic: str, key: bytes, record: Record) -> None: ...
 
     def publish_raw(self, topic: str, key: bytes, value: bytes) -> None: ...
-
-
-R = TypeVar("R", StepBatch, Heartbeat)
 
 
 @dataclass
@@ -296,8 +247,8 @@ class NodeRelay:
     Args:
         path: the Unix socket path (``ARGUS_RELAY_SOCKET``); its directory is created 0750.
         sink: where merged batches go (the node agent's publisher, with its spool).
-        linger_s: how long a step waits for the node's other ranks.
-        heartbeat_linger_s: how long a heartbeat waits for the node's other ranks' ones.
+        max_wait_s: how long a step waits for the node's other ranks.
+        heartbeat_max_wait_s: how long a heartbeat waits for the node's other ranks' ones.
         allowed_uids: senders whose uid is one of these are served; None: the relay's own
             uid (``ARGUS_RELAY_ALLOWED_UIDS``).
         allowed_gids: senders whose primary gid is one of these are served too
@@ -314,8 +265,8 @@ class NodeRelay:
         path: str | Path,
         sink: Sink,
         *,
-        linger_s: float = 0.2,
-        heartbeat_linger_s: float = 2.0,
+        max_wait_s: float = 0.2,
+        heartbeat_max_wait_s: float = 2.0,
         allowed_uids: Iterable[int] | None = None,
         allowed_gids: Iterable[int] = (),
         max_datagram: int = MAX_DATAGRAM,
@@ -324,8 +275,8 @@ class NodeRelay:
             raise ValueError("max_datagram must be positive")
         self.path = Path(path)
         self.sink = sink
-        self.merger = StepMerger(linger_s)
-        self.beats = HeartbeatMerger(heartbeat_linger_s)
+        self.merger = StepMerger(max_wait_s)
+        self.beats = HeartbeatMerger(heartbeat_max_wait_s)
         self._step_lane = _Lane(
             STEPS,
             StepBatch,
@@ -422,7 +373,7 @@ class NodeRelay:
         try:
             while not stop.is_set():
                 try:
-                    self._round(min(0.05, self.merger.linger_s / 2))
+                    self._round(min(0.05, self.merger.max_wait_s / 2))
                 except Exception:  # a relay that stops would only send the ranks to Kafka
                     log.exception("node relay error (continuing)")
                     time.sleep(0.1)

@@ -1,4 +1,5 @@
-"""Argus contracts: record types, Avro schemas, the wire codec and topic names.
+"""Argus contracts: record types, Avro schemas, the wire codec, topic names, and how parts
+of a step merge into the whole (:class:`PartMerger`, shared by the node relay and the worker).
 
 Nothing here does I/O; producers, streams and sinks all speak these types.
 """
@@ -10,6 +11,7 @@ from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationErr
 from ._findings import Finding, JobOrder, StepFindings
 from ._heartbeats import HEARTBEAT_COLUMNS, HeartbeatBatch
 from ._kernels import KernelStats
+from ._parts import JobRun, PartGroup, PartMerger, dense_world
 from ._records import (
     COLLECTIVE_COLUMNS,
     PHASE_COLUMNS,
@@ -68,9 +70,12 @@ __all__ = [
     "Heartbeat",
     "HeartbeatBatch",
     "JobOrder",
+    "JobRun",
     "KernelNames",
     "KernelSketch",
     "KernelStats",
+    "PartGroup",
+    "PartMerger",
     "Record",
     "SchemaError",
     "SchemaInfo",
@@ -83,6 +88,7 @@ __all__ = [
     "ValidationError",
     "decode",
     "decode_many",
+    "dense_world",
     "encode",
     "job_key",
     "peek_schema_id",

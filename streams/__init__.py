@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .app import StreamConfig, Streams, build_app
-from .assembly import AssemblyConfig, CompleteStep, StepAssembler, dense_world
+from .assembly import AssemblyConfig, CompleteStep, StepAssembler
 from .hangs import HangTracker
 from .metrics import StreamMetrics
 from .ordering import Reorderer
@@ -18,5 +18,4 @@ __all__ = [
     "StreamMetrics",
     "Streams",
     "build_app",
-    "dense_world",
 ]

@@ -99,6 +99,13 @@ def test_a_ttl_past_datetimes_end_is_refused() -> None:
     assert load_settings(env={"ARGUS_TTL_DAYS": " 90 "}, strict_env=True).ttl_days == 90
 
 
+def test_a_step_timeout_must_be_positive() -> None:
+    """The step assembler's max_wait_s (0: every step would complete at once, short of its ranks)."""
+    with pytest.raises(ConfigError, match="must be positive"):
+        load_settings(env={"ARGUS_STREAMS_STEP_TIMEOUT_S": "0"}, strict_env=True)
+    assert load_settings(env={"ARGUS_STREAMS_STEP_TIMEOUT_S": "0"}).streams_step_timeout_s == 30.0
+
+
 def test_relay_peers_and_metrics_address() -> None:
     s = load_settings(env={"ARGUS_RELAY_ALLOWED_UIDS": "1000, 1001", "ARGUS_RELAY_ALLOWED_GIDS": "2000"})
     assert s.relay_uids == (1000, 1001) and s.relay_gids == (2000,)

@@ -28,8 +28,8 @@ def part(job: str, step: int, rank: int) -> StepBatch:
 
 
 def test_merger_learns_the_node_and_releases_whole_steps_at_once():
-    m = StepMerger(linger_s=0.2)
-    # the first step: the node's rank count is unknown, so it waits for the linger
+    m = StepMerger(max_wait_s=0.2)
+    # the first step: the node's rank count is unknown, so it waits max_wait_s
     assert [m.add(part("j", 0, r), now=0.0) for r in range(8)] == [[]] * 8
     assert m.due(0.1) == []
     (first,) = m.due(0.2)
@@ -39,7 +39,7 @@ def test_merger_learns_the_node_and_releases_whole_steps_at_once():
         assert m.add(part("j", 1, r), now=1.0) == []
     (second,) = m.add(part("j", 1, 7), now=1.0)
     assert second.step == 1 and len(second) == 8 and m.open_steps == 0
-    # a straggler: 7 ranks go at the linger, the 8th follows alone; a retried rank counts once
+    # a straggler: 7 ranks go after max_wait_s, the 8th follows alone; a retried rank counts once
     for r in [0, 1, 2, 3, 4, 5, 5, 6]:
         assert m.add(part("j", 2, r), now=2.0) == []
     (short,) = m.due(2.2)
@@ -54,7 +54,7 @@ def test_merger_learns_the_node_and_releases_whole_steps_at_once():
 
 
 def test_merger_columns_are_the_ranks_own():
-    m = StepMerger(linger_s=0.1)
+    m = StepMerger(max_wait_s=0.1)
     for r in (3, 1, 2):
         m.add(part("j", 4, r), now=0.0)
     (batch,) = m.due(1.0)
@@ -64,15 +64,17 @@ def test_merger_columns_are_the_ranks_own():
 
 
 def test_merger_forgets_a_job_gone_silent():
-    m = StepMerger(linger_s=0.1, forget_s=100)
+    m = StepMerger(max_wait_s=0.1, forget_s=100)
     for r in range(4):
         m.add(part("old", 0, r), now=0.0)
     m.due(1.0)
     assert m.add(part("old", 1, 0), now=2.0) == []  # learned: waits for 4
     m.due(3.0)
-    assert m._local_ranks == {("old", 0): 4}
+    assert m.world("old", 0) == 4
     m.due(200.0)  # silent for longer than forget_s
-    assert m._local_ranks == {} and m._last_seen == {}
+    assert m.world("old", 0) == 0
+    # relearned from scratch: the 4th rank of its next step no longer completes it
+    assert [m.add(part("old", 2, r), now=201.0) for r in range(4)] == [[]] * 4
 
 
 class Null:
@@ -121,7 +123,7 @@ def test_a_stopping_relay_publishes_everything_it_took_and_sends_the_rest_back(t
             raise AssertionError("every part decodes")
 
     sink = Keep()
-    relay = NodeRelay(tmp_path / "relay.sock", sink, linger_s=30)  # nothing is due before the stop
+    relay = NodeRelay(tmp_path / "relay.sock", sink, max_wait_s=30)  # nothing is due before the stop
     clients = [RelayClient(relay.path) for _ in range(8)]  # net.unix.max_dgram_qlen is 10 by default
     late_client = RelayClient(relay.path)
     assert late_client._connect() is not None
@@ -395,7 +397,7 @@ def test_a_sender_of_another_uid_is_refused_and_counted(tmp_path):
 
         assert RelayClient(relay.path).send(encode(part("j", 0, 0)))
         _serve_until(relay, lambda: relay.received >= 1)
-        relay.merger.linger_s = 1e-9
+        relay.merger.parts.max_wait_s = 1e-9
         _serve_until(relay, lambda: bool(sink.parts))
         assert [p.job for p in sink.parts] == ["j"]
         relay._sock.close()
@@ -561,8 +563,8 @@ def hb(job: str, rank: int, t: int, step: int = 3) -> Heartbeat:
 
 
 def test_heartbeat_merger_sends_one_batch_per_job_per_period():
-    m = HeartbeatMerger(linger_s=2.0)
-    # the first period: the node's rank count is unknown, so the batch waits for the linger
+    m = HeartbeatMerger(max_wait_s=2.0)
+    # the first period: the node's rank count is unknown, so the batch waits max_wait_s
     assert [m.add(hb("j", r, 0), now=0.0) for r in range(8)] == [[]] * 8
     assert m.add(hb("j", 3, 5), now=0.5) == []  # a rank's newer heartbeat replaces its older one
     assert m.due(1.9) == [] and m.held == 8
@@ -573,7 +575,7 @@ def test_heartbeat_merger_sends_one_batch_per_job_per_period():
         assert m.add(hb("j", r, 10), now=5.0) == []
     (second,) = m.add(hb("j", 7, 10), now=5.1)
     assert len(second) == 8 and m.held == 0
-    # a silent rank: the others go at the linger; another job on the node is independent
+    # a silent rank: the others go after max_wait_s; another job on the node is independent
     for r in range(7):
         m.add(hb("j", r, 20), now=10.0)
     m.add(hb("k", 0, 20), now=10.5)
@@ -583,7 +585,7 @@ def test_heartbeat_merger_sends_one_batch_per_job_per_period():
 
 
 def test_heartbeat_merger_holds_a_bounded_number_of_ranks():
-    m = HeartbeatMerger(linger_s=60.0, max_ranks=16)
+    m = HeartbeatMerger(max_wait_s=60.0, max_ranks=16)
     released = [b for r in range(40) for b in m.add(hb(f"j{r}", 0, r), now=0.0)]
     assert m.held <= 16 and sum(map(len, released)) + m.held == 40
 
@@ -607,7 +609,7 @@ def test_ranks_heartbeats_through_the_relay_become_one_batch(tmp_path):
             self.raw.append((topic, value))
 
     sink = Keep()
-    relay = NodeRelay(tmp_path / "relay.sock", sink, linger_s=30, heartbeat_linger_s=30)
+    relay = NodeRelay(tmp_path / "relay.sock", sink, max_wait_s=30, heartbeat_max_wait_s=30)
     clients = [RelayClient(relay.path) for _ in range(8)]
     assert all(c.send(encode(hb("j", r, r))) for r, c in enumerate(clients))
     from dataclasses import replace
@@ -646,7 +648,7 @@ def test_a_rank_publishers_heartbeats_go_through_the_relay(kafka_conf, tmp_path)
             self.records.append((topic, record))
 
     sink = Keep()
-    relay = NodeRelay(tmp_path / "relay.sock", sink, linger_s=30, heartbeat_linger_s=30)
+    relay = NodeRelay(tmp_path / "relay.sock", sink, max_wait_s=30, heartbeat_max_wait_s=30)
     ranks = [Publisher(kafka_conf, relay=relay.path, linger_ms=1, wake_ms=10) for _ in range(2)]
     stop = threading.Event()
     server = threading.Thread(target=relay.serve, args=(stop,))

@@ -203,7 +203,7 @@ class Pipeline:
     """The worker's stage and the sink's conversion for each accepted record."""
 
     def __init__(self) -> None:
-        self.assembler = StepAssembler(AssemblyConfig(quiet_s=0.0, max_open_steps=64, max_jobs=256))
+        self.assembler = StepAssembler(AssemblyConfig(quiet_s=0.0, max_open=64, max_jobs=256))
         self.hang: dict[tuple[str, int], HangState] = {}
         self.jobs: dict[tuple[str, int], JobState] = {}
         self.kernels = KernelDecoder()
