@@ -314,7 +314,11 @@ def _by_job(
     """Per job run (in the order first seen): its node batches and its single heartbeats."""
     by_job: dict[tuple[str, int], tuple[list[tuple[HeartbeatBatch, Any]], list[tuple[Heartbeat, Any]]]] = {}
     for record, token in records:
-        batches, singles = by_job.setdefault((record.job, record.run), ([], []))
+        key = (record.job, record.run)
+        of_job = by_job.get(key)
+        if of_job is None:
+            of_job = by_job[key] = ([], [])
+        batches, singles = of_job
         if isinstance(record, HeartbeatBatch):
             batches.append((record, token))
         else:
