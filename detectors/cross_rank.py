@@ -174,13 +174,58 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     med, scale = group_median_scale(
         xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True, one_sided=_ONE_SIDED
     )
+    job_step, job_median, floor = _job_levels(xs, step_ms)
+    thr, neg, min_excess = _thresholds(med, scale, cfg)
+    rep = np.repeat(np.arange(gi.n_groups), gi.sizes)  # group of every sorted row
+    _without_early_wait(xs, med, rep)
+    ratio = _ratio(xs, med, thr, neg, gi, rep)
+    flagged_sorted = np.flatnonzero(ratio >= 1.0)
+    weak_sorted = np.flatnonzero((ratio >= cfg.weak_frac) & (ratio < 1.0))[: cfg.max_weak]
+    weak_rows = gi.order[weak_sorted] if not ident else weak_sorted
+    rows = gi.order[flagged_sorted] if not ident else flagged_sorted
+    gidx = rep[flagged_sorted]
+    value = xs[:, flagged_sorted]
+    excess = value - med[:, gidx]
+    pos, waits_least = _flags(excess, thr, neg, gidx)
+    return CrossRankResult(
+        step_ms=job_step,
+        min_excess_ms=min_excess,
+        n_ranks=len(batch),
+        rows=rows,
+        ranks=batch["rank"][rows],
+        groups=batch[cfg.group_column][rows],
+        z=excess / scale[:, gidx],
+        excess=excess,
+        value=value,
+        pos=pos,
+        waits_least=waits_least,
+        weak=batch["rank"][weak_rows],
+        group_keys=gi.keys,
+        group_median=med,
+        group_sizes=gi.sizes,
+        job_median=job_median,
+        collective_floor=floor,
+    )
+
+
+def _job_levels(xs: np.ndarray, step_ms: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """The job's median step wall time and median of every metric (over a strided sample of
+    about 4,096 ranks), and per ``COLLECTIVE_METRICS`` the least collective time of any rank:
+    the slowest rank's, which waits for nobody, so transfer and pipeline bubbles without the
+    wait for the slowest (every step's heavy tail)."""
     stride = max(1, len(step_ms) // 4096)
     job_step = float(np.median(step_ms[::stride]))
     job_median = np.median(xs[:, ::stride], axis=1) if len(step_ms) else np.zeros(len(METRICS))
-    # the least collective time of any rank: the slowest rank's, which waits for nobody, so
-    # transfer and pipeline bubbles without the wait for the slowest (every step's heavy tail)
     floor = xs[_COLL_ROWS].min(axis=1) if len(step_ms) else np.zeros(len(_COLL_ROWS))
-    # thresholds scale with the typical rank's own work, not with a step a stall inflated
+    return job_step, job_median, floor
+
+
+def _thresholds(
+    med: np.ndarray, scale: np.ndarray, cfg: DiagnoserConfig
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per metric and group, the excess over the group's centre that flags a rank; per group,
+    the shortfall of collective time that does (a rank that waits least); the least excess
+    (ms). They scale with the typical rank's own work, not with a step a stall inflated."""
     busy = float(np.median(med[_IDX["compute_ms"]] + med[_IDX["dataloader_ms"]] + med[_IDX["h2d_ms"]]))
     un = _IDX["unaccounted_ms"]
     untimed = not np.any(med[:un] > 0)  # a log with a step time only: nothing else to go by
@@ -195,11 +240,23 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     neg = np.maximum(cfg.z_neg * scale[coll], cfg.neg_min_frac * busy)
     ck = _IDX["checkpoint_ms"]  # a checkpoint stall is a checkpoint far slower than its peers'
     thr[ck] = np.maximum(thr[ck], (cfg.checkpoint_ratio - 1.0) * med[ck])
-    # a rank that computed faster than its group waits longer for the others: that wait is
-    # not its link's transfer time
+    return thr, neg, min_excess
+
+
+def _without_early_wait(xs: np.ndarray, med: np.ndarray, rep: np.ndarray) -> None:
+    """A rank that computed faster than its group waits longer for the others: that wait is
+    not its link's transfer time (taken off its link metrics, in place)."""
     comp = _IDX["compute_ms"]
-    rep = np.repeat(np.arange(gi.n_groups), gi.sizes)  # group of every sorted row
     xs[_LINK_ROWS] += np.minimum(xs[comp] - med[comp, rep], 0.0)
+
+
+def _ratio(
+    xs: np.ndarray, med: np.ndarray, thr: np.ndarray, neg: np.ndarray, gi: GroupIndex, rep: np.ndarray
+) -> np.ndarray:
+    """Per (group-sorted) rank, how far it is out: the largest excess of a cause metric over
+    its threshold, or of its group's collective time over its own (1: flagged)."""
+    coll = _IDX["collective_ms"]
+    ratio: np.ndarray
     if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):  # broadcast, no gathers
         m, g, size = len(METRICS), gi.n_groups, int(gi.sizes[0])
         cube = xs.reshape(m, g, size)
@@ -208,34 +265,17 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     else:
         ratio = ((xs[_CAUSE_ROWS] - med[_CAUSE_ROWS][:, rep]) / thr[_CAUSE_ROWS][:, rep]).max(axis=0)
         ratio = np.maximum(ratio, (med[coll][rep] - xs[coll]) / neg[rep])
-    flagged_sorted = np.flatnonzero(ratio >= 1.0)
-    weak_sorted = np.flatnonzero((ratio >= cfg.weak_frac) & (ratio < 1.0))[: cfg.max_weak]
-    weak_rows = gi.order[weak_sorted] if not ident else weak_sorted
-    rows = gi.order[flagged_sorted] if not ident else flagged_sorted
-    gidx = rep[flagged_sorted]
-    value = xs[:, flagged_sorted]
-    excess = value - med[:, gidx]
-    z = excess / scale[:, gidx]
-    pos = np.zeros((len(METRICS), len(rows)), bool)
+    return ratio
+
+
+def _flags(
+    excess: np.ndarray, thr: np.ndarray, neg: np.ndarray, gidx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Of the flagged ranks (their groups ``gidx``): which metrics are out on the high side
+    (cause metrics and tokens), and whether the rank waits least in collectives."""
+    tok = _IDX["tokens"]
+    pos = np.zeros((len(METRICS), excess.shape[1]), bool)
     pos[_CAUSE_ROWS] = excess[_CAUSE_ROWS] >= thr[_CAUSE_ROWS][:, gidx]
     pos[tok] = excess[tok] >= thr[tok][gidx]
-    waits_least = excess[coll] <= -neg[gidx]
-    return CrossRankResult(
-        step_ms=job_step,
-        min_excess_ms=min_excess,
-        n_ranks=len(batch),
-        rows=rows,
-        ranks=batch["rank"][rows],
-        groups=batch[cfg.group_column][rows],
-        z=z,
-        excess=excess,
-        value=value,
-        pos=pos,
-        waits_least=waits_least,
-        weak=batch["rank"][weak_rows],
-        group_keys=gi.keys,
-        group_median=med,
-        group_sizes=gi.sizes,
-        job_median=job_median,
-        collective_floor=floor,
-    )
+    waits_least = excess[_IDX["collective_ms"]] <= -neg[gidx]
+    return pos, waits_least

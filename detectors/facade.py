@@ -358,6 +358,25 @@ def apply_findings(
     ``persistent_close_after`` steps without a sighting.
     """
     cfg = config or DiagnoserConfig()
+    verdict, findings, glob = _job_level(state, sf, cfg)
+    out, seen = _sightings(state, sf, findings, verdict, cfg, deepen)
+    if deepen is not None:  # sketches that came after the confirming step
+        out += _deepen_late(state, sf.step, deepen)
+    if not glob:  # a global step is no evidence either way
+        out += _unsighted(state, seen, set(sf.weak), verdict, cfg)
+    _forget_stale(state, cfg)
+    state.last_step = sf.step
+    state.last_end_ns = max(state.last_end_ns, sf.end_ns)
+    state.n_ranks = max(state.n_ranks, sf.n_ranks)
+    return StepResult(tuple(out), tuple(findings), sf.summary, verdict)
+
+
+def _job_level(
+    state: JobState, sf: StepFindings, cfg: DiagnoserConfig
+) -> tuple[IterationVerdict, list[Finding], bool]:
+    """The iteration level of one step: its verdict against the job's baseline, the step's
+    findings (without the rank ones on a global step; with the job's own when no rank
+    explains a rise) and whether the step is global; the baseline and step counts updated."""
     step = sf.step
     job_ms = sf.job_ms if sf.job_ms >= 0 else sf.step_ms
     verdict = iteration_level(state.iteration, step, job_ms, sf.job_median, cfg)
@@ -379,102 +398,169 @@ def apply_findings(
         job = attribute(verdict, cfg)
         if job is not None:
             findings.append(job)
-    # The baseline stands still while a fault is confirmed. Until then every step goes into
-    # its ring (where a share of steps is slow on every rank, that is the job's pace), but
-    # an anomalous one not into the phase reference a rise is attributed against. A job-wide
-    # change that lasted ``iter_adopt_steps`` is taken in as the job's new level (a schedule
-    # or data change, a permanent loss): its anomaly closes as the baseline catches up.
+    if not glob:
+        _follow_baseline(state, sf, verdict, cfg)
+    return verdict, findings, glob
+
+
+def _follow_baseline(
+    state: JobState, sf: StepFindings, verdict: IterationVerdict, cfg: DiagnoserConfig
+) -> None:
+    """The baseline stands still while a fault is confirmed. Until then every step goes into
+    its ring (where a share of steps is slow on every rank, that is the job's pace), but an
+    anomalous one not into the phase reference a rise is attributed against. A job-wide
+    change that lasted ``iter_adopt_steps`` is taken in as the job's new level (a schedule or
+    data change, a permanent loss): its anomaly closes as the baseline catches up."""
     emitted = [e for e in state.episodes.values() if e.emitted]
-    adopting = any(e.level == "iteration" and step - e.onset >= cfg.iter_adopt_steps for e in emitted)
-    if not glob and (adopting or not emitted):
+    adopting = any(e.level == "iteration" and sf.step - e.onset >= cfg.iter_adopt_steps for e in emitted)
+    if adopting or not emitted:
         update_baseline(
-            state.iteration, verdict, step, sf.job_median, cfg, phases=adopting or not verdict.anomalous
+            state.iteration, verdict, sf.step, sf.job_median, cfg, phases=adopting or not verdict.anomalous
         )
+
+
+def _sightings(
+    state: JobState,
+    sf: StepFindings,
+    findings: Sequence[Finding],
+    verdict: IterationVerdict,
+    cfg: DiagnoserConfig,
+    deepen: Deepen | None,
+) -> tuple[list[Anomaly], set[str]]:
+    """Each finding a sighting of its episode (opened when new; group findings first, so
+    that their ranks' findings add to them): the anomalies it confirms or updates, and the
+    keys of the episodes sighted."""
     base_ms = verdict.base_ms if verdict.base_ms > 0 else sf.step_ms
     out: list[Anomaly] = []
     groups = _group_index(state)
     seen: set[str] = set()
     routed = [g for f in findings for g in _split(f, groups, state, cfg)]
     for f in sorted(routed, key=lambda f: f.suspect_kind not in _GROUP_KINDS):
-        key = _route(f, groups)
-        e = state.episodes.get(key)
-        if e is None:
-            e = _open(f, step)
-            state.episodes[key] = e
-            if f.suspect_kind in _GROUP_KINDS:
-                _absorb(state, key, e)
-                if f.suspect_kind != "ranks":
-                    groups.update({(_family(f.cause), r): key for r in f.ranks})
+        key, e = _episode_of(state, f, groups, sf.step)
         if f.suspect_kind == "ranks" and e.hits and 2 * len(set(f.ranks) & set(e.ranks)) < len(f.ranks):
             continue  # other ranks of the group than before: noise moving about, not one fault
         if key in seen:  # a second finding of the same episode in this step
             e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
             continue
         seen.add(key)
-        added = step_ms_added(f.step_ms_added, sf.step_ms)
-        e.last_seen = step
-        e.idle = 0
-        e.hits_at = [*e.hits_at[-7:], step]
-        e.hits += 1
-        e.added_ms_sum += added
-        e.gpu_hours += gpu_hours(added, sf.n_ranks)
-        if f.score >= e.score or not e.emitted:
-            e.score = max(e.score, f.score)
-            e.evidence.update(f.evidence)
-            e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
-        if f.ranks and f.ranks[0] in sf.peers:
-            e.peers = list(sf.peers[f.ranks[0]])
+        added = _sight(e, f, sf, cfg)
         if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
-            old = _recurring(state, key, e, cfg)
-            if old is not None:  # the same fault back: its anomaly goes on
-                e = state.episodes[key] = _continue(old, e, cfg)
-                e.reported = step
-                out.append(_anomaly(state, e))
-                continue
-            e.emitted = True
-            e.onset = _onset(e)
-            e.persistent = _persistent(e, state, cfg)
-            e.severity = _severity(e, cfg)
-            e.detected_ns = sf.end_ns
-            e.reported = step
-            if deepen is not None and e.suspect_kind in _DEEP_KINDS:
-                e.deepen_left = cfg.deepen_steps + 1
-                _deepen(e, deepen)
+            out.append(_confirm(state, key, e, sf, cfg, deepen))
+        elif e.emitted and sf.step - e.reported >= cfg.update_every:  # a live window and cost
+            e.reported = sf.step
             out.append(_anomaly(state, e))
-        elif e.emitted and step - e.reported >= cfg.update_every:  # a live window and cost
+    return out, seen
+
+
+def _episode_of(
+    state: JobState, f: Finding, groups: dict[tuple[str, int], str], step: int
+) -> tuple[str, Episode]:
+    """The episode a finding is a sighting of, opened at ``step`` when there is none (a new
+    host or link episode takes over its ranks' open ones, and their later findings)."""
+    key = _route(f, groups)
+    e = state.episodes.get(key)
+    if e is None:
+        e = state.episodes[key] = _open(f, step)
+        if f.suspect_kind in _GROUP_KINDS:
+            _absorb(state, key, e)
+            if f.suspect_kind != "ranks":
+                groups.update({(_family(f.cause), r): key for r in f.ranks})
+    return key, e
+
+
+def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> float:
+    """One sighting of an episode in step ``sf``: its window, sightings, cost, and (when this
+    one scores as high, or it is not confirmed yet) its evidence and ranks; the step time
+    it added."""
+    added = step_ms_added(f.step_ms_added, sf.step_ms)
+    e.last_seen = sf.step
+    e.idle = 0
+    e.hits_at = [*e.hits_at[-7:], sf.step]
+    e.hits += 1
+    e.added_ms_sum += added
+    e.gpu_hours += gpu_hours(added, sf.n_ranks)
+    if f.score >= e.score or not e.emitted:
+        e.score = max(e.score, f.score)
+        e.evidence.update(f.evidence)
+        e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+    if f.ranks and f.ranks[0] in sf.peers:
+        e.peers = list(sf.peers[f.ranks[0]])
+    return added
+
+
+def _confirm(
+    state: JobState, key: str, e: Episode, sf: StepFindings, cfg: DiagnoserConfig, deepen: Deepen | None
+) -> Anomaly:
+    """A newly confirmed episode's anomaly: the same fault back continues the anomaly that
+    closed lately; else its onset, persistence and severity are decided now, and the kernel
+    level has its first try."""
+    old = _recurring(state, key, e, cfg)
+    if old is not None:  # the same fault back: its anomaly goes on
+        e = state.episodes[key] = _continue(old, e, cfg)
+        e.reported = sf.step
+        return _anomaly(state, e)
+    e.emitted = True
+    e.onset = _onset(e)
+    e.persistent = _persistent(e, state, cfg)
+    e.severity = _severity(e, cfg)
+    e.detected_ns = sf.end_ns
+    e.reported = sf.step
+    if deepen is not None and e.suspect_kind in _DEEP_KINDS:
+        e.deepen_left = cfg.deepen_steps + 1
+        _deepen(e, deepen)
+    return _anomaly(state, e)
+
+
+def _deepen_late(state: JobState, step: int, deepen: Deepen) -> list[Anomaly]:
+    """Another try at the kernel level for confirmed episodes it has not explained yet and
+    not reported this step: the anomalies it explained now."""
+    out = []
+    for e in state.episodes.values():
+        if e.emitted and e.deepen_left > 0 and e.reported != step and _deepen(e, deepen):
             e.reported = step
             out.append(_anomaly(state, e))
-    if deepen is not None:  # sketches that came after the confirming step
-        for e in state.episodes.values():
-            if e.emitted and e.deepen_left > 0 and e.reported != step and _deepen(e, deepen):
-                e.reported = step
-                out.append(_anomaly(state, e))
-    weak = set(sf.weak)
+    return out
+
+
+def _unsighted(
+    state: JobState, seen: set[str], weak: set[int], verdict: IterationVerdict, cfg: DiagnoserConfig
+) -> list[Anomaly]:
+    """Episodes not sighted this step wait one step more, or close: a confirmed one still near
+    its threshold stays open (hysteresis: its window ends at its last clear sighting); one
+    past its patience closes (its final anomaly, or a transient). The anomalies closed."""
+    out = []
     for key, e in list(state.episodes.items()):
-        if key in seen or glob:  # a global step is no evidence either way
+        if key in seen:
             continue
         if e.emitted and _near(e, weak, verdict, cfg):
-            e.idle = 0  # hysteresis: a confirmed fault near its threshold stays open (its window
-            continue  # ends at its last clear sighting)
+            e.idle = 0
+            continue
         e.idle += 1
         if e.idle > _patience(e, cfg):
             state.episodes.pop(key)
-            if e.emitted:
-                out.append(_anomaly(state, e))
-                if e.cause not in ONE_OFF_CAUSES and not e.persistent:
-                    state.closed[key] = e
-                    if len(state.closed) > cfg.max_open:
-                        del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
-            else:
-                _count_transient(state, e.suspect, cfg)
+            out += _close(state, key, e, cfg)
+    return out
+
+
+def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[Anomaly]:
+    """A closed episode: its final anomaly, kept a while to be continued if the same fault
+    comes back (a one-off or persistent one aside); an unconfirmed one counts as a transient."""
+    if not e.emitted:
+        _count_transient(state, e.suspect, cfg)
+        return []
+    if e.cause not in ONE_OFF_CAUSES and not e.persistent:
+        state.closed[key] = e
+        if len(state.closed) > cfg.max_open:
+            del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
+    return [_anomaly(state, e)]
+
+
+def _forget_stale(state: JobState, cfg: DiagnoserConfig) -> None:
+    """At most ``max_open`` episodes: the unconfirmed ones seen longest ago go."""
     if len(state.episodes) > cfg.max_open:
         stale = sorted((e.last_seen, k) for k, e in state.episodes.items() if not e.emitted)
         for _, k in stale[: len(state.episodes) - cfg.max_open]:
             state.episodes.pop(k)
-    state.last_step = step
-    state.last_end_ns = max(state.last_end_ns, sf.end_ns)
-    state.n_ranks = max(state.n_ranks, sf.n_ranks)
-    return StepResult(tuple(out), tuple(findings), sf.summary, verdict)
 
 
 _GROUP_KINDS = ("host", "link", "ranks")

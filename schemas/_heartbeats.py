@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -103,17 +104,16 @@ class HeartbeatBatch(ColumnarRecord):
         for name in _TEXT_ROWS:
             cols[name] = np.empty(n, object)
             cols[name][:] = [getattr(b, name) for b in beats]
-        for name in _INT_SLOTS:
-            cols[name] = np.zeros((n, width), np.int64)
-        for name in _TEXT_SLOTS:
-            cols[name] = np.full((n, width), "", object)
-        for i, b in enumerate(beats):
+        for b in beats:
             k = len(b.groups)
             if not len(b.seq_entered) == len(b.seq_finished) == len(b.kinds) == len(b.nbytes) == k:
                 raise ValueError(f"rank {b.rank}: per-group fields differ in length")
-            if k:
-                for name in _INT_SLOTS + _TEXT_SLOTS:
-                    cols[name][i, :k] = getattr(b, name)
+        used = np.arange(width) < cols["ngroups"][:, None]  # a row's groups fill its first slots
+        for name in _INT_SLOTS + _TEXT_SLOTS:
+            col = np.full((n, width), "", object) if name in _TEXT_SLOTS else np.zeros((n, width), np.int64)
+            if width:
+                col[used] = list(chain.from_iterable(map(attrgetter(name), beats)))
+            cols[name] = col
         return cls(head.job, head.run, cols)
 
     def beats(self) -> list[Heartbeat]:

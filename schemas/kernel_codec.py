@@ -299,67 +299,24 @@ def decode_payload(payload: bytes, base: KernelStats | None = None) -> KernelSta
 
     Raises :class:`~schemas.DecodeError` on anything that is not a valid codec-1 payload.
     """
-    delta = is_delta(payload)
-    if payload[1] & ~(_DELTA | _ZSTD):
-        raise DecodeError(f"kernel payload: unknown flags {payload[1]:#x}")
-    if delta and base is None:
-        raise DecodeError("kernel payload: delta frame without its base step")
+    ref = _delta_base(payload, base)
     body = _inflate(payload[2:]) if payload[1] & _ZSTD else bytes(payload[2:])
     r = _Reader(body)
     k = r.one("kernel count", MAX_KERNELS)
     q = r.one("probability count", MAX_PROBS)
-    pset = r.one("probability set", 1)
-    if pset == 0:
-        if q != len(DEFAULT_PROBS):
-            raise DecodeError("kernel payload: default probabilities with a wrong count")
-        probs = DEFAULT_PROBS.copy()
-    else:
-        probs = r.take(q, "probabilities").astype(np.float64) / _PROB_SCALE
-        if q and (probs.min() <= 0 or probs.max() >= 1 or np.any(np.diff(probs) <= 0)):
-            raise DecodeError("kernel payload: probabilities do not rise inside (0, 1)")
+    probs = _read_probs(r, q)
     s = r.one("stream count", MAX_STREAMS)
-    if delta and base is not None and not np.array_equal(np.asarray(base.probs), probs):
+    if ref is not None and not np.array_equal(np.asarray(ref.probs), probs):
         raise DecodeError("kernel payload: delta frame against a base with other probabilities")
-    gaps = r.take(k, "kernel ids")
-    if k and gaps.max() > np.iinfo(np.int32).max:
-        raise DecodeError("kernel payload: kernel id out of range")
-    ids = np.cumsum(gaps.astype(np.int64) + 1) - 1
-    if k and ids[-1] > np.iinfo(np.int32).max:
-        raise DecodeError("kernel payload: kernel id out of range")
-    fields = [r.signed(k, name) for name in ("count", "total", "min", "max")]
-    hit = np.zeros(k, bool)
-    at = np.zeros(k, np.int64)
-    if delta and base is not None:
-        hit, at = _aligned(ids, base.ids.astype(np.int64))
-        refs = (base.count, base.total_ns, base.min_ns, base.max_ns)
-        fields = [f + _at(ref, hit, at) for f, ref in zip(fields, refs, strict=True)]
-    count, total, lo, hi = fields
-    if k and (count.min() < 1 or lo.min() < 0 or np.any(hi < lo) or np.any(total < lo)):
-        raise DecodeError("kernel payload: counts or durations out of range")
-    codes = np.zeros((k, q), np.int64)
-    many = count >= _MIN_QUANTILE_CALLS
-    if q:
-        delta_q = many.copy()
-        if delta and base is not None:
-            delta_q &= hit & (_at(base.count, hit, at) >= _MIN_QUANTILE_CALLS)
-            n = int(delta_q.sum())
-            d = r.signed(n * q, "quantile deltas").reshape(n, q)
-            codes[delta_q] = grid_codes(base.quantiles_ns[at[delta_q]]) + d
-        key_q = many & ~delta_q if delta else many
-        n = int(key_q.sum())
-        first = r.signed(n, "first quantiles")
-        steps = r.take(n * (q - 1), "quantile steps").reshape(n, q - 1)
-        if n and steps.max() > 1 << 20:
-            raise DecodeError("kernel payload: quantile step out of range")
-        codes[key_q] = np.cumsum(np.concatenate([first[:, None], steps.astype(np.int64)], axis=1), axis=1)
-        if np.abs(codes).max(initial=0) > 4000:  # GAMMA**4000 ns is ~ 10^25 years
-            raise DecodeError("kernel payload: quantile code out of range")
-    quantiles = _snap(codes, count, lo, hi, probs)
-    sids = r.signed(s, "stream ids")
-    idle = r.signed(s, "idle times")
-    if delta and base is not None and len(base.stream_ids):
-        shit, sat = _aligned(sids, base.stream_ids.astype(np.int64))
-        idle = idle + _at(base.idle_ns, shit, sat)
+    ids = _read_ids(r, k)
+    hit, at = (
+        _aligned(ids, ref.ids.astype(np.int64))
+        if ref is not None
+        else (np.zeros(k, bool), np.zeros(k, np.int64))
+    )
+    count, total, lo, hi = _read_totals(r, k, ref, hit, at)
+    quantiles = _snap(_read_codes(r, q, count, ref, hit, at), count, lo, hi, probs)
+    sids, idle = _read_streams(r, s, ref)
     if r.pos != len(r.values):
         raise DecodeError(f"kernel payload: {len(r.values) - r.pos} values after the last column")
     if s and (np.any(np.abs(sids) > np.iinfo(np.int32).max) or idle.min() < 0):
@@ -375,3 +332,91 @@ def decode_payload(payload: bytes, base: KernelStats | None = None) -> KernelSta
         stream_ids=sids.astype(np.int32),
         idle_ns=idle,
     )
+
+
+def _delta_base(payload: bytes, base: KernelStats | None) -> KernelStats | None:
+    """What a payload is coded against: ``base`` for a delta frame (which needs one), None
+    for a key frame; checks the header."""
+    delta = is_delta(payload)
+    if payload[1] & ~(_DELTA | _ZSTD):
+        raise DecodeError(f"kernel payload: unknown flags {payload[1]:#x}")
+    if delta and base is None:
+        raise DecodeError("kernel payload: delta frame without its base step")
+    return base if delta else None
+
+
+def _read_probs(r: _Reader, q: int) -> np.ndarray:
+    """The ``q`` quantile probabilities: the default set, or explicit ones rising inside (0, 1)."""
+    if r.one("probability set", 1) == 0:
+        if q != len(DEFAULT_PROBS):
+            raise DecodeError("kernel payload: default probabilities with a wrong count")
+        return DEFAULT_PROBS.copy()
+    probs = r.take(q, "probabilities").astype(np.float64) / _PROB_SCALE
+    if q and (probs.min() <= 0 or probs.max() >= 1 or np.any(np.diff(probs) <= 0)):
+        raise DecodeError("kernel payload: probabilities do not rise inside (0, 1)")
+    return probs
+
+
+def _read_ids(r: _Reader, k: int) -> np.ndarray:
+    """The ``k`` kernel ids (rising, from their gaps), each within int32."""
+    gaps = r.take(k, "kernel ids")
+    if k and gaps.max() > np.iinfo(np.int32).max:
+        raise DecodeError("kernel payload: kernel id out of range")
+    ids = np.cumsum(gaps.astype(np.int64) + 1) - 1
+    if k and ids[-1] > np.iinfo(np.int32).max:
+        raise DecodeError("kernel payload: kernel id out of range")
+    return ids
+
+
+def _read_totals(
+    r: _Reader, k: int, ref: KernelStats | None, hit: np.ndarray, at: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel: count, total, min and max (ns), each plus the base's value in a delta
+    frame (kernel ``i`` is the base's ``at[i]`` where ``hit[i]``); checked for range."""
+    fields = [r.signed(k, name) for name in ("count", "total", "min", "max")]
+    if ref is not None:
+        refs = (ref.count, ref.total_ns, ref.min_ns, ref.max_ns)
+        fields = [f + _at(x, hit, at) for f, x in zip(fields, refs, strict=True)]
+    count, total, lo, hi = fields
+    if k and (count.min() < 1 or lo.min() < 0 or np.any(hi < lo) or np.any(total < lo)):
+        raise DecodeError("kernel payload: counts or durations out of range")
+    return count, total, lo, hi
+
+
+def _read_codes(
+    r: _Reader, q: int, count: np.ndarray, ref: KernelStats | None, hit: np.ndarray, at: np.ndarray
+) -> np.ndarray:
+    """The (k, q) grid codes of the quantiles of kernels with enough calls: in a delta frame
+    the difference to the base's codes where the base holds the kernel with enough calls,
+    else the first code and the rising steps after it."""
+    codes = np.zeros((len(count), q), np.int64)
+    if not q:
+        return codes
+    many = count >= _MIN_QUANTILE_CALLS
+    delta_q = many.copy()
+    if ref is not None:
+        delta_q &= hit & (_at(ref.count, hit, at) >= _MIN_QUANTILE_CALLS)
+        n = int(delta_q.sum())
+        d = r.signed(n * q, "quantile deltas").reshape(n, q)
+        codes[delta_q] = grid_codes(ref.quantiles_ns[at[delta_q]]) + d
+    key_q = many & ~delta_q if ref is not None else many
+    n = int(key_q.sum())
+    first = r.signed(n, "first quantiles")
+    steps = r.take(n * (q - 1), "quantile steps").reshape(n, q - 1)
+    if n and steps.max() > 1 << 20:
+        raise DecodeError("kernel payload: quantile step out of range")
+    codes[key_q] = np.cumsum(np.concatenate([first[:, None], steps.astype(np.int64)], axis=1), axis=1)
+    if np.abs(codes).max(initial=0) > 4000:  # GAMMA**4000 ns is ~ 10^25 years
+        raise DecodeError("kernel payload: quantile code out of range")
+    return codes
+
+
+def _read_streams(r: _Reader, s: int, ref: KernelStats | None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``s`` stream ids and their idle times (plus the base's idle time of the same
+    stream in a delta frame)."""
+    sids = r.signed(s, "stream ids")
+    idle = r.signed(s, "idle times")
+    if ref is not None and len(ref.stream_ids):
+        shit, sat = _aligned(sids, ref.stream_ids.astype(np.int64))
+        idle = idle + _at(ref.idle_ns, shit, sat)
+    return sids, idle

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import typer
@@ -13,7 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..csvlogs import CsvError, as_written, diagnose_log, phase_of, read_series
+from ..csvlogs import CsvError, LogDiagnosis, as_written, diagnose_log, phase_of, read_series
+from ..schemas import Anomaly
 from ._app import app, console, err_console, fail
 
 
@@ -50,37 +52,42 @@ def diagnose(
         fail(str(exc))
     for note in (*rows.notes, *result.notes):
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    found = result.anomalies
-    rank = rows.rank
     if as_json:
-        out = [
-            {
-                "rank": a.ranks[0] if a.suspect_kind == "rank" and a.ranks else None,
-                "suspect": a.suspect,
-                "suspect_kind": a.suspect_kind,
-                "ranks": list(a.ranks),
-                "start": result.start(a),
-                "end": result.end(a),
-                "class": a.cause,
-                "severity": a.severity,
-                "score": _finite(a.score),
-                "windows": int(a.evidence.get("steps_seen", 0)),
-                "added": _finite(a.step_ms_added),
-                "slowdown": _finite(round(result.slowdown(a), 4)),
-                "summary": a.summary,
-            }
-            for a in found
-        ]
+        out = [_as_json(a, result) for a in result.anomalies]
         sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
         return
-    unit = "time" if time_col else "step"
+    _print_table(result, len(np.unique(rows.rank)), value_col, "time" if time_col else "step")
+
+
+def _as_json(a: Anomaly, result: LogDiagnosis) -> dict[str, Any]:
+    """One anomaly of ``--json``: its window in the log's own steps or times."""
+    return {
+        "rank": a.ranks[0] if a.suspect_kind == "rank" and a.ranks else None,
+        "suspect": a.suspect,
+        "suspect_kind": a.suspect_kind,
+        "ranks": list(a.ranks),
+        "start": result.start(a),
+        "end": result.end(a),
+        "class": a.cause,
+        "severity": a.severity,
+        "score": _finite(a.score),
+        "windows": int(a.evidence.get("steps_seen", 0)),
+        "added": _finite(a.step_ms_added),
+        "slowdown": _finite(round(result.slowdown(a), 4)),
+        "summary": a.summary,
+    }
+
+
+def _print_table(result: LogDiagnosis, n_ranks: int, value_col: str, unit: str) -> None:
+    """The anomalies as a table, the transients counted in its caption."""
+    found = result.anomalies
     n_tr = sum(result.transients.values())
     top = sorted(result.transients.items(), key=lambda kv: -kv[1])[:5]
     table = Table(
         "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "windows",
         "slowdown" if phase_of(value_col) is None else f"added to {value_col}",
         caption=(
-            f"{len(found)} anomal{'y' if len(found) == 1 else 'ies'} in {len(np.unique(rank))} ranks; "
+            f"{len(found)} anomal{'y' if len(found) == 1 else 'ies'} in {n_ranks} ranks; "
             f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
             + (": " + ", ".join(f"{k} ×{v}" for k, v in top) if top else "")
         ),

@@ -256,17 +256,12 @@ def import_trace(
     workers: int = typer.Option(min(2, os.cpu_count() or 1), "--workers", "-j", help="parallel processes"),
 ) -> None:
     """Import Kineto traces: step records and kernel sketches, exactly as live ranks publish them."""
-    from argus.producers.kineto import TraceError
-
     if rank is not None and len(paths) != 1:
         fail("--rank applies to a single file; multi-file imports take each rank from distributedInfo")
     for p in paths:
         if not p.is_file():
             fail(f"{p}: no such file")
     job_id = job or _default_job(paths[0])
-    from argus.schemas import StepBatch
-
-    summaries: list[Any] = []
     anomalies: list[Any] = []
     with ExitStack() as stack:
         store = _LocalStore(stack) if local else None
@@ -275,55 +270,80 @@ def import_trace(
         else:
             publisher = _publisher()
             out = _Buffered(lambda recs: _publish(recs, publisher))
-        parts = StepParts()
-        seen: set[int] = set()
-        try:
-            for records, summary in iter_imports(
-                [str(p) for p in paths],
-                job=job_id,
-                run=run,
-                rank=rank,
-                workers=workers,
-                started=store.open if store is not None else None,
-            ):
-                if summary.rank in seen:
-                    fail(f"two files claim rank {summary.rank}; import them separately with --rank")
-                seen.add(summary.rank)
-                summaries.append(summary)
-                out.add(records)
-                if store is not None:
-                    for r in records:
-                        if isinstance(r, StepBatch):
-                            parts.add(r)
-                del records
-        except TraceError as exc:
-            fail(str(exc))
-        if store is not None:
+        parts = StepParts() if store is not None else None
+        started = store.open if store is not None else None
+        summaries = _read_traces(paths, job_id, run, rank, workers, out, parts, started)
+        if parts is not None:
             anomalies = diagnose_steps(parts.steps(), job=job_id, run=run)
             out.add(anomalies)
         out.flush()
         if store is None:
             _drain(publisher)
         count = out.count - len(anomalies)
+    _say_imported(len(paths), job_id, summaries, count, local)
+    _say_diagnosed(job_id, anomalies, local)
+
+
+def _read_traces(
+    paths: list[Path],
+    job: str,
+    run: int,
+    rank: int | None,
+    workers: int,
+    out: _Buffered,
+    parts: StepParts | None,
+    started: Callable[[], object] | None,
+) -> list[Any]:
+    """Every file's records to ``out`` (and its step records to ``parts``, when given), one
+    file at a time; the files' import summaries. Two files of one rank, or a bad file, are
+    a clean error."""
+    from argus.producers.kineto import TraceError
+    from argus.schemas import StepBatch
+
+    summaries: list[Any] = []
+    seen: set[int] = set()
+    try:
+        for records, summary in iter_imports(
+            [str(p) for p in paths], job=job, run=run, rank=rank, workers=workers, started=started
+        ):
+            if summary.rank in seen:
+                fail(f"two files claim rank {summary.rank}; import them separately with --rank")
+            seen.add(summary.rank)
+            summaries.append(summary)
+            out.add(records)
+            if parts is not None:
+                for r in records:
+                    if isinstance(r, StepBatch):
+                        parts.add(r)
+            del records
+    except TraceError as exc:
+        fail(str(exc))
+    return summaries
+
+
+def _say_imported(files: int, job: str, summaries: list[Any], count: int, local: bool) -> None:
     steps = sum(s.steps for s in summaries)
     kernels = sum(s.kernels for s in summaries)
     where = "the embedded store" if local else "Kafka (argus.steps, argus.kernels)"
     console.print(
-        f"imported {len(paths)} file(s) of job {job_id}: {steps} rank-steps, {kernels} kernels, "
+        f"imported {files} file(s) of job {job}: {steps} rank-steps, {kernels} kernels, "
         f"{count} records → {where}",
         highlight=False,
     )
-    if store is None:
+
+
+def _say_diagnosed(job: str, anomalies: list[Any], local: bool) -> None:
+    if not local:
         console.print(
             "diagnosis: the stream worker (`argus worker`) diagnoses these steps as they arrive on "
             "argus.steps and publishes its anomalies to argus.anomalies; once `argus sink` has "
-            f"stored them, `argus report --job {job_id}` shows them",
+            f"stored them, `argus report --job {job}` shows them",
             highlight=False,
         )
         return
     console.print(
         f"diagnosis: {len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'} → the embedded store"
-        + (f"; `argus report --job {job_id}` shows them" if anomalies else ""),
+        + (f"; `argus report --job {job}` shows them" if anomalies else ""),
         highlight=False,
     )
     for a in anomalies:

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from ..config import Settings
 from ._app import EXIT_UNAVAILABLE, app, console, err_console, fail, settings
 
 
@@ -75,51 +76,15 @@ def node_agent(
     message per step instead of one per rank; without a GPU the relay keeps serving.
     """
     from argus.producers.collectors.nvml import NvmlSampler, run_node_agent
-    from argus.producers.publisher import Publisher, PublishError
-    from argus.producers.relay import NodeRelay, RelayError
 
     conf = settings()
-    try:
-        publisher = Publisher(conf.kafka_client_config(), spool_dir=conf.spool_dir / "node-agent")
-    except PublishError as exc:
-        fail(str(exc))
+    publisher = _publisher(conf)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     absent: list[str] = []
-    relay_path = relay or conf.relay_socket
-    node_relay = None
-    if relay_path:
-        try:
-            node_relay = NodeRelay(
-                relay_path, publisher, allowed_uids=conf.relay_uids, allowed_gids=conf.relay_gids
-            )
-        except RelayError as exc:
-            publisher.shutdown(1)
-            fail(str(exc))
-        relay_thread = threading.Thread(target=node_relay.serve, args=(stop,), name="argus-relay")
-        relay_thread.start()
-        console.print(
-            f"node relay: serving {relay_path} for uids {sorted(node_relay.allowed_uids)}"
-            + (f", gids {sorted(node_relay.allowed_gids)}" if node_relay.allowed_gids else "")
-        )
-
+    node_relay, relay_thread = _start_relay(relay or conf.relay_socket, publisher, conf, stop)
     if metrics_port:
-
-        def healthy() -> tuple[bool, str]:
-            if node_relay is not None and not relay_thread.is_alive():
-                return False, "relay thread stopped"
-            if stop.is_set():
-                return False, "stopping"
-            return True, "ok"
-
-        from argus.metrics import serve_metrics
-
-        from ._health import add_probes
-
-        server = serve_metrics(
-            metrics_port, lambda: node_metrics(node_relay, publisher), addr=conf.metrics_addr
-        )
-        add_probes(server, {"/healthz": healthy})
+        _serve_metrics(metrics_port, conf, node_relay, relay_thread, publisher, stop)
 
     def on_absent(reason: str) -> None:
         absent.append(reason)
@@ -141,10 +106,68 @@ def node_agent(
         done = -1
     finally:
         stop.set()
-        if node_relay is not None:
+        if node_relay is not None and relay_thread is not None:
             relay_thread.join(10)  # it publishes what it holds before returning
             console.print(f"node relay: {node_relay.stats()}")
         publisher.shutdown(10)
     if absent and node_relay is None:
         raise typer.Exit(EXIT_UNAVAILABLE)
     console.print(f"node agent: {done} rounds, publisher {publisher.stats()}")
+
+
+def _publisher(conf: Settings) -> Any:
+    """The node's Kafka publisher (spooling to disk under the node agent's home)."""
+    from argus.producers.publisher import Publisher, PublishError
+
+    try:
+        return Publisher(conf.kafka_client_config(), spool_dir=conf.spool_dir / "node-agent")
+    except PublishError as exc:
+        fail(str(exc))
+
+
+def _start_relay(
+    path: str, publisher: Any, conf: Settings, stop: threading.Event
+) -> tuple[Any, threading.Thread | None]:
+    """The node relay serving ``path`` on its own thread until ``stop`` (None, None without a
+    path); a relay that cannot serve is a clean error."""
+    from argus.producers.relay import NodeRelay, RelayError
+
+    if not path:
+        return None, None
+    try:
+        node_relay = NodeRelay(path, publisher, allowed_uids=conf.relay_uids, allowed_gids=conf.relay_gids)
+    except RelayError as exc:
+        publisher.shutdown(1)
+        fail(str(exc))
+    relay_thread = threading.Thread(target=node_relay.serve, args=(stop,), name="argus-relay")
+    relay_thread.start()
+    console.print(
+        f"node relay: serving {path} for uids {sorted(node_relay.allowed_uids)}"
+        + (f", gids {sorted(node_relay.allowed_gids)}" if node_relay.allowed_gids else "")
+    )
+    return node_relay, relay_thread
+
+
+def _serve_metrics(
+    port: int,
+    conf: Settings,
+    node_relay: Any,
+    relay_thread: threading.Thread | None,
+    publisher: Any,
+    stop: threading.Event,
+) -> None:
+    """Prometheus ``/metrics`` (:func:`node_metrics`) and ``/healthz`` (the relay thread alive,
+    not stopping) on ``port``."""
+    from argus.metrics import serve_metrics
+
+    from ._health import add_probes
+
+    def healthy() -> tuple[bool, str]:
+        if relay_thread is not None and not relay_thread.is_alive():
+            return False, "relay thread stopped"
+        if stop.is_set():
+            return False, "stopping"
+        return True, "ok"
+
+    server = serve_metrics(port, lambda: node_metrics(node_relay, publisher), addr=conf.metrics_addr)
+    add_probes(server, {"/healthz": healthy})

@@ -412,87 +412,76 @@ class Instrumentation:
         resolve = getattr(funcol, "_resolve_group_name", None)
         if original_wait is None or act is None or resolve is None:
             return []
-        rec = self.rec
-        pending: dict[int, list[Any]] = {}  # storage pointer -> [token, group, still open]
+        pending = _PendingResults(self.rec, act)
         compiling = getattr(torch.compiler, "is_compiling", lambda: False)
-
-        def close(tensor: Any) -> None:
-            try:
-                entry = pending.pop(tensor.untyped_storage().data_ptr(), None)
-            except Exception:
-                return
-            if entry is not None and entry[2]:
-                entry[2] = False
-                rec.end_by(entry[0])
-                entry[1].finished += 1
-
-        @functools.wraps(original_wait)
-        def wait_tensor(tensor: Any) -> Any:
-            out = original_wait(tensor)
-            if pending:
-                close(tensor)
-            return out
-
-        def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-            col = COLUMN_INDEX[FUNCOL_KINDS[name]]
-            params = list(inspect.signature(fn).parameters)
-            gi = params.index("group")  # the group (a ProcessGroup, ranks, a mesh), then the tag
-            # (id of the group object, tag) -> (the object, kept so its id is not reused; name)
-            names: dict[tuple[int, str], tuple[Any, str]] = {}
-
-            def group_state(args: tuple[Any, ...], kwargs: dict[str, Any]) -> GroupState:
-                group = args[gi] if len(args) > gi else kwargs.get("group")
-                tag = str(args[gi + 1] if len(args) > gi + 1 else kwargs.get("tag", ""))
-                known = names.get((id(group), tag))
-                if known is not None:
-                    return self._group(known[1])
-                gname = str(resolve(group, tag))
-                if not isinstance(group, list) and len(names) < 1024:  # ranks: a new list each call
-                    names[(id(group), tag)] = (group, gname)
-                return self._group(gname)
-
-            @functools.wraps(fn)
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                if compiling():
-                    return fn(*args, **kwargs)
-                try:
-                    g = group_state(args, kwargs)
-                    g.entered += 1
-                    g.kind = name
-                    g.nbytes = tensor_bytes(args[0]) if args else 0
-                    token = rec.begin(col, nest=False)
-                except Exception:
-                    return fn(*args, **kwargs)
-                try:
-                    out = fn(*args, **kwargs)
-                except BaseException:
-                    rec.end(token)
-                    g.finished += 1
-                    raise
-                entry = [token, g, True]
-                waitable = False
-                for t in out if isinstance(out, list | tuple) else (out,):
-                    if isinstance(t, act):
-                        if len(pending) >= _MAX_WAITING:  # results nobody waited for
-                            pending.pop(next(iter(pending)))
-                        pending[t.elem.untyped_storage().data_ptr()] = entry
-                        waitable = True
-                if not waitable:  # waited for already (tracing, all_gather on a dim > 0)
-                    entry[2] = False
-                    rec.end_by(token)
-                    g.finished += 1
-                return out
-
-            return wrapper
-
         wrapped = []
-        self._patch(funcol, "wait_tensor", wait_tensor)
+        self._patch(funcol, "wait_tensor", pending.wait_tensor(original_wait))
         for name in FUNCOL_KINDS:
             fn = getattr(funcol, name, None)
             if fn is not None:
-                self._patch(funcol, name, wrap(name, fn))
+                self._patch(funcol, name, self._wrap_funcol(name, fn, resolve, pending, compiling))
                 wrapped.append(f"funcol.{name}")
         return wrapped
+
+    def _wrap_funcol(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        resolve: Callable[[Any, str], Any],
+        pending: _PendingResults,
+        compiling: Callable[[], bool],
+    ) -> Callable[..., Any]:
+        """``fn`` timed: the span opens at the call and is left to ``pending`` to close."""
+        col = COLUMN_INDEX[FUNCOL_KINDS[name]]
+        rec = self.rec
+        group_state = self._funcol_groups(fn, resolve)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return fn(*args, **kwargs)
+            try:
+                g = group_state(args, kwargs)
+                g.entered += 1
+                g.kind = name
+                g.nbytes = tensor_bytes(args[0]) if args else 0
+                token = rec.begin(col, nest=False)
+            except Exception:
+                return fn(*args, **kwargs)
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException:
+                rec.end(token)
+                g.finished += 1
+                raise
+            pending.watch(out, token, g)
+            return out
+
+        return wrapper
+
+    def _funcol_groups(
+        self, fn: Callable[..., Any], resolve: Callable[[Any, str], Any]
+    ) -> Callable[[tuple[Any, ...], dict[str, Any]], GroupState]:
+        """The group state of a call of functional collective ``fn``: its group argument (a
+        ProcessGroup, ranks, a mesh) and the tag after it, resolved to a name once per
+        group object (not for ranks: a new list each call)."""
+        params = list(inspect.signature(fn).parameters)
+        gi = params.index("group")  # the group, then the tag
+        # (id of the group object, tag) -> (the object, kept so its id is not reused; name)
+        names: dict[tuple[int, str], tuple[Any, str]] = {}
+
+        def group_state(args: tuple[Any, ...], kwargs: dict[str, Any]) -> GroupState:
+            group = args[gi] if len(args) > gi else kwargs.get("group")
+            tag = str(args[gi + 1] if len(args) > gi + 1 else kwargs.get("tag", ""))
+            known = names.get((id(group), tag))
+            if known is not None:
+                return self._group(known[1])
+            gname = str(resolve(group, tag))
+            if not isinstance(group, list) and len(names) < 1024:
+                names[(id(group), tag)] = (group, gname)
+            return self._group(gname)
+
+        return group_state
 
     def install_ddp(self) -> bool:
         """Time every ``DistributedDataParallel``'s bucket all-reduces with Argus's own hook.
@@ -577,6 +566,57 @@ class Instrumentation:
         if g is None:
             g = self.groups[name] = GroupState()
         return g
+
+
+class _PendingResults:
+    """The open spans of functional collectives, by the storage of their results
+    (``AsyncCollectiveTensor``): a span closes when ``wait_tensor`` returns for one of them."""
+
+    def __init__(self, rec: SpanRecorder, act: Any) -> None:
+        self.rec = rec
+        self.act = act
+        self.open: dict[int, list[Any]] = {}  # storage pointer -> [token, group, still open]
+
+    def close(self, tensor: Any) -> None:
+        """Close the span of the collective whose result ``tensor`` is (if still open)."""
+        try:
+            entry = self.open.pop(tensor.untyped_storage().data_ptr(), None)
+        except Exception:
+            return
+        if entry is not None and entry[2]:
+            entry[2] = False
+            self.rec.end_by(entry[0])
+            entry[1].finished += 1
+
+    def wait_tensor(self, original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``wait_tensor`` closing the span of what it waited for."""
+        pending, close = self.open, self.close
+
+        @functools.wraps(original)
+        def wait_tensor(tensor: Any) -> Any:
+            out = original(tensor)
+            if pending:
+                close(tensor)
+            return out
+
+        return wait_tensor
+
+    def watch(self, out: Any, token: Any, g: GroupState) -> None:
+        """Keep the span ``token`` of a collective (group ``g``) open until one of its results
+        ``out`` is waited for; close it now if none is waitable (waited for already: tracing,
+        an all-gather on a dim > 0)."""
+        entry = [token, g, True]
+        waitable = False
+        for t in out if isinstance(out, list | tuple) else (out,):
+            if isinstance(t, self.act):
+                if len(self.open) >= _MAX_WAITING:  # results nobody waited for
+                    self.open.pop(next(iter(self.open)))
+                self.open[t.elem.untyped_storage().data_ptr()] = entry
+                waitable = True
+        if not waitable:
+            entry[2] = False
+            self.rec.end_by(token)
+            g.finished += 1
 
 
 def _first_value(fut: Any) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -238,22 +238,53 @@ class ClusterSimulator:
 
     def step(self, step: int) -> SimStep:
         """Generate one step of every rank."""
-        lay, p, c = self.layout, self.p, self._c
-        n = lay.n_ranks
         rng = np.random.default_rng([self.seed, step])
-        nz = self.noise
-        sd = nz.phase_sd
-
-        def noisy(base: float | np.ndarray) -> np.ndarray:
-            return base * (1.0 + sd * _trunc(rng, n))
-
-        warm = 1.0 + 0.5 * np.exp(-step) if step < self.warmup_steps else 1.0
-        gpu = self._speed * self._stage_skew * warm
         extra = np.random.default_rng([self.seed, step, 1])  # realistic noise only: CLEAN stays as it was
+        d = self._nominal(step, rng, self._gpu_speed(step, extra))
+        self._add_noise(d, step, extra)
+        active = tuple(f for f in self.faults if f.active(step))
+        for f in active:
+            effect = _kernels_slower if f.kind == COMPUTE_STRAGGLER and f.kernel else _EFFECTS.get(f.kind)
+            if effect is not None:
+                effect(d, f, self._rows(f, rng), f.magnitude_at(step))
+        period = self._synchronize(d, rng)
+        start_ns, end_ns = self._wall_clock(step, period, rng)
+        return SimStep(
+            self._batch(step, d, start_ns, end_ns),
+            self.layout,
+            self.seed,
+            d.gpu_f,
+            d.coll_f,
+            d.count_f,
+            d.launch_f,
+            d.hidden,
+            active,
+            d.kernel_slow,
+            d.gap,
+        )
+
+    def _gpu_speed(self, step: int, extra: np.random.Generator) -> np.ndarray:
+        """Per rank, how much slower than nominal its GPU computes this step: its static speed,
+        its pipeline stage, the warm-up, and (realistic noise) the job's slow first steps and
+        heavy-tailed jitter."""
+        nz, n = self.noise, self.layout.n_ranks
+        warm = 1.0 + 0.5 * np.exp(-step) if step < self.warmup_steps else 1.0
+        gpu: np.ndarray = self._speed * self._stage_skew * warm
         if step < nz.warmup:
             gpu = gpu * extra.uniform(*nz.warmup_factor, n)
         if nz.jitter > 0:
             gpu = gpu * self._jitter(extra, n)
+        return gpu
+
+    def _nominal(self, step: int, rng: np.random.Generator, gpu: np.ndarray) -> _Draft:
+        """Every rank's phases of a healthy step (ms), with the per-phase noise of a clean
+        simulation; collectives only where the layout has them."""
+        lay, p, n = self.layout, self.p, self.layout.n_ranks
+        sd = self.noise.phase_sd
+
+        def noisy(base: float | np.ndarray) -> np.ndarray:
+            return base * (1.0 + sd * _trunc(rng, n))
+
         fwd = noisy(p.forward) * gpu
         bwd = noisy(p.backward) * gpu
         opt = noisy(p.optimizer) * gpu
@@ -268,101 +299,76 @@ class ClusterSimulator:
         compile_ = noisy(p.compile_warmup) * np.exp(-2.0 * step) if step < self.warmup_steps else np.zeros(n)
         ckpt = noisy(p.checkpoint) if self.is_checkpoint(step) else np.zeros(n)
         tokens = p.tokens * (1.0 + 0.25 * sd * _trunc(rng, n))
-        hidden = np.zeros(n)
+        return _Draft(
+            fwd, bwd, opt, dl, h2d, ag, rs, ar, p2p, gc, compile_, ckpt, tokens, np.zeros(n),
+            self.is_checkpoint(step),
+        )  # fmt: skip
+
+    def _add_noise(self, d: _Draft, step: int, extra: np.random.Generator) -> None:
+        """What realistic noise adds to a healthy step: heavy-tailed jitter of every
+        collective's transfer, GC pauses, unannotated evaluation and checkpoint steps."""
+        nz, n = self.noise, self.layout.n_ranks
         if nz.jitter > 0:
-            for col in (ag, rs, ar, p2p):
+            for col in (d.ag, d.rs, d.ar, d.p2p):
                 col *= self._jitter(extra, n)
         if nz.gc_rate > 0:
-            gc = gc + np.where(extra.random(n) < nz.gc_rate, nz.gc_ms, 0.0)
+            d.gc = d.gc + np.where(extra.random(n) < nz.gc_rate, nz.gc_ms, 0.0)
         if nz.is_eval(step):
-            fwd = fwd + (nz.eval_factor - 1.0) * (fwd + bwd + opt)
+            d.fwd = d.fwd + (nz.eval_factor - 1.0) * (d.fwd + d.bwd + d.opt)
         if nz.is_ckpt(step):
-            hidden += nz.ckpt_ms * self._jitter(extra, n)
-        ones = np.ones(n)
-        gpu_f, coll_f, count_f, launch_f = ones.copy(), ones.copy(), ones.copy(), ones.copy()
-        bubble_factor = 1.0
-        kernel_slow: dict[int, np.ndarray] = {}
-        gap = np.zeros(n)
-        active = tuple(f for f in self.faults if f.active(step))
-        for f in active:
-            r = np.asarray(f.ranks, dtype=np.int64)
-            m = f.magnitude_at(step)
-            if f.kind == COMPUTE_STRAGGLER and f.kernel:  # some kernels only (a throttled GEMM)
-                kf = kernel_factors(f.kernel, m or 1.3)
-                fwd[r] *= column_factor(kf, "forward_ms")
-                bwd[r] *= column_factor(kf, "backward_ms")
-                opt[r] *= column_factor(kf, "optimizer_ms")
-                for rank in r.tolist():
-                    kernel_slow[rank] = kernel_slow.get(rank, np.ones(len(kf))) * kf
-            elif f.kind == COMPUTE_STRAGGLER:
-                fac = m or 1.4
-                fwd[r] *= fac
-                bwd[r] *= fac
-                opt[r] *= fac
-                gpu_f[r] *= fac
-            elif f.kind == MASKED_COMPUTE_STRAGGLER:
-                fac = m or 1.4
-                hidden[r] += (fwd[r] + bwd[r] + opt[r]) * (fac - 1.0)
-                gpu_f[r] *= fac
-            elif f.kind == LINK_DEGRADATION:
-                fac = m or 3.0
-                ar[r] *= fac
-                coll_f[r] *= fac
-            elif f.kind == PIPELINE_BUBBLE:
-                bubble_factor *= m or 2.0
-            elif f.kind == PIPELINE_STAGE_IMBALANCE:
-                sel = c["pp"] == (f.stage or 0)
-                fac = m or 1.4
-                fwd[sel] *= fac
-                bwd[sel] *= fac
-                count_f[sel] *= fac
-            elif f.kind == SEQUENCE_LENGTH_IMBALANCE:
-                heavy = int(rng.integers(0, lay.dp))
-                sel = c["dp"] == heavy
-                ratio = m or 1.6
-                tokens[sel] *= ratio
-                fwd[sel] *= ratio**1.1
-                bwd[sel] *= ratio**1.1
-                gpu_f[sel] *= ratio**0.1
-                count_f[sel] *= ratio
-            elif f.kind == HOST_CPU_CONTENTION:
-                sel = c["host"] == (f.host or 0)
-                dl[sel] = dl[sel] * 5.0 + m
-                h2d[sel] *= 4.0
-                before = fwd[sel] + bwd[sel] + opt[sel]
-                fwd[sel] *= 1.15
-                bwd[sel] *= 1.05
-                opt[sel] *= 1.2
-                gap[sel] += fwd[sel] + bwd[sel] + opt[sel] - before  # launches late, kernels as fast
-                launch_f[sel] *= 5.0
-            elif f.kind == JIT_COMPILE_STALL:
-                compile_[r] += m or 1500.0
-            elif f.kind == DATALOADER_STALL:
-                dl[r] += m or 800.0
-            elif f.kind == GC_PAUSE:
-                gc[r] += m or 400.0
-            elif f.kind == CHECKPOINT_STALL and self.is_checkpoint(step):
-                ckpt[r] *= m or 4.0
+            d.hidden += nz.ckpt_ms * self._jitter(extra, n)
+
+    def _rows(self, f: Fault, rng: np.random.Generator) -> np.ndarray:
+        """The ranks a fault acts on: a pipeline stage, the heaviest data-parallel replica of
+        this step (drawn now), a host, or its ranks."""
+        c = self._c
+        if f.kind == PIPELINE_STAGE_IMBALANCE:
+            return np.asarray(c["pp"] == (f.stage or 0))
+        if f.kind == SEQUENCE_LENGTH_IMBALANCE:
+            return np.asarray(c["dp"] == int(rng.integers(0, self.layout.dp)))
+        if f.kind == HOST_CPU_CONTENTION:
+            return np.asarray(c["host"] == (f.host or 0))
+        return np.asarray(f.ranks, dtype=np.int64)
+
+    def _synchronize(self, d: _Draft, rng: np.random.Generator) -> float:
+        """End the step for every rank when the slowest rank's work is done: the pipeline's
+        bubble (1F1B, grown by a bubble fault) added to the send/recv time, each rank's wait
+        for the slowest booked to the collective it reaches it through; the step's period (ms)."""
+        lay, n = self.layout, self.layout.n_ranks
         if lay.pp > 1:
-            stage_compute = np.median((fwd + bwd).reshape(lay.pp, -1), axis=1)
-            p2p = p2p + self._bubble * bubble_factor * stage_compute.max() * (1.0 + 0.5 * sd * _trunc(rng, n))
-        busy = dl + h2d + fwd + bwd + opt + gc + compile_ + ckpt + ag + rs + ar + p2p + hidden
+            stage_compute = np.median((d.fwd + d.bwd).reshape(lay.pp, -1), axis=1)
+            jitter = 1.0 + 0.5 * self.noise.phase_sd * _trunc(rng, n)
+            d.p2p = d.p2p + self._bubble * d.bubble * stage_compute.max() * jitter
+        busy = d.dl + d.h2d + d.fwd + d.bwd + d.opt + d.gc + d.compile_ + d.ckpt + d.ag + d.rs + d.ar + d.p2p
+        busy = busy + d.hidden
         period = float(busy.max()) + 0.3
         wait = period - busy
         if lay.pp > 1:
-            p2p = p2p + wait
-        elif tp_on:
-            ag = ag + wait
+            d.p2p = d.p2p + wait
+        elif lay.tp * lay.cp > 1:
+            d.ag = d.ag + wait
         else:
-            ar = ar + wait
+            d.ar = d.ar + wait
+        return period
+
+    def _wall_clock(
+        self, step: int, period: float, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every rank's start and end (ns): steps chain (one out of order starts at a nominal
+        time), each rank starting up to 0.2 ms after the step's start."""
+        p = self.p
         if step != self._next_step:
             self._clock = self.start_ns + step * int((p.forward + p.backward + p.optimizer) * 1.6e6)
-        t0 = self._clock
-        offsets = (rng.random(n) * 2e5).astype(np.int64)
-        start_ns = t0 + offsets
+        offsets = (rng.random(self.layout.n_ranks) * 2e5).astype(np.int64)
+        start_ns = self._clock + offsets
         end_ns = start_ns + int(period * 1e6)
         self._clock = int(end_ns.max()) + 100_000
         self._next_step = step + 1
+        return start_ns, end_ns
+
+    def _batch(self, step: int, d: _Draft, start_ns: np.ndarray, end_ns: np.ndarray) -> StepBatch:
+        """The step's records of every rank."""
+        n, c = self.layout.n_ranks, self._c
         cols = StepBatch.empty_columns(n)
         cols.update(
             rank=c["rank"],
@@ -375,22 +381,160 @@ class ClusterSimulator:
             cp=c["cp"],
             start_ns=start_ns,
             end_ns=end_ns,
-            forward_ms=fwd,
-            backward_ms=bwd,
-            optimizer_ms=opt,
-            dataloader_ms=dl,
-            h2d_ms=h2d,
-            gc_ms=gc,
-            compile_ms=compile_,
-            checkpoint_ms=ckpt,
-            all_reduce_ms=ar,
-            all_gather_ms=ag,
-            reduce_scatter_ms=rs,
-            p2p_ms=p2p,
+            forward_ms=d.fwd,
+            backward_ms=d.bwd,
+            optimizer_ms=d.opt,
+            dataloader_ms=d.dl,
+            h2d_ms=d.h2d,
+            gc_ms=d.gc,
+            compile_ms=d.compile_,
+            checkpoint_ms=d.ckpt,
+            all_reduce_ms=d.ar,
+            all_gather_ms=d.ag,
+            reduce_scatter_ms=d.rs,
+            p2p_ms=d.p2p,
             samples=np.full(n, 16, dtype=np.int64),
-            tokens=tokens.astype(np.int64),
+            tokens=d.tokens.astype(np.int64),
         )
-        batch = StepBatch(self.job, self.run_id, step, cols)
-        return SimStep(
-            batch, lay, self.seed, gpu_f, coll_f, count_f, launch_f, hidden, active, kernel_slow, gap
+        return StepBatch(self.job, self.run_id, step, cols)
+
+
+@dataclass
+class _Draft:
+    """One step being generated: every rank's phase times (ms), as noise and faults change
+    them, and the hidden truth the faults leave (see :class:`SimStep`)."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    opt: np.ndarray
+    dl: np.ndarray
+    h2d: np.ndarray
+    ag: np.ndarray
+    rs: np.ndarray
+    ar: np.ndarray
+    p2p: np.ndarray
+    gc: np.ndarray
+    compile_: np.ndarray
+    ckpt: np.ndarray
+    tokens: np.ndarray
+    hidden: np.ndarray
+    checkpoint: bool  # the step writes a checkpoint
+    bubble: float = 1.0  # the pipeline bubble's factor
+    gpu_f: np.ndarray = field(init=False)
+    coll_f: np.ndarray = field(init=False)
+    count_f: np.ndarray = field(init=False)
+    launch_f: np.ndarray = field(init=False)
+    gap: np.ndarray = field(init=False)
+    kernel_slow: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.fwd)
+        ones = np.ones(n)
+        self.gpu_f, self.coll_f, self.count_f, self.launch_f = (
+            ones.copy(),
+            ones.copy(),
+            ones.copy(),
+            ones.copy(),
         )
+        self.gap = np.zeros(n)
+
+
+# What each fault does to the step's ranks ``r`` (indices or a mask) at magnitude ``m``
+# (0: the kind's default).
+
+
+def _kernels_slower(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    """Some kernels only slower (a throttled GEMM): their phases by their share."""
+    kf = kernel_factors(f.kernel, m or 1.3)
+    d.fwd[r] *= column_factor(kf, "forward_ms")
+    d.bwd[r] *= column_factor(kf, "backward_ms")
+    d.opt[r] *= column_factor(kf, "optimizer_ms")
+    for rank in r.tolist():
+        d.kernel_slow[rank] = d.kernel_slow.get(rank, np.ones(len(kf))) * kf
+
+
+def _gpu_slower(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    fac = m or 1.4
+    d.fwd[r] *= fac
+    d.bwd[r] *= fac
+    d.opt[r] *= fac
+    d.gpu_f[r] *= fac
+
+
+def _gpu_slower_unseen(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    """A masked straggler: the GPU's extra time outside every phase timer."""
+    fac = m or 1.4
+    d.hidden[r] += (d.fwd[r] + d.bwd[r] + d.opt[r]) * (fac - 1.0)
+    d.gpu_f[r] *= fac
+
+
+def _link_slower(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    fac = m or 3.0
+    d.ar[r] *= fac
+    d.coll_f[r] *= fac
+
+
+def _bubble_larger(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    d.bubble *= m or 2.0
+
+
+def _stage_heavier(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    """More layers on one pipeline stage: more kernels, as fast each."""
+    fac = m or 1.4
+    d.fwd[r] *= fac
+    d.bwd[r] *= fac
+    d.count_f[r] *= fac
+
+
+def _sequences_longer(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    """One data-parallel replica's batch of longer sequences: more tokens, superlinear compute."""
+    ratio = m or 1.6
+    d.tokens[r] *= ratio
+    d.fwd[r] *= ratio**1.1
+    d.bwd[r] *= ratio**1.1
+    d.gpu_f[r] *= ratio**0.1
+    d.count_f[r] *= ratio
+
+
+def _host_contended(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    """A host's CPUs starved: data loaders and copies slow, kernels launched late (as fast)."""
+    d.dl[r] = d.dl[r] * 5.0 + m
+    d.h2d[r] *= 4.0
+    before = d.fwd[r] + d.bwd[r] + d.opt[r]
+    d.fwd[r] *= 1.15
+    d.bwd[r] *= 1.05
+    d.opt[r] *= 1.2
+    d.gap[r] += d.fwd[r] + d.bwd[r] + d.opt[r] - before  # launches late, kernels as fast
+    d.launch_f[r] *= 5.0
+
+
+def _compile_stall(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    d.compile_[r] += m or 1500.0
+
+
+def _dataloader_stall(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    d.dl[r] += m or 800.0
+
+
+def _gc_pause(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    d.gc[r] += m or 400.0
+
+
+def _checkpoint_slower(d: _Draft, f: Fault, r: np.ndarray, m: float) -> None:
+    if d.checkpoint:
+        d.ckpt[r] *= m or 4.0
+
+
+_EFFECTS: dict[str, Callable[[_Draft, Fault, np.ndarray, float], None]] = {
+    COMPUTE_STRAGGLER: _gpu_slower,
+    MASKED_COMPUTE_STRAGGLER: _gpu_slower_unseen,
+    LINK_DEGRADATION: _link_slower,
+    PIPELINE_BUBBLE: _bubble_larger,
+    PIPELINE_STAGE_IMBALANCE: _stage_heavier,
+    SEQUENCE_LENGTH_IMBALANCE: _sequences_longer,
+    HOST_CPU_CONTENTION: _host_contended,
+    JIT_COMPILE_STALL: _compile_stall,
+    DATALOADER_STALL: _dataloader_stall,
+    GC_PAUSE: _gc_pause,
+    CHECKPOINT_STALL: _checkpoint_slower,
+}
