@@ -791,14 +791,19 @@ def _count_transient(state: JobState, suspect: str, cfg: DiagnoserConfig) -> Non
         state.transients[suspect] = state.transients.get(suspect, 0) + 1
 
 
-def refresh(state: JobState) -> list[Anomaly]:
+def refresh(state: JobState, deepen: Deepen | None = None) -> list[Anomaly]:
     """The current version of every confirmed anomaly whose window grew since it was last
     sent: for a job that stopped sending steps (it ended, or hangs), so that its anomalies'
-    windows and costs are right without waiting for steps that will not come. Updates
-    ``state`` (what was sent)."""
+    windows and costs are right without waiting for steps that will not come. ``deepen``
+    gives the kernel level another try at every confirmed episode it has not explained yet
+    (its sketches came after the job's last step); one it explains now is in the list too,
+    ``level="kernel"``. Updates ``state`` (what was sent)."""
     out = []
     for e in state.episodes.values():
-        if e.emitted and e.reported < e.last_seen:
+        if not e.emitted:
+            continue
+        explained = deepen is not None and e.level != "kernel" and e.deepen_left > 0 and _deepen(e, deepen)
+        if e.reported < e.last_seen or explained:
             e.reported = e.last_seen
             out.append(_anomaly(state, e))
     return out

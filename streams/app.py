@@ -294,6 +294,7 @@ class Streams:
         self.history = EvidenceHistory(cfg.history)
         self.reading = False  # the assemble agent is inside a batch of parts
         self.refreshed: dict[bytes, int] = {}  # job state key -> the last step its anomalies were sent for
+        self.deepened_idle: dict[bytes, set[str]] = {}  # job state key -> ids sent at the kernel level idle
         self.skipped: set[Any] = set()  # evidence partitions moved to their end once
         self.origin = [("argus-group", cfg.app_id.encode())]  # which worker group summarized a step
         self.agents = self._register()
@@ -511,6 +512,7 @@ class Streams:
         del self.job_states[state_key]
         self.reorderer.forget(state_key)
         self.refreshed.pop(state_key, None)
+        self.deepened_idle.pop(state_key, None)
         self.history.forget(doc["state"]["job"], int(doc["state"]["run"]))
         log.info(
             "job %s: silent for %.0f s, forgotten", state_key.decode(errors="replace"), self.cfg.job_ttl_s
@@ -518,17 +520,26 @@ class Streams:
 
     async def refresh_idle_jobs(self) -> None:
         """Timer: a job that stopped sending steps (ended, or hangs) has its open anomalies
-        sent with their windows and costs as far as they went, not as when last sent."""
-        quiet = time.time() - self.cfg.idle_refresh_s
+        sent with their windows and costs as far as they went, not as when last sent; and,
+        while its kernel sketches may still come (``history.max_age_s``), each confirmed
+        anomaly the kernel level has not explained gets another try, sent once explained."""
+        now = time.time()
         for key, raw in list(self.job_states.items()):
             doc = _doc(raw)
-            if not doc or doc.get("seen_s", 0) > quiet:
+            if not doc or doc.get("seen_s", 0) > now - self.cfg.idle_refresh_s:
                 continue
             state = JobState.from_dict(doc["state"])
-            if self.refreshed.get(key) == state.last_step:
+            again = self.refreshed.get(key) == state.last_step
+            if again and doc["seen_s"] < now - self.cfg.history.max_age_s:
                 continue
             self.refreshed[key] = state.last_step
-            for anomaly in refresh(state):
+            deepen = self.history.deepener(state.job, state.run, self.cfg.diagnoser)
+            sent = self.deepened_idle.setdefault(key, set())
+            for anomaly in refresh(state, deepen):
+                if again and (anomaly.level != "kernel" or anomaly.id in sent):
+                    continue  # the table keeps the state as the last step left it: seen already
+                if anomaly.level == "kernel":
+                    sent.add(anomaly.id)
                 if await self.send_anomaly(anomaly) is not None:
                     self.metrics.anomalies[anomaly.cause] += 1
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from argus.detectors import DiagnoserConfig, JobState, apply_findings, step_findings
+from argus.detectors import DiagnoserConfig, JobState, apply_findings, refresh, step_findings
 from argus.kafka_admin import ensure_topics, read_records, skip_worker_to_end
 from argus.producers.publisher import Publisher
 from argus.producers.simulator import CLEAN, ClusterSimulator, Fault, Layout, kernel_names
@@ -168,6 +168,34 @@ def test_sketches_that_come_after_the_confirmation_still_deepen_the_open_anomaly
     assert kstep == 20 and kernel.id == first.id and kernel.start_step == first.start_step == 10
     assert named_kernels(kernel)[0] == "gemm" and "slow kernels: gemm" in kernel.summary
     assert 1.2 <= kernel.evidence["kernel_family:gemm"] <= 1.4
+
+
+def test_a_job_that_stopped_before_its_sketches_came_is_deepened_when_idle() -> None:
+    """The job's last steps confirm the anomaly at rank level, its sketches come after it
+    stopped: the idle refresh (no more steps to diagnose) names the kernel, once."""
+    cfg = DiagnoserConfig()
+    fault = Fault("compute_straggler", 10, 30, (21,), 1.3, kernel="gemm")
+    sim = ClusterSimulator(LAYOUT, seed=4, job="ended", noise=CLEAN, faults=[fault])
+    hist = EvidenceHistory()
+    state = JobState.new("ended", 0, cfg)
+    steps = list(sim.run(22))
+    sent = []
+    for s in steps:
+        sent += apply_findings(
+            state, step_findings(s.batch, cfg), cfg, deepen=hist.deepener("ended", 0, cfg)
+        ).anomalies
+    assert sent and {a.level for a in sent} == {"cross_rank"}
+    idle = refresh(state, hist.deepener("ended", 0, cfg))  # no sketches yet: its window as it stands
+    assert [a.level for a in idle] in ([], ["cross_rank"])
+    enc = {r: RankSketchEncoder("ended", 0, r) for r in range(LAYOUT.n_ranks)}
+    for s in steps[-4:]:  # the last steps' sketches, after the job stopped
+        for r, st in s.kernel_stats(range(LAYOUT.n_ranks)).items():
+            if s is steps[-4]:
+                hist.add(kernel_names("ended", 0, r))
+            hist.add(enc[r].encode(s.step, st))
+    (late,) = refresh(state, hist.deepener("ended", 0, cfg))
+    assert late.level == "kernel" and late.id == sent[0].id and named_kernels(late)[0] == "gemm"
+    assert refresh(state, hist.deepener("ended", 0, cfg)) == []  # explained: not again
 
 
 KERNEL_FAULTS = {
