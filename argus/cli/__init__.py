@@ -7,6 +7,7 @@ and exits 2 instead of showing a traceback.
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 
 CLI_EXTRA_MODULES = frozenset({"typer", "click", "rich", "msgspec", "shellingham", "pygments", "markdown_it"})
@@ -43,6 +44,9 @@ def main() -> None:
     if _missing is not None:
         print(MISSING_EXTRA, file=sys.stderr)
         sys.exit(2)
+    # A crash in native code (librdkafka, chDB, torch) prints every thread's Python stack to
+    # stderr (the pod's log) instead of dying silently with SIGSEGV.
+    faulthandler.enable()
     try:
         app()
     except KeyboardInterrupt:
