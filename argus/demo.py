@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -368,14 +369,33 @@ class _Broker:
         self.script = REPO / "scripts" / "kafka.sh"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_KAFKA_SCRAM")}
         self.env.update(ARGUS_KAFKA_PORT=str(port), ARGUS_KAFKA_DATA=str(data))
+        self.port, self.data = port, data
         self.bootstrap = f"127.0.0.1:{port}"
         self.started = False
+
+    def taken(self) -> bool:
+        """Something other than this demo's broker answers on the port (kafka.sh would use
+        it, and that broker's workers would diagnose the demo's jobs too)."""
+        with socket.socket() as sock:
+            sock.settimeout(1.0)
+            if sock.connect_ex(("127.0.0.1", self.port)) != 0:
+                return False
+        try:
+            os.kill(int((self.data / "broker.pid").read_text().strip()), 0)
+        except (OSError, ValueError):
+            return True  # no live broker of ours behind it
+        return False
 
     def start(self, log: Path) -> None:
         """Start it (fetching the jars the first time) and wait until it answers."""
         if not self.script.is_file():
             raise DemoError(
                 f"{self.script} is missing: run the demo from a checkout, or use --broker configured"
+            )
+        if self.taken():
+            raise DemoError(
+                f"127.0.0.1:{self.port} already answers, and it is not this demo's broker: "
+                "pass --port with a free port (or --broker configured to use that one on purpose)"
             )
         self.started = True
         with open(log, "ab") as out:

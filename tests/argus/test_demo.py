@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from argus.demo import TRAIN_ACCEPT, DemoError, DemoResult, Finding, JobCheck, _Children, check_findings
+from argus.demo import (
+    TRAIN_ACCEPT,
+    DemoError,
+    DemoResult,
+    Finding,
+    JobCheck,
+    _Broker,
+    _Children,
+    check_findings,
+)
 from argus.producers.simulator import Label
 
 REPO = Path(__file__).resolve().parents[2]
@@ -180,3 +189,19 @@ def test_the_demo_names_the_slowed_rank_and_every_injected_fault(unique: str, tm
             left.append(cmdline)
     assert not left, left
     assert seconds < 240
+
+
+def test_the_demo_will_not_share_a_port_another_broker_answers_on(tmp_path) -> None:
+    """Something else listens on the demo's port: the demo says so and stops, rather than
+    letting kafka.sh reuse that broker (whose workers would diagnose the demo's jobs too)."""
+    import socket
+
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        broker = _Broker(other.getsockname()[1], tmp_path / "kafka")
+        assert broker.taken()
+        with pytest.raises(DemoError, match="already answers, and it is not this demo's broker"):
+            broker.start(tmp_path / "kafka.log")
+        assert not broker.started
+    assert not broker.taken()  # the port is free again
