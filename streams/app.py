@@ -115,8 +115,9 @@ WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, H
 """The topics a worker reads and writes, created before it starts (its tables' changelogs
 and the internal evidence topic are created after, from the app)."""
 
-LAG_TOPICS = (STEPS, STEP_FINDINGS)
-"""The inputs whose consumer lag a worker reports."""
+LAG_TOPICS = ((STEPS, STEP_FINDINGS), (HEARTBEATS,), (KERNELS, STACKS))
+"""The inputs whose consumer lag a worker reports, per consumer group (in the order of
+:func:`consumer_groups`)."""
 
 WORKER_INPUTS = (STEPS, STEP_FINDINGS, HEARTBEATS, KERNELS, STACKS, EVIDENCE_TOPIC)
 """Every topic a worker group consumes (its agents' sources): where a new group is placed
@@ -581,6 +582,7 @@ class Streams:
         for raw, reason, error in refused:
             await self.dead_letter(raw, reason, error)
         self.metrics.heartbeats += taken
+        self.metrics.messages_by_input["heartbeats"] += len(inputs)
         self.metrics.hang_jobs = self.hangs.jobs
 
     async def detect_hangs(self) -> None:
@@ -611,6 +613,7 @@ class Streams:
         """One batch of kernel sketches and stacks onto the evidence topic, keyed by job;
         what has neither a rank key nor decodes, to the dead letters."""
         out, bad = rekey([(raw.key, raw.value) for raw in inputs], self.cfg.max_message_bytes)
+        self.metrics.messages_by_input["evidence"] += len(inputs)
         for i, exc in bad:
             await self.dead_letter(inputs[i], exc.reason, str(exc))
         for key, blob in out:  # queued, not awaited: the history is best effort

@@ -63,6 +63,8 @@ class StreamMetrics:
     open_steps: int = 0
     heartbeats: int = 0
     hang_jobs: int = 0
+    messages_by_input: Counter[str] = field(default_factory=Counter)
+    """Messages the batch intakes took (heartbeats; kernel sketches and stacks)."""
     started: float = field(default_factory=time.monotonic)
 
 
@@ -93,6 +95,17 @@ def metric_families(metrics: StreamMetrics, lags: Mapping[str, int]) -> dict[str
             {(("reason", k),): v for k, v in metrics.dead_letters.items()},
         ),
         "argus_worker_open_steps": ("gauge", "steps waiting for ranks", {(): metrics.open_steps}),
+        "argus_worker_heartbeats_total": (
+            "counter",
+            "rank heartbeats taken by the hang stage",
+            {(): metrics.heartbeats},
+        ),
+        "argus_worker_hang_jobs": ("gauge", "job runs whose heartbeats are kept", {(): metrics.hang_jobs}),
+        "argus_worker_intake_messages_total": (
+            "counter",
+            "Kafka messages the batch intakes took, by input",
+            {(("input", k),): v for k, v in metrics.messages_by_input.items()},
+        ),
         "argus_worker_step_completion_seconds": (
             "histogram",
             "first part of a step in to its findings out, seconds",

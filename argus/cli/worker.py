@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import typer
 
 from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
@@ -22,7 +24,7 @@ def worker(
 
     from argus.schemas import STEP_FINDINGS
     from argus.streams import build_app
-    from argus.streams.app import LAG_TOPICS, WORKER_TOPICS
+    from argus.streams.app import LAG_TOPICS, WORKER_TOPICS, consumer_groups
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
     from ..wiring import stream_config
@@ -53,13 +55,16 @@ def worker(
         from ..metrics import serve_metrics
         from ._health import WorkerHealth, add_probes
 
-        lag = GroupLag(conf, app_id, list(LAG_TOPICS))
+        lag_of = [
+            GroupLag(conf, group, list(topics))
+            for group, topics in zip(consumer_groups(app_id), LAG_TOPICS, strict=True)
+        ]
 
         def snapshot() -> dict[str, Family]:
-            try:
-                lags = lag()
-            except Exception:  # the broker is away: no lag figure this scrape
-                lags = {}
+            lags: dict[str, int] = {}
+            for lag in lag_of:
+                with contextlib.suppress(Exception):  # the broker is away: no lag figure this scrape
+                    lags.update(lag())
             return metric_families(metrics, lags)
 
         server = serve_metrics(metrics_port, snapshot)

@@ -23,6 +23,7 @@ from argus.producers.simulator import ClusterSimulator, HangScenario, HangSimula
 from argus.schemas import HEARTBEATS, JobOrder, StepFindings, StepSummary, decode, encode, job_key
 from argus.streams import AssemblyConfig, CompleteStep, StreamConfig, Streams
 from argus.streams.intake import RawInput
+from argus.streams.metrics import metric_families
 from argus.streams.outputs import step_outputs
 
 OUTPUTS = ("summaries", "findings", "anomalies", "dead")
@@ -227,6 +228,7 @@ def test_heartbeats_in_a_hang_anomaly_out_once_the_clock_passes_the_threshold(tm
     monkeypatch.setattr(time, "time_ns", lambda: clock[0])  # the detector's clock (detect_hangs)
 
     offsets = iter(range(10**6))
+    fed = [0]
 
     async def beat_until(t_ns: int) -> None:
         # as the heartbeat intake hands them over: a consumer batch at a time, one not a heartbeat
@@ -234,7 +236,9 @@ def test_heartbeats_in_a_hang_anomaly_out_once_the_clock_passes_the_threshold(tm
         raw = [RawInput(HEARTBEATS, 0, next(offsets), job_key("hung"), encode(b)) for b in beats]
         junk = RawInput(HEARTBEATS, 0, next(offsets), job_key("hung"), b"not avro")
         for lo in range(0, len(raw), 64):
-            await streams.take_heartbeats([*raw[lo : lo + 64], *([junk] if lo == 0 else [])])
+            batch = [*raw[lo : lo + 64], *([junk] if lo == 0 else [])]
+            fed[0] += len(batch)
+            await streams.take_heartbeats(batch)
         assert latest_beat(streams, ("hung", 0)) == max(b.time_ns for b in beats)
         clock[0] = t_ns
 
@@ -249,6 +253,10 @@ def test_heartbeats_in_a_hang_anomaly_out_once_the_clock_passes_the_threshold(tm
     asyncio.run(run())
     assert streams.metrics.hang_jobs == 1 and streams.metrics.heartbeats > 0
     assert [decode(v).reason for _, v in out.sent["dead"]] == ["decode", "decode"]
+    families = metric_families(streams.metrics, {})  # what /metrics shows
+    assert families["argus_worker_heartbeats_total"][2][()] == streams.metrics.heartbeats
+    assert families["argus_worker_hang_jobs"][2][()] == 1
+    assert families["argus_worker_intake_messages_total"][2][(("input", "heartbeats"),)] == fed[0]
     (sent,) = out.sent["anomalies"]
     anomaly = decode(sent[1])
     assert (anomaly.cause, anomaly.level, anomaly.suspect, anomaly.ranks) == ("hang", "hang", "rank:5", (5,))
