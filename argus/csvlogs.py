@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -293,6 +294,10 @@ def log_batches(
     return LogBatches(batches, labels, scale, column)
 
 
+_RATE_NAME = re.compile(r"(per_?s(ec(ond)?)?|/s|_ps|throughput|tflops|mfu|_s_per_gpu)$", re.IGNORECASE)
+"""Column names that read as a rate (tokens_per_s, samples/s, tflops, mfu, …)."""
+
+
 @dataclass(frozen=True)
 class LogDiagnosis:
     """What the engine found in a log: the anomalies (windows as window indexes, costs in
@@ -344,9 +349,15 @@ def diagnose_log(
         for a in sorted(final.values(), key=lambda a: (a.start_step, a.suspect))
     ]
     needed = cfg.warmup_steps + cfg.iter_min_steps + cfg.min_steps
-    notes = (
+    notes: tuple[str, ...] = (
         (f"{len(batches)} window(s): too few to call anything (the engine needs about {needed})",)
         if len(batches) < needed
         else ()
     )
+    metric = options.get("metric", "")
+    if not options.get("higher_is_better", False) and _RATE_NAME.search(metric or ""):
+        notes += (
+            f"{metric!r} looks like a throughput: read as a time, a slow rank's lower values look "
+            "fast; pass --higher-is-better if higher is better",
+        )
     return LogDiagnosis(out, log.labels, dict(diag.state.transients), scale, notes)

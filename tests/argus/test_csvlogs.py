@@ -111,6 +111,12 @@ def test_throughput_direction_and_phase_names() -> None:
     res = diagnose_log(rank, step, v, by_time=False, metric="samples_per_s", higher_is_better=True)
     assert [(a.suspect, res.start(a), res.end(a)) for a in res.anomalies] == [("rank:2", 20.0, 39.0)]
     assert diagnose_log(rank, step, v, by_time=False).anomalies == []  # a fast rank is nobody's problem
+    unsaid = diagnose_log(rank, step, v, by_time=False, metric="samples_per_s")  # direction not given
+    assert unsaid.anomalies == [] and any("--higher-is-better" in n for n in unsaid.notes)
+    assert not any(
+        "throughput" in n
+        for n in res.notes + diagnose_log(rank, step, v, by_time=False, metric="step_ms").notes
+    )
     assert phase_of("dataloader_wait_ms") == "dataloader_ms" and phase_of("step_time") is None
     assert phase_of("allreduce_time") == "all_reduce_ms" and phase_of("fwd") == "forward_ms"
     log = log_batches(rank, step, v, by_time=False, metric="fwd")
