@@ -106,6 +106,15 @@ class CompleteStep:
     """Tokens of parts that claim only implausible ranks (to dead-letter, then acknowledge)."""
 
 
+def _has_all_it_will(group: PartGroup[Any], later: PartGroup[Any]) -> bool:
+    """A later step of the job has as many ranks as ``group`` and, once the world is known,
+    none that ``group`` lacks. A step whose parts are still being read (its partition just
+    changed owner, a backlog behind it) is short of ranks its later steps have: it waits."""
+    if len(later.ranks) < len(group.ranks):
+        return False
+    return not group.job.world or later.ranks <= group.ranks
+
+
 class StepAssembler:
     """Collect step parts until steps complete; see the module docstring."""
 
@@ -172,19 +181,22 @@ class StepAssembler:
     def due(self, now: float) -> list[CompleteStep]:
         """Steps that completed by waiting: settled after their job moved on, or timed out."""
         parts, cfg = self._parts, self.config
-        most_later: dict[tuple[str, int], int] = {}  # per job: most ranks any open step has
+        largest: dict[tuple[str, int], PartGroup[Any]] = {}  # per job: the later open step with most ranks
         ready: list[tuple[tuple[Any, ...], str]] = []
         for key, group in sorted(parts.groups.items(), reverse=True):
             job_run = key[:2]
-            have = len(group.ranks)
-            later = most_later.get(job_run, 0)
-            most_later[job_run] = max(later, have)
+            later = largest.get(job_run)
+            if later is None or len(later.ranks) < len(group.ranks):
+                largest[job_run] = group
             if parts.whole(group):  # the world became known after it arrived
                 ready.append((key, "all_ranks"))
-            elif later >= have and now - group.last_seen >= cfg.quiet_s:
-                # A later step already has as many ranks as this one: this one has all it will
-                # get (how a job's first steps complete before its world size is known). The
-                # worker does not check this while it is inside a batch of parts.
+            elif (
+                later is not None and _has_all_it_will(group, later) and now - group.last_seen >= cfg.quiet_s
+            ):
+                # A later step has no rank this one lacks: this one has all it will get (how
+                # a job's first steps complete before its world size is known, and how steps
+                # without a lost rank complete at once). The worker does not check this while
+                # it is inside a batch of parts.
                 ready.append((key, "peers_done"))
             elif parts.waited(group, now):
                 ready.append((key, "timeout"))

@@ -210,3 +210,31 @@ def test_a_rebalance_drops_open_steps_unacknowledged_and_the_next_owner_complete
         after.add(p, ("second", i), now=7.0)
     (done,) = after.due(now=13.0)
     assert done.batch.step == second.step and len(done.batch) == 64 and done.missing == ()
+
+
+def test_a_step_still_being_read_after_a_rebalance_waits_for_its_parts() -> None:
+    """The world is known; the next owner of a step's partition is still reading its parts
+    while later steps (other partitions) already have ranks it lacks: it is not completed
+    short. A step missing only the ranks its later steps miss too (a lost rank) completes
+    after the short quiet, not the settle time."""
+    sim = ClusterSimulator(Layout(dp=4, tp=8, pp=2), seed=1, job="c")
+    steps = [s.batch for s in sim.run(4)]
+    asm = StepAssembler(AssemblyConfig(settle_s=5.0, max_wait_s=30.0, quiet_s=0.25))
+    for p in parts(steps[0], 8):
+        asm.add(p, None, now=0.0)
+    assert [c.reason for c in asm.due(now=31.0)] == ["timeout"]  # the world (64) is known now
+    first, rest = parts(steps[1], 8)[:3], parts(steps[1], 8)[3:]
+    for p in first:  # the backlog of step 1's partition, read in part
+        asm.add(p, None, now=32.0)
+    no13 = [b.take(np.flatnonzero(b["rank"] != 13)) for b in steps]  # rank 13 is lost from step 2 on
+    for p in parts(no13[2], 8)[:5]:  # step 2 (live, another partition) has more ranks already
+        asm.add(p, None, now=32.0)
+    assert asm.due(now=33.0) == []  # quiet for a second: step 1 still waits for its parts
+    done = [c for p in rest for c in asm.add(p, None, now=33.1)]
+    assert [(c.batch.step, c.reason, len(c.batch), c.missing) for c in done] == [(1, "all_ranks", 64, ())]
+    for p in parts(no13[2], 8)[5:]:
+        asm.add(p, None, now=34.0)
+    asm.add(no13[3], None, now=34.0)
+    assert asm.due(now=34.1) == []  # not quiet yet
+    (short,) = asm.due(now=34.3)
+    assert (short.batch.step, short.reason, short.missing) == (2, "peers_done", (13,))
