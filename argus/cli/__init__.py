@@ -8,6 +8,8 @@ and exits 2 instead of showing a traceback.
 from __future__ import annotations
 
 import faulthandler
+import logging
+import os
 import sys
 
 CLI_EXTRA_MODULES = frozenset({"typer", "click", "rich", "msgspec", "shellingham", "pygments", "markdown_it"})
@@ -47,8 +49,27 @@ def main() -> None:
     # A crash in native code (librdkafka, chDB, torch) prints every thread's Python stack to
     # stderr (the pod's log) instead of dying silently with SIGSEGV.
     faulthandler.enable()
+    code: int | str | None = 0
     try:
         app()
     except KeyboardInterrupt:
         err_console.print("interrupted")
-        sys.exit(130)
+        code = 130
+    except SystemExit as exc:
+        code = exc.code
+    if "chdb" in sys.modules:
+        _leave(code)
+    sys.exit(code)
+
+
+def _leave(code: int | str | None) -> None:
+    """Exit without the interpreter's teardown. The command is done and closed its store;
+    chDB's own teardown at exit races its background threads and crashed ``argus sink`` with
+    SIGSEGV on about half of its SIGTERM stops (a failed stop for the kubelet)."""
+    if isinstance(code, str):  # as sys.exit would: the message to stderr, status 1
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code or 0)

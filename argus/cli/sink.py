@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import sys
 import threading
 import time
 from typing import Any
@@ -99,12 +97,3 @@ def sink(
         f"({', '.join(f'{t} {n}' for t, n in sorted(stats.rows.items())) or 'none'}), "
         f"{stats.dead_letters} dead letters, {stats.insert_retries} insert retries"
     )
-    if not s.clickhouse_url:
-        # Everything is written and the embedded store closed. chDB's own teardown at
-        # interpreter exit races its background threads and can crash the process with
-        # SIGSEGV ("global_context->shutdown()"), turning a clean stop into a failed one for
-        # the kubelet: leave without it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        logging.shutdown()
-        os._exit(0)
