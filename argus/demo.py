@@ -602,7 +602,7 @@ def _start_kafka(run: _Session) -> None:
         raise DemoError(f"{exc}; {hint}") from None
     try:  # both groups start at the end of the topics: an old backlog is never read
         ends = end_offsets(conf, {*ALL_TOPICS, *WORKER_INPUTS})
-        for group in consumer_groups(cfg.app_id):  # the worker's and its heartbeat intake's
+        for group in consumer_groups(cfg.app_id):  # every group the worker reads with
             commit_offsets(conf, group, {tp: o for tp, o in ends.items() if tp[0] in WORKER_INPUTS})
         commit_offsets(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
     except KafkaUnavailable as exc:

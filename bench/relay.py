@@ -41,7 +41,7 @@ from argus.producers.publisher import Publisher  # noqa: E402
 from argus.producers.relay import NodeRelay, RelayClient  # noqa: E402
 from argus.schemas import ALL_TOPICS, HEARTBEATS, STEP_FINDINGS, STEPS, Record, StepBatch, StepRecord, encode  # noqa: E402
 from argus.simulate import layout_for, publish_simulation  # noqa: E402
-from argus.streams.app import consumer_groups  # noqa: E402
+from argus.streams.intake import intake_group  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_streams", REPO / "bench" / "streams.py")
 assert _spec is not None and _spec.loader is not None
@@ -160,7 +160,7 @@ def heartbeat_drain(conf: dict[str, Any], ranks: int, rounds: int) -> float:
             publisher.publish(HEARTBEATS, job_key(job), beat)
     publisher.drain(300)
     publisher.shutdown()
-    offsets = Consumer({**conf, "group.id": consumer_groups(app)[1]})  # the heartbeat intake's
+    offsets = Consumer({**conf, "group.id": intake_group(app, "heartbeats")})  # the heartbeat intake's
     parts = offsets.list_topics(HEARTBEATS, timeout=10).topics[HEARTBEATS].partitions
     tps = [TopicPartition(HEARTBEATS, p) for p in parts]
     ends = {tp.partition: offsets.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}

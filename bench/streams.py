@@ -69,7 +69,7 @@ from argus.schemas import (  # noqa: E402
     job_key,
 )
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
-from argus.streams.app import consumer_groups  # noqa: E402
+from argus.streams.intake import intake_group  # noqa: E402
 
 
 class PeakRss(threading.Thread):
@@ -370,7 +370,7 @@ def main() -> None:
         records_per_s_8 = step_throughput(publisher, conf, f"bench-tput8-{run}", ranks, steps, 8, home)
 
         # 1b. Heartbeats: node batches of 8 (the relay's shape), then one per message.
-        lag = GroupLag(conf, consumer_groups(f"bench-{run}")[1], [HEARTBEATS])
+        lag = GroupLag(conf, intake_group(f"bench-{run}", "heartbeats"), [HEARTBEATS])
         periods = 10 if args.quick else 30
         heartbeats_per_s = heartbeat_throughput(
             publisher, lag, f"bench-hb8-{run}", ranks, periods, 8, timeout=600

@@ -101,7 +101,6 @@ from .ordering import Reorderer
 from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
 
 __all__ = [
-    "LAG_TOPICS",
     "WORKER_INPUTS",
     "WORKER_TOPICS",
     "StreamConfig",
@@ -114,10 +113,6 @@ __all__ = [
 WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS)
 """The topics a worker reads and writes, created before it starts (its tables' changelogs
 and the internal evidence topic are created after, from the app)."""
-
-LAG_TOPICS = ((STEPS, STEP_FINDINGS), (HEARTBEATS,), (KERNELS, STACKS))
-"""The inputs whose consumer lag a worker reports, per consumer group (in the order of
-:func:`consumer_groups`)."""
 
 WORKER_INPUTS = (STEPS, STEP_FINDINGS, HEARTBEATS, KERNELS, STACKS, EVIDENCE_TOPIC)
 """Every topic a worker group consumes (its agents' sources): where a new group is placed
@@ -215,10 +210,15 @@ class Topics:
         )
 
 
-def consumer_groups(app_id: str) -> tuple[str, ...]:
-    """The consumer groups a worker of ``app_id`` reads with: Faust's, then its batch
-    intakes' (heartbeats; kernel sketches and stacks)."""
-    return (app_id, intake_group(app_id, "heartbeats"), intake_group(app_id, "evidence"))
+def consumer_groups(app_id: str) -> dict[str, tuple[str, ...]]:
+    """The consumer groups a worker of ``app_id`` reads with, each with its inputs: Faust's
+    (steps, findings, the internal evidence topic), then its batch intakes' (heartbeats;
+    kernel sketches and stacks)."""
+    return {
+        app_id: (STEPS, STEP_FINDINGS, EVIDENCE_TOPIC),
+        intake_group(app_id, "heartbeats"): (HEARTBEATS,),
+        intake_group(app_id, "evidence"): (KERNELS, STACKS),
+    }
 
 
 def _state_key(job: str, run: int) -> bytes:
@@ -281,14 +281,12 @@ class Streams:
             job_ttl_s=cfg.job_ttl_s,
             update_s=cfg.hang_update_s,
         )
-        _, beats_group, evidence_group = consumer_groups(cfg.app_id)
-        self.heartbeat_intake = BatchIntake(
-            cfg.kafka_config, beats_group, [HEARTBEATS], max_batch=cfg.take * 4
-        )
+        _, (beats_group, beats), (evidence_group, evidence) = consumer_groups(cfg.app_id).items()
+        self.heartbeat_intake = BatchIntake(cfg.kafka_config, beats_group, beats, max_batch=cfg.take * 4)
         self.evidence_intake = BatchIntake(
             cfg.kafka_config,
             evidence_group,
-            [KERNELS, STACKS],
+            evidence,
             max_batch=cfg.take * 4,
             max_age_s=cfg.history.max_age_s,
         )

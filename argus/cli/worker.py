@@ -24,7 +24,7 @@ def worker(
 
     from argus.schemas import STEP_FINDINGS
     from argus.streams import build_app
-    from argus.streams.app import LAG_TOPICS, WORKER_TOPICS, consumer_groups
+    from argus.streams.app import WORKER_TOPICS, consumer_groups
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
     from ..wiring import stream_config
@@ -55,10 +55,7 @@ def worker(
         from ..metrics import serve_metrics
         from ._health import WorkerHealth, add_probes
 
-        lag_of = [
-            GroupLag(conf, group, list(topics))
-            for group, topics in zip(consumer_groups(app_id), LAG_TOPICS, strict=True)
-        ]
+        lag_of = [GroupLag(conf, group, list(topics)) for group, topics in consumer_groups(app_id).items()]
 
         def snapshot() -> dict[str, Family]:
             lags: dict[str, int] = {}
