@@ -54,10 +54,11 @@ _SETTINGS = frozenset(f.name for f in dataclasses.fields(Settings))
 _AGENT = frozenset(f.name for f in dataclasses.fields(AgentConfig))
 _LAYOUT = frozenset({"rank", "world", "run", "host", "gpu_uuid", "tp_size", "pp_size", "coords"})
 _FRAMEWORK = frozenset({"mesh"})
-PUBLISHER_WAKE_MS = 200
+PUBLISHER_WAKE_MS = 500
 """How often the rank's publisher thread wakes to encode and send what the agent queued: each
-wake-up costs CPU the training process may need (5 a second; a step record waits at most
-this long before it leaves, heartbeats and declared pauses included)."""
+wake-up costs CPU the training process may need (2 a second; a record waits at most this
+long before it leaves, heartbeats and declared pauses included). With the agent's
+``publish_s`` (0.5 s), a step record leaves at most ~1 s after its step ended."""
 _lock = threading.Lock()
 _agent: RankAgent | None = None
 _publisher: Any = None

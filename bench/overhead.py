@@ -1,15 +1,15 @@
 """Always-on overhead of the rank agent on a real PyTorch training loop (CPU).
 
-A small transformer trained for a few hundred steps of >= 50 ms, in rounds of interleaved
-blocks so drift cancels: agent off, agent on (framework hooks, stack sampler at its default
-rate, step records, stack samples and heartbeats every second published through a real
-``Publisher`` whose broker is unreachable, so the spool path runs too), ``torch.profiler``
-on (CPU activities); then
-the same model wrapped in ``DistributedDataParallel`` (a one-rank gloo group: the reducer,
-its buckets and the backend run, the agent's all-reduce hook and collective spans too)
-without and with the agent: one module, a fresh DDP wrapper for each block (so the "off"
-blocks run DDP's own C++ reducer path; the agent's hook stays on the wrapper it has seen).
-Within a round the two sides of each pair take turns going first. Prints median step time of each
+A small transformer trained in steps of ~45 ms, in rounds of interleaved blocks so drift
+cancels: agent off, agent on (framework hooks, stack sampler at its default rate, step
+records, stack samples and heartbeats every second published through a real ``Publisher``
+whose broker is unreachable, so the spool path runs too), ``torch.profiler`` on (CPU
+activities); then the same model wrapped in ``DistributedDataParallel`` (a one-rank gloo
+group: the reducer, its buckets and the backend run, and the agent's timing of DDP's
+all-reduce wait) without and with the agent: one module, a fresh DDP wrapper for each block.
+Each block trains untimed before and after its timed steps for longer than the agent's and
+the publisher's intervals (steady state: nothing deferred to the agent's close). Within a
+round the two sides of each pair take turns going first. Prints median step time of each
 and the overhead ratios with their spread over rounds (quartiles), the CPU the agent's and
 the publisher's threads used per step (thread CPU clocks) and the machine's load; the last
 line is JSON with ``overhead_pct``, ``overhead_ddp_pct``, ``profiler_overhead_pct`` (medians
@@ -93,7 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
     rounds = args.rounds or (16 if args.quick else 40)
-    per_block = 9 if args.quick else 10
+    per_block = 12 if args.quick else 16
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dim, layers, batch, seq = 128, 2, 16, 80
@@ -122,20 +122,27 @@ def main() -> None:
         train(2, net=net, optim=opt_ddp)
         return net
 
+    steps_run = [0]
+
     def train(
-        n: int, *, profiler: bool = False, agent_on: bool = False, net: nn.Module = model, optim=opt
+        n: int, *, profiler: bool = False, net: nn.Module = model, optim=opt, settle_s: float = 0.0
     ) -> list[float]:
+        """Step times (ms) of ``n`` steps, after and before ``settle_s`` of untimed steps."""
         out = []
         it = iter(loader)
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profiler else None
         if prof is not None:
             prof.__enter__()
-        for _ in range(n):
-            t0 = time.perf_counter()
-            it = _train_step(net, optim, it, loader)
-            out.append((time.perf_counter() - t0) * 1e3)
-            if prof is not None:
-                prof.step()
+        for timed in (False, True, False) if settle_s else (True,):
+            t_end = time.perf_counter() + settle_s
+            while (len(out) < n) if timed else (time.perf_counter() < t_end):
+                t0 = time.perf_counter()
+                it = _train_step(net, optim, it, loader)
+                if timed:
+                    out.append((time.perf_counter() - t0) * 1e3)
+                steps_run[0] += 1
+                if prof is not None:
+                    prof.step()
         if prof is not None:
             prof.__exit__(None, None, None)
         return out
@@ -162,32 +169,40 @@ def main() -> None:
     # CPU ns of the agent's and the publisher's threads, and steps, while an agent ran
     cpu: dict[str, list[int]] = {"agent": [0, 0, 0], "ddp_agent": [0, 0, 0]}
 
+    # The agent publishes finished steps every publish_s and the publisher sends every
+    # PUBLISHER_WAKE_MS: each block trains untimed for longer than both before and after its
+    # timed steps, so the timed steps see the agent in its steady state (the work for the
+    # steps before them, none of it deferred to close()). Every side gets the same blocks.
+    settle = max(cfg.publish_s, argus.api.PUBLISHER_WAKE_MS / 1000) + 0.1
+
     def with_agent(kind: str, net: nn.Module, optim: Any) -> list[float]:
         agent = RankAgent(publisher, info, cfg)
         agent.install(net, optim)
-        a0, p0 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread)
-        out = train(per_block, agent_on=True, net=net, optim=optim)[1:]
-        a1, p1 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread)
+        a0, p0, s0 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread), steps_run[0]
+        out = train(per_block, net=net, optim=optim, settle_s=settle)[1:]
+        a1, p1, s1 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread), steps_run[0]
         agent.close()
         c = cpu[kind]
-        c[0], c[1], c[2] = c[0] + a1 - a0, c[1] + p1 - p0, c[2] + per_block
+        c[0], c[1], c[2] = c[0] + a1 - a0, c[1] + p1 - p0, c[2] + s1 - s0
         return out
 
     for r in range(rounds):
         # each side goes first in every other round (a block's place in the round cancels)
         block: dict[str, list[float]] = {}
         for side in ("off", "agent") if r % 2 == 0 else ("agent", "off"):
-            block[side] = train(per_block)[1:] if side == "off" else with_agent("agent", model, opt)
-        block["profiler"] = train(per_block, profiler=True)[1:]
+            block[side] = (
+                train(per_block, settle_s=settle)[1:] if side == "off" else with_agent("agent", model, opt)
+            )
+        block["profiler"] = train(per_block, profiler=True, settle_s=settle)[1:]
         for side in ("ddp_off", "ddp_agent") if r % 2 == 0 else ("ddp_agent", "ddp_off"):
             net = ddp()
             block[side] = (
-                train(per_block, net=net, optim=opt_ddp)[1:]
+                train(per_block, net=net, optim=opt_ddp, settle_s=settle)[1:]
                 if side == "ddp_off"
                 else with_agent("ddp_agent", net, opt_ddp)
             )
             del net
-        ddp_steps += per_block
+        ddp_steps += per_block - 1
         for k, v in block.items():
             times[k] += v
         # paired within the round (slow drift cancels); a block's fastest quartile, because

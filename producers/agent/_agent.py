@@ -74,6 +74,7 @@ class AgentConfig:
     slow_factor: float = 1.5
     stack_window_s: float = 10.0
     heartbeat_s: float = 5.0
+    publish_s: float = 0.5
     stacks: bool = True
     collectives: bool = True
     dataloader: bool = True
@@ -90,8 +91,8 @@ class AgentConfig:
             raise ValueError("stack_hz and slow_stack_hz must be in (0, 1000]")
         if self.slow_factor <= 1:
             raise ValueError("slow_factor must be > 1")
-        if self.heartbeat_s <= 0 or self.stack_window_s <= 0:
-            raise ValueError("heartbeat_s and stack_window_s must be positive")
+        if self.heartbeat_s <= 0 or self.stack_window_s <= 0 or self.publish_s < 0:
+            raise ValueError("heartbeat_s and stack_window_s must be positive, publish_s not negative")
 
 
 class RankAgent:
@@ -135,6 +136,7 @@ class RankAgent:
         self._sleep.acquire()
         self._thread: threading.Thread | None = None
         self._last_heartbeat = 0.0
+        self._last_publish = 0.0
         self.forked = False  # True in the child of a fork (see reset_after_fork)
 
     # -- set-up ------------------------------------------------------------------------
@@ -247,15 +249,22 @@ class RankAgent:
         return bool(limit and opened is not None and time.perf_counter_ns() - opened[1] > limit)
 
     def tick(self) -> None:
-        """One round of the agent's thread (also called once more at shutdown)."""
+        """One round of the agent's thread.
+
+        Finished steps go out every ``publish_s``, not at every stack sample: each round
+        that builds records touches far more code and data than a sample, and on a busy
+        host that costs several times what it does in isolation.
+        """
         if self.config.stacks:
             self._sample_stack()
-        self._publish_steps()
-        if self.config.compile and not self.hooks.compile_hooked:
-            self.hooks.install_compile()
-        if self.cupti is not None:
-            self._publish_kernels()
         now = time.monotonic()
+        if now - self._last_publish >= self.config.publish_s:
+            self._last_publish = now
+            self._publish_steps()
+            if self.config.compile and not self.hooks.compile_hooked:
+                self.hooks.install_compile()
+            if self.cupti is not None:
+                self._publish_kernels()
         if now - self._last_heartbeat >= self.config.heartbeat_s:
             self._last_heartbeat = now
             self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())

@@ -10,11 +10,10 @@
   when ``Work.wait()`` returns if that is earlier), with a per-group
   sequence number entered and finished for the heartbeat. FSDP2 (``fully_shard``) and
   FSDP1 issue their all-gathers and reduce-scatters through these functions;
-* DDP: the C++ reducer never calls them, so the first forward of every
-  ``DistributedDataParallel`` without a communication hook registers Argus's own hook
-  (:meth:`Instrumentation.ddp_hook`: the reducer's default semantics, the process group's
-  ``allreduce`` called directly, the span closed in the hook's one ``then`` callback); a
-  hook the user registered before is left alone (its collectives are the wrapped functions);
+* DDP: the C++ reducer never calls them; its all-reduce is timed as the wait it leaves
+  the rank with, from the end of backward's computation (a final callback queued ahead of
+  DDP's finalizer) to ``backward`` returning (:meth:`Instrumentation.install_ddp`); a DDP
+  with a user's Python hook is left alone (its collectives are the wrapped functions);
 * host-to-device copies: ``Tensor.to`` / ``Tensor.cuda`` wrapped, only when CUDA is present;
 * GC pauses: ``gc.callbacks``; torch.compile: dynamo's compile start/end callbacks.
 
@@ -114,7 +113,6 @@ class Instrumentation:
         self.compile_hooked = False
         self.notes: dict[str, str] = {}
         self._waiting: dict[int, Any] | None = None
-        self._ddp_hooked = [False]  # the DDP hooks time only while this is True
 
     # -- install / uninstall -----------------------------------------------------------
     def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
@@ -484,82 +482,86 @@ class Instrumentation:
         return group_state
 
     def install_ddp(self) -> bool:
-        """Time every ``DistributedDataParallel``'s bucket all-reduces with Argus's own hook.
+        """Time the gradient all-reduce of every ``DistributedDataParallel`` as the wait it
+        leaves the rank with, without a communication hook.
 
-        ``DistributedDataParallel.forward`` is wrapped: on a model's first forward (after
-        ``attach`` or before, whenever it was built) a DDP with no communication hook gets
-        :meth:`ddp_hook`, which does what the C++ reducer does by default. The hook cannot
-        be removed again; after ``detach`` it only all-reduces (no span).
+        DDP's C++ reducer starts each bucket's all-reduce as soon as its gradients are ready,
+        overlapped with the rest of backward, and waits for all of them in its finalizer: an
+        autograd final callback queued when the last bucket is ready, so it runs once
+        backward's computation is over. After the forward of a DDP that will reduce (grad
+        enabled, not under ``no_sync``, no user hook), the next ``torch.autograd.backward``
+        gets a pre-hook on the root of its graph, which queues a final callback of Argus's
+        own ahead of DDP's. That callback opens the ``all_reduce`` span (computation done);
+        ``backward`` returning closes it (DDP's reduction done, gradients written back). The
+        span is the part of the all-reduce that the rank waits for: the buckets that finish
+        while backward still computes cost nothing and count nothing, a peer that is late
+        shows as its wait. DDP keeps its own fused C++ path; Argus adds four Python calls per
+        synchronizing backward and none per bucket. A DDP with a user's Python hook is left
+        alone: its collectives are timed through the wrapped functions.
         """
         try:
+            import torch
             from torch.nn.parallel import DistributedDataParallel
         except Exception:
             return False
-        original: Callable[..., Any] = DistributedDataParallel.forward
-        notes = self.notes
-        hooked = self._ddp_hooked
+        engine = torch.autograd.Variable._execution_engine
+        original_forward: Callable[..., Any] = DistributedDataParallel.forward
+        original_backward: Callable[..., Any] = torch.autograd.backward
+        col = COLUMN_INDEX["all_reduce_ms"]
+        rec = self.rec
+        pending: list[tuple[GroupState, int]] = []  # the reducing DDP's group and bytes
 
-        def hook_ddp(ddp: Any) -> None:
-            ddp.__dict__["_argus_hooked"] = True
+        def reduces(ddp: Any) -> tuple[GroupState, int] | None:
+            if not (ddp.require_backward_grad_sync and torch.is_grad_enabled()):
+                return None
             if ddp._comm_hooks or getattr(ddp, "_use_python_reducer", False):
-                return  # the user's Python hook calls the wrapped collectives itself
-            try:
-                pg = ddp.process_group
-                ddp.register_comm_hook(pg, self.ddp_hook(pg))
-            except Exception as exc:  # a built-in (C++) hook registered by the user
-                notes["ddp"] = f"DDP all-reduce not timed: {type(exc).__name__}: {exc}"
-                log.info("argus: %s", notes["ddp"])
+                return None
+            known = ddp.__dict__.get("_argus_group")
+            if known is None:
+                nbytes = sum(tensor_bytes(p) for p in ddp.parameters() if p.requires_grad)
+                known = ddp.__dict__["_argus_group"] = (self._group_name(ddp.process_group), nbytes)
+            return self._group(known[0]), known[1]
 
-        @functools.wraps(original)
+        @functools.wraps(original_forward)
         def forward(ddp: Any, *args: Any, **kwargs: Any) -> Any:
-            if "_argus_hooked" not in ddp.__dict__:
-                try:
-                    hook_ddp(ddp)
-                except Exception:
-                    log.debug("argus: hooking a DDP model failed", exc_info=True)
-            return original(ddp, *args, **kwargs)
+            out = original_forward(ddp, *args, **kwargs)
+            try:
+                target = reduces(ddp)
+                if target is not None:
+                    pending[:] = [target]
+            except Exception:
+                log.debug("argus: reading a DDP model failed", exc_info=True)
+            return out
+
+        @functools.wraps(original_backward)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if not pending:
+                return original_backward(tensors, *args, **kwargs)
+            g, nbytes = pending.pop()
+            opened: list[Any] = []
+
+            def computed() -> None:  # a final callback, ahead of DDP's finalizer
+                g.entered += 1
+                g.kind = "all_reduce"
+                g.nbytes = nbytes
+                opened.append(rec.begin(col, nest=False))
+
+            def first_node(_grads: Any) -> None:
+                engine.queue_callback(computed)
+
+            handle = _root_prehook(tensors, first_node)
+            try:
+                return original_backward(tensors, *args, **kwargs)
+            finally:
+                if handle is not None:
+                    handle.remove()
+                if opened:
+                    rec.end_by(opened[0])
+                    g.finished += 1
 
         self._patch(DistributedDataParallel, "forward", forward)
-        hooked[0] = True
-        self._undo.append(lambda: hooked.__setitem__(0, False))
+        self._patch(torch.autograd, "backward", backward)
         return True
-
-    def ddp_hook(self, process_group: Any) -> Callable[[Any, Any], Any]:
-        """A DDP communication hook with the reducer's default semantics, timed.
-
-        Per bucket: divide by the group size (skipped for a group of one), call the process
-        group's ``allreduce`` directly (not ``torch.distributed.all_reduce``: no argument
-        checks, no second span), and end the span in the single ``then`` callback that
-        returns the bucket to the reducer. Costs one Python call and one callback per
-        bucket, and the division pass that every communication hook pays (DDP's C++ path
-        fuses it into the copy of the gradients into the bucket, which it does only
-        without a hook). After ``uninstall`` the hook only all-reduces.
-        """
-        col = COLUMN_INDEX["all_reduce_ms"]
-        rec, hooked = self.rec, self._ddp_hooked
-        size = process_group.size()
-        g = self._group(self._group_name(process_group))
-
-        # DDP refuses a hook whose ``bucket`` or return annotation is not GradBucket / Future
-        def hook(pg, bucket):  # type: ignore[no-untyped-def]
-            tensor = bucket.buffer()
-            if size > 1:
-                tensor.div_(size)
-            if not hooked[0]:
-                return pg.allreduce([tensor]).get_future().then(_first_value)
-            g.entered += 1
-            g.kind = "all_reduce"
-            g.nbytes = tensor.numel() * tensor.element_size()
-            token = rec.begin(col, nest=False)
-
-            def done(fut: Any) -> Any:
-                rec.end_by(token)
-                g.finished += 1
-                return fut.value()[0]
-
-            return pg.allreduce([tensor]).get_future().then(done)
-
-        return hook
 
     def _group(self, name: str) -> GroupState:
         g = self.groups.get(name)
@@ -619,6 +621,14 @@ class _PendingResults:
             g.finished += 1
 
 
-def _first_value(fut: Any) -> Any:
-    """The all-reduced bucket of a finished future."""
-    return fut.value()[0]
+def _root_prehook(tensors: Any, hook: Callable[[Any], None]) -> Any:
+    """Register ``hook`` as a pre-hook of the first graph root among ``tensors`` (what
+    ``torch.autograd.backward`` takes); its handle, or None if none has a ``grad_fn``."""
+    for t in tensors if isinstance(tensors, list | tuple) else (tensors,):
+        fn = getattr(t, "grad_fn", None)
+        if fn is not None:
+            try:
+                return fn.register_prehook(hook)
+            except Exception:
+                return None
+    return None

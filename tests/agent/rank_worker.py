@@ -49,17 +49,36 @@ def union_ms(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+BACKWARD = "rank_worker.backward"
+"""The profiler's name for each step's ``loss.backward()`` (a ``record_function``)."""
+
+
 def profiled_collective_ms(prof: Any) -> dict[str, float]:
     """Milliseconds during which a collective ran, by the profiler's events: the caller's
     ``c10d::*`` operators (enqueue, and on gloo the reduce-scatter's copy) and the backend's
-    ``gloo:*`` execution, in all (``"all"``) and per event name."""
+    ``gloo:*`` execution, in all (``"all"``) and per event name; and ``"backward_wait"``:
+    the time each ``backward()`` went on after its last autograd node had been evaluated
+    (DDP's reducer waiting for its buckets' all-reduces and writing the gradients back), and
+    ``"backward_wait_in_collectives"``: the part of it during which a collective ran."""
     spans: dict[str, list[tuple[float, float]]] = {"all": []}
+    windows: list[list[float]] = []  # per backward(): start, end, end of its last node
+    nodes: list[float] = []
     for e in prof.events():
+        span = (e.time_range.start / 1000, e.time_range.end / 1000)
         if e.name.startswith(("gloo:", "c10d::")):
-            span = (e.time_range.start / 1000, e.time_range.end / 1000)
             spans["all"].append(span)
             spans.setdefault(e.name, []).append(span)
-    return {name: union_ms(s) for name, s in spans.items()}
+        elif e.name == BACKWARD:
+            windows.append([*span, span[0]])
+        elif e.name.startswith("autograd::engine::evaluate_function"):
+            nodes.append(span[1])
+    for w in windows:
+        w[2] = max((t for t in nodes if w[0] <= t <= w[1]), default=w[1])
+    out = {name: union_ms(s) for name, s in spans.items()}
+    out["backward_wait"] = sum(w[1] - w[2] for w in windows)
+    clipped = [(max(s, w[2]), min(e, w[1])) for s, e in spans["all"] for w in windows]
+    out["backward_wait_in_collectives"] = union_ms([(s, e) for s, e in clipped if s < e])
+    return out
 
 
 def run(a: argparse.Namespace) -> None:
@@ -134,7 +153,8 @@ def run(a: argparse.Namespace) -> None:
         net.delay_s = (a.base_ms + (a.slow_ms if rank == a.slow_rank else 0.0)) / 1000
         with argus.step(samples=a.batch):
             loss = model(x).square().mean()
-            loss.backward()
+            with torch.profiler.record_function(BACKWARD):
+                loss.backward()
             if a.mode == "direct":
                 works = []
                 for i, p in enumerate(model.parameters()):
