@@ -81,6 +81,8 @@ class LogRows:
     value: np.ndarray
     hosts: dict[int, str] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    iso: bool = False
+    """The time column was written as ISO 8601 times (``t`` holds them as epoch seconds)."""
 
 
 def _number(text: str, *, time: bool) -> float:
@@ -111,6 +113,7 @@ def read_series(
     vs: list[float] = []
     hosts: dict[int, str] = {}
     skipped = 0
+    iso = False
     try:
         with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a spreadsheet's BOM
             reader = csv.DictReader(fh)
@@ -132,6 +135,7 @@ def read_series(
                 try:
                     r, v = float(raw[0] or ""), float(raw[2] or "")
                     t = _number(raw[1] or "", time=True)
+                    iso = iso or not _is_float(raw[1] or "")
                 except ValueError:
                     raise CsvError(
                         f"{path}:{line}: not a number in {rank_col}/{t_col}/{value_col}: {raw!r}"
@@ -157,18 +161,33 @@ def read_series(
     if not vs:
         raise CsvError(f"{path}: no data rows")
     rows = LogRows(
-        np.array(ranks, np.int64), np.array(ts), np.array(vs), {k: v for k, v in hosts.items() if v}
+        np.array(ranks, np.int64), np.array(ts), np.array(vs), {k: v for k, v in hosts.items() if v}, iso=iso
     )
     notes = [f"{skipped:,} row(s) with a blank, NaN or infinite value skipped"] if skipped else []
-    return dataclasses.replace(rows, notes=(*notes, *_oddities(rows.rank, rows.t, t_col)))
+    return dataclasses.replace(rows, notes=(*notes, *_oddities(rows.rank, rows.t, t_col, iso)))
 
 
-def as_written(x: float) -> str:
-    """A step or time as a log writes it (an epoch time whole, not as 1.75e+09)."""
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def as_written(x: float, iso: bool = False) -> str:
+    """A step or time as a log writes it: an epoch time whole (not as 1.75e+09), and with
+    ``iso`` an ISO 8601 UTC time (``2026-11-23T01:50:00Z``)."""
+    if iso:
+        return (
+            datetime.fromtimestamp(x, UTC)
+            .isoformat(timespec="milliseconds" if x % 1 else "seconds")
+            .replace("+00:00", "Z")
+        )
     return f"{x:.0f}" if abs(x) >= 1e5 else f"{x:g}"
 
 
-def _oddities(rank: np.ndarray, t: np.ndarray, t_col: str) -> list[str]:
+def _oddities(rank: np.ndarray, t: np.ndarray, t_col: str, iso: bool = False) -> list[str]:
     """What a reader should know about the rows: repeated (rank, time) pairs, which are
     averaged, and a rank whose time goes back in the file (a restarted run's counter)."""
     notes = []
@@ -183,7 +202,7 @@ def _oddities(rank: np.ndarray, t: np.ndarray, t_col: str) -> list[str]:
     if len(back) and np.bincount(rr[back]).max() <= 2:
         i = int(back[0])
         notes.append(
-            f"{t_col} of rank {int(rr[i])} goes back in the file ({as_written(tt[i - 1])} then {as_written(tt[i])}): "
+            f"{t_col} of rank {int(rr[i])} goes back in the file ({as_written(tt[i - 1], iso)} then {as_written(tt[i], iso)}): "
             "a restarted run? Both runs are diagnosed as one; split the file per run to tell them apart"
         )
     return notes
@@ -309,10 +328,20 @@ class LogDiagnosis:
     transients: dict[str, int]
     scale: float = 1.0
     notes: tuple[str, ...] = ()
+    higher_is_better: bool = False
 
     def slowdown(self, a: Anomaly) -> float:
         """What the suspect adds to a typical step, as a fraction of it (unit-free)."""
         return a.step_ms_added * self.scale / _TYPICAL_MS
+
+    def added(self, a: Anomaly) -> float:
+        """What the suspect changes the value by, in the log's own unit: time added for a
+        time; for a throughput (``higher_is_better``) the rate it loses, negative (a rank
+        at 600 samples/s among ranks at 1,000: -400)."""
+        if not self.higher_is_better:
+            return a.step_ms_added
+        f = self.slowdown(a)
+        return -(self.scale / _TYPICAL_MS) * f / (1 + f)
 
     def start(self, a: Anomaly) -> float:
         """The anomaly's first window, in the log's time or step unit."""
@@ -360,4 +389,5 @@ def diagnose_log(
             f"{metric!r} looks like a throughput: read as a time, a slow rank's lower values look "
             "fast; pass --higher-is-better if higher is better",
         )
-    return LogDiagnosis(out, log.labels, dict(diag.state.transients), scale, notes)
+    higher = bool(options.get("higher_is_better", False))
+    return LogDiagnosis(out, log.labels, dict(diag.state.transients), scale, notes, higher)

@@ -11,7 +11,16 @@ from rich.markup import escape
 
 from ..config import ConfigError, Settings, load_settings, redact_url
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_UNAVAILABLE", "app", "console", "err_console", "fail", "settings"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_UNAVAILABLE",
+    "app",
+    "console",
+    "err_console",
+    "fail",
+    "n_anomalies",
+    "settings",
+]
 
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
@@ -43,6 +52,11 @@ def _root(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log everything to stderr."),
 ) -> None:
     setup_logging(verbose)
+
+
+def n_anomalies(n: int) -> str:
+    """``"1 anomaly"``, ``"3 anomalies"``."""
+    return f"{n} anomal{'y' if n == 1 else 'ies'}"
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

@@ -17,7 +17,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ..scoring import named_kernels
-from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
+from ._app import EXIT_UNAVAILABLE, app, console, fail, n_anomalies, settings
 
 if TYPE_CHECKING:
     from ..demo import DemoResult
@@ -126,7 +126,7 @@ def _verdict(result: DemoResult) -> str:
     narrow = sum(1 for c in result.checks for m in c.scoring.matches if m.right and m.iou < result.min_iou)
     parts = [
         f"{misses} injected fault(s) not found" if misses else "",
-        f"{extras} anomal{'y' if extras == 1 else 'ies'} matching no injected fault" if extras else "",
+        f"{n_anomalies(extras)} matching no injected fault" if extras else "",
         f"{narrow} window(s) with IoU < {result.min_iou}" if narrow else "",
     ]
     return "; ".join(p for p in parts if p) + " (see the table above)"

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from ..csvlogs import CsvError, LogDiagnosis, as_written, diagnose_log, phase_of, read_series
 from ..schemas import Anomaly
-from ._app import app, console, err_console, fail
+from ._app import app, console, err_console, fail, n_anomalies
 
 
 @app.command()
@@ -53,32 +53,33 @@ def diagnose(
     for note in (*rows.notes, *result.notes):
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if as_json:
-        out = [_as_json(a, result) for a in result.anomalies]
+        out = [_as_json(a, result, rows.iso) for a in result.anomalies]
         sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
         return
-    _print_table(result, len(np.unique(rows.rank)), value_col, "time" if time_col else "step")
+    _print_table(result, len(np.unique(rows.rank)), value_col, "time" if time_col else "step", rows.iso)
 
 
-def _as_json(a: Anomaly, result: LogDiagnosis) -> dict[str, Any]:
-    """One anomaly of ``--json``: its window in the log's own steps or times."""
+def _as_json(a: Anomaly, result: LogDiagnosis, iso: bool = False) -> dict[str, Any]:
+    """One anomaly of ``--json``: its window in the log's own steps or times (ISO 8601
+    strings when the log wrote its times so)."""
     return {
         "rank": a.ranks[0] if a.suspect_kind == "rank" and a.ranks else None,
         "suspect": a.suspect,
         "suspect_kind": a.suspect_kind,
         "ranks": list(a.ranks),
-        "start": result.start(a),
-        "end": result.end(a),
+        "start": as_written(result.start(a), iso) if iso else result.start(a),
+        "end": as_written(result.end(a), iso) if iso else result.end(a),
         "class": a.cause,
         "severity": a.severity,
         "score": _finite(a.score),
         "windows": int(a.evidence.get("steps_seen", 0)),
-        "added": _finite(a.step_ms_added),
+        "added": _finite(result.added(a)),
         "slowdown": _finite(round(result.slowdown(a), 4)),
         "summary": a.summary,
     }
 
 
-def _print_table(result: LogDiagnosis, n_ranks: int, value_col: str, unit: str) -> None:
+def _print_table(result: LogDiagnosis, n_ranks: int, value_col: str, unit: str, iso: bool = False) -> None:
     """The anomalies as a table, the transients counted in its caption."""
     found = result.anomalies
     n_tr = sum(result.transients.values())
@@ -87,7 +88,7 @@ def _print_table(result: LogDiagnosis, n_ranks: int, value_col: str, unit: str) 
         "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "windows",
         "slowdown" if phase_of(value_col) is None else f"added to {value_col}",
         caption=(
-            f"{len(found)} anomal{'y' if len(found) == 1 else 'ies'} in {n_ranks} ranks; "
+            f"{n_anomalies(len(found))} in {n_ranks} ranks; "
             f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
             + (": " + ", ".join(f"{k} ×{v}" for k, v in top) if top else "")
         ),
@@ -96,8 +97,8 @@ def _print_table(result: LogDiagnosis, n_ranks: int, value_col: str, unit: str) 
         table.add_row(
             a.suspect,
             ",".join(str(r) for r in a.ranks[:8]) + ("…" if len(a.ranks) > 8 else ""),
-            as_written(result.start(a)),
-            as_written(result.end(a)),
+            as_written(result.start(a), iso),
+            as_written(result.end(a), iso),
             a.cause,
             a.severity,
             f"{_finite(a.score) or 0:.1f}",

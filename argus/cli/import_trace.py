@@ -22,7 +22,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
+from ._app import EXIT_UNAVAILABLE, app, console, fail, n_anomalies, settings
 
 __all__ = ["StepParts", "collect_imports", "diagnose_steps", "iter_imports"]
 
@@ -342,7 +342,7 @@ def _say_diagnosed(job: str, anomalies: list[Any], local: bool) -> None:
         )
         return
     console.print(
-        f"diagnosis: {len(anomalies)} anomal{'y' if len(anomalies) == 1 else 'ies'} → the embedded store"
+        f"diagnosis: {n_anomalies(len(anomalies))} → the embedded store"
         + (f"; `argus report --job {job}` shows them" if anomalies else ""),
         highlight=False,
     )

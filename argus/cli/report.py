@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ._app import app, console, fail
+from ._app import app, console, fail, n_anomalies
 from ._store import command_store
 
 
@@ -30,7 +30,7 @@ def report(
         fail(f"cannot write {output}: {exc.strerror or exc}")
     found = ", ".join(f"rank {s.rank} ({s.reason})" for s in data.suspects) or "no suspects"
     console.print(
-        f"wrote {output} ({len(html.encode()) // 1024} KiB): {len(data.anomalies)} anomalies; {found}",
+        f"wrote {output} ({len(html.encode()) // 1024} KiB): {n_anomalies(len(data.anomalies))}; {found}",
         highlight=False,
         markup=False,
     )

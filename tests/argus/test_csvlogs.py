@@ -16,9 +16,10 @@ from argus.detectors import COMPUTE_STRAGGLER, UNKNOWN, JobDiagnoser
 from argus.producers.simulator import ClusterSimulator, Fault, Layout
 
 
-def write_log(path: Path, *, seed: int = 0, value_col: str = "step_ms") -> Path:
+def write_log(path: Path, *, seed: int = 0, value_col: str = "step_ms", iso: bool = False) -> Path:
     """16 ranks sampled every 8..12 s for 300 s; rank 15 starts late, rank 3 stops early;
-    rank 7 is 50 % slower between t=120 and t=220."""
+    rank 7 is 50 % slower between t=120 and t=220 (``iso``: times as ISO 8601 from
+    2026-11-23T00:00:00Z)."""
     rng = np.random.default_rng(seed)
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -31,7 +32,8 @@ def write_log(path: Path, *, seed: int = 0, value_col: str = "step_ms") -> Path:
                 v = 100 * (1 + 0.02 * rng.standard_normal())
                 if r == 7 and 120 <= t < 220:
                     v *= 1.5
-                w.writerow([f"{t:.3f}", r, f"node-{r // 8}", f"{v:.3f}", k])
+                ts = f"2026-11-23T00:{int(t) // 60:02d}:{t % 60:06.3f}Z" if iso else f"{t:.3f}"
+                w.writerow([ts, r, f"node-{r // 8}", f"{v:.3f}", k])
                 t += float(rng.uniform(8, 12))
                 k += 1
     return path
@@ -110,6 +112,7 @@ def test_throughput_direction_and_phase_names() -> None:
     v[(rank == 2) & (step >= 20)] = 600.0
     res = diagnose_log(rank, step, v, by_time=False, metric="samples_per_s", higher_is_better=True)
     assert [(a.suspect, res.start(a), res.end(a)) for a in res.anomalies] == [("rank:2", 20.0, 39.0)]
+    assert -440 < res.added(res.anomalies[0]) < -360  # samples/s lost: 1,000 -> 600
     assert diagnose_log(rank, step, v, by_time=False).anomalies == []  # a fast rank is nobody's problem
     unsaid = diagnose_log(rank, step, v, by_time=False, metric="samples_per_s")  # direction not given
     assert unsaid.anomalies == [] and any("--higher-is-better" in n for n in unsaid.notes)
@@ -137,6 +140,19 @@ def test_cli_json_and_table(tmp_path: Path) -> None:
         app, ["diagnose", "--steps-csv", str(log), "--step-col", "step", "--value-col", "step_ms"]
     )
     assert res.exit_code == 0 and "rank:7" in res.stdout and "transient" in res.stdout
+
+
+def test_cli_prints_an_iso_log_s_times_as_iso(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    log = write_log(tmp_path / "iso.csv", iso=True)
+    args = ["diagnose", "--steps-csv", str(log), "--time-col", "ts", "--value-col", "step_ms"]
+    out = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert [o["rank"] for o in out] == [7]
+    start = datetime.fromisoformat(out[0]["start"])
+    assert out[0]["start"].endswith("Z") and 110 <= start.timestamp() - 1_795_392_000 <= 130, out
+    table = CliRunner().invoke(app, args).stdout
+    assert out[0]["start"] in table and "1795392" not in table
 
 
 def test_cli_json_never_prints_infinity(tmp_path: Path) -> None:

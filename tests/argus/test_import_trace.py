@@ -95,7 +95,7 @@ def test_import_local_stores_the_engines_anomalies_and_report_shows_them(tmp_pat
         assert a["cause"] in ("compute_straggler", "masked_compute_straggler"), found
     report = _cli(["report", "--job", "slow-gpu", "-o", str(tmp_path / "r.html")], home)
     assert report.returncode == 0, report.stderr
-    assert f"{len(found)} anomalies" in report.stdout, report.stdout
+    assert f"{len(found)} anomal{'y' if len(found) == 1 else 'ies'};" in report.stdout, report.stdout
 
 
 def test_import_to_kafka_says_who_diagnoses(tmp_path: Path, kafka_conf: dict[str, Any]) -> None:
@@ -128,4 +128,4 @@ def test_two_rank_trace_names_rank_1_as_masked_straggler_like_hta(tmp_path: Path
     assert json.loads(when.stdout) == [{"y": 2023}]  # stamped with the trace's time, not 1970
     report = _cli(["report", "--job", "two-rank", "-o", str(tmp_path / "r.html")], home)
     assert report.returncode == 0, report.stderr
-    assert "1 anomalies" in report.stdout and "rank 1 (compute_straggler)" in report.stdout, report.stdout
+    assert "1 anomaly;" in report.stdout and "rank 1 (compute_straggler)" in report.stdout, report.stdout
