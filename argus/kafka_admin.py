@@ -3,6 +3,7 @@ and reading a topic's records back (:func:`read_records`, for benches and tests)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -193,24 +194,44 @@ def end_offsets(
                                 f"cannot read the offsets of {topic}[{p}]: {exc.args[0]}"
                             ) from None
                         time.sleep(0.2)
+                        # a topic created a moment ago: the client's cached metadata may not
+                        # have its partitions yet, and nothing else refreshes it for minutes
+                        with contextlib.suppress(KafkaException):
+                            consumer.list_topics(topic, timeout=5)
         return out
     finally:
         consumer.close()
 
 
-def commit_offsets(conf: dict[str, Any], group: str, offsets: dict[tuple[str, int], int]) -> None:
-    """Commit ``offsets`` for consumer group ``group`` (the group must be idle)."""
+_COORDINATOR_NOT_READY = frozenset({14, 15, 16})
+"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: try again soon."""
+
+
+def commit_offsets(
+    conf: dict[str, Any], group: str, offsets: dict[tuple[str, int], int], *, wait_s: float = 30.0
+) -> None:
+    """Commit ``offsets`` for consumer group ``group`` (the group must be idle), retrying for
+    up to ``wait_s`` while the broker says it cannot yet (a broker just started has no group
+    coordinator for a moment: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     if not offsets:
         return
     consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 2})
+    deadline = time.monotonic() + wait_s
     try:
-        consumer.commit(
-            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
-        )
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"cannot position consumer group {group!r}: {exc.args[0]}") from None
+        while True:
+            try:
+                consumer.commit(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+                )
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                later = err.code() in _COORDINATOR_NOT_READY or err.retriable()
+                if not later or time.monotonic() > deadline:
+                    raise KafkaUnavailable(f"cannot position consumer group {group!r}: {err}") from None
+                time.sleep(0.2)
     finally:
         consumer.close()
 

@@ -292,8 +292,9 @@ class Streams:
         )
         self.history = EvidenceHistory(cfg.history)
         self.reading = False  # the assemble agent is inside a batch of parts
-        self.refreshed: dict[bytes, int] = {}  # job state key -> the last step its anomalies were sent for
-        self.deepened_idle: dict[bytes, set[str]] = {}  # job state key -> ids sent at the kernel level idle
+        # job state key -> the last step the idle refresh sent its anomalies for, and the ids
+        # it sent at the kernel level
+        self.idle_sent: dict[bytes, tuple[int | None, set[str]]] = {}
         self.skipped: set[Any] = set()  # evidence partitions moved to their end once
         self.origin = [("argus-group", cfg.app_id.encode())]  # which worker group summarized a step
         self.agents = self._register()
@@ -510,8 +511,7 @@ class Streams:
             self.held_findings.pop(_held_key(state_key, step), None)
         del self.job_states[state_key]
         self.reorderer.forget(state_key)
-        self.refreshed.pop(state_key, None)
-        self.deepened_idle.pop(state_key, None)
+        self.idle_sent.pop(state_key, None)
         self.history.forget(doc["state"]["job"], int(doc["state"]["run"]))
         log.info(
             "job %s: silent for %.0f s, forgotten", state_key.decode(errors="replace"), self.cfg.job_ttl_s
@@ -528,12 +528,12 @@ class Streams:
             if not doc or doc.get("seen_s", 0) > now - self.cfg.idle_refresh_s:
                 continue
             state = JobState.from_dict(doc["state"])
-            again = self.refreshed.get(key) == state.last_step
+            last_step, sent = self.idle_sent.get(key, (None, set()))
+            again = last_step == state.last_step
             if again and doc["seen_s"] < now - self.cfg.history.max_age_s:
                 continue
-            self.refreshed[key] = state.last_step
+            self.idle_sent[key] = (state.last_step, sent)
             deepen = self.history.deepener(state.job, state.run, self.cfg.diagnoser)
-            sent = self.deepened_idle.setdefault(key, set())
             for anomaly in refresh(state, deepen):
                 if again and (anomaly.level != "kernel" or anomaly.id in sent):
                     continue  # the table keeps the state as the last step left it: seen already
