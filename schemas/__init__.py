@@ -43,7 +43,7 @@ from ._topics import (
     rank_key,
     step_key,
 )
-from ._validate import LIMITS, validate
+from ._validate import LIMITS, valid_steps, validate
 
 __all__ = [
     "ALL_TOPICS",
@@ -94,5 +94,6 @@ __all__ = [
     "peek_schema_id",
     "rank_key",
     "step_key",
+    "valid_steps",
     "validate",
 ]

@@ -155,3 +155,33 @@ def test_a_bulk_publisher_does_not_wait_for_a_broker_that_is_not_there():
         pub.drain(1)
     assert sum(pub.dropped.values()) + pub.pending() == 2_000
     assert not pub.shutdown(1)
+
+
+def test_step_records_checked_together_still_drop_only_the_bad_one(tmp_path):
+    """A round's StepBatches are validated in one pass; one bad batch among them is dropped
+    and counted, the others are encoded and kept in order."""
+    import numpy as np
+
+    from argus.producers.publisher import Publisher
+    from argus.schemas import StepBatch, decode
+
+    def batch(step: int, forward_ms: float) -> StepBatch:
+        cols = StepBatch.empty_columns(1)
+        now = time.time_ns()
+        cols.update(
+            rank=np.array([3]),
+            host=np.array(["node-0"], dtype=object),
+            gpu_uuid=np.array(["GPU-0"], dtype=object),
+            start_ns=np.array([now]),
+            end_ns=np.array([now + 50_000_000]),
+            forward_ms=np.array([forward_ms]),
+        )
+        return StepBatch("job", 0, step, cols)
+
+    pub = Publisher({"bootstrap.servers": "127.0.0.1:1"}, spool_dir=tmp_path, stall_s=0.3, wake_ms=60_000)
+    for step in range(6):
+        pub.publish("argus.steps", b"k", batch(step, float("nan") if step == 2 else 10.0 + step))
+    pub.shutdown(1.0)
+    assert pub.dropped == {"invalid record: ValidationError": 1}
+    kept = [decode(r[2]) for r in Spool(tmp_path).read(100)]
+    assert [(b.step, float(b["forward_ms"][0])) for b in kept] == [(s, 10.0 + s) for s in (0, 1, 3, 4, 5)]
