@@ -109,6 +109,7 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
                 spool_dir=conf.spool_dir / f"{info.job}-{info.run}-r{info.rank}",
                 relay=conf.relay_socket or None,
                 wake_ms=PUBLISHER_WAKE_MS,
+                background=True,
             )
         agent = RankAgent(sink, info, agent_conf)
         agent.install(model, optimizer)

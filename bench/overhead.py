@@ -159,6 +159,7 @@ def main() -> None:
         spool_dir=spool,
         stall_s=0.5,
         wake_ms=argus.api.PUBLISHER_WAKE_MS,
+        background=True,
     )
     info = RankInfo(job="overhead", run=0, rank=0, world=1, local_rank=0, host="bench")
     times: dict[str, list[float]] = {"off": [], "agent": [], "profiler": [], "ddp_off": [], "ddp_agent": []}

@@ -27,6 +27,7 @@ from typing import Any
 
 from argus.schemas import Record, SchemaError, StepBatch, encode, valid_steps
 
+from ._priority import yield_cpu_to_training
 from .relay import RELAYED_TOPICS, RelayClient
 from .spool import Spool, SpoolRecord
 
@@ -66,6 +67,8 @@ class Publisher:
             librdkafka's memory (bounded by ``queue.buffering.max.kbytes``).
         spool_bytes: the spool's bound on disk; records beyond it are dropped and counted.
         stall_s: no delivery progress for this long with records in flight = outage.
+        background: in a training process: the worker thread runs at a lower OS priority
+            (:func:`~producers._priority.yield_cpu_to_training`); bulk tools keep theirs.
 
     Counters: ``delivered``, ``relayed`` (step records the node relay took), ``dropped``
     (Counter by reason), ``spooled`` (records written to the spool), ``replayed`` (read
@@ -85,6 +88,7 @@ class Publisher:
         wake_ms: int = 100,
         block_when_full: bool = False,
         relay: str | Path | None = None,
+        background: bool = False,
     ) -> None:
         from confluent_kafka import KafkaException, Producer
 
@@ -111,6 +115,7 @@ class Publisher:
         self.wake_s = max(wake_ms, linger_ms) / 1000
         self.max_queue = max_queue
         self.block_when_full = block_when_full
+        self.background = background
         self._relay = RelayClient(relay) if relay else None
         self.stall_s = stall_s
         self.replay_batch = replay_batch
@@ -394,6 +399,8 @@ class Publisher:
             spool.commit()  # every record read back so far was delivered
 
     def _run(self) -> None:
+        if self.background:
+            yield_cpu_to_training()
         while True:
             try:
                 self._step()

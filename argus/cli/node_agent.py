@@ -120,7 +120,7 @@ def _publisher(conf: Settings) -> Any:
     from argus.producers.publisher import Publisher, PublishError
 
     try:
-        return Publisher(conf.kafka_client_config(), spool_dir=conf.spool_dir / "node-agent")
+        return Publisher(conf.kafka_client_config(), spool_dir=conf.spool_dir / "node-agent", background=True)
     except PublishError as exc:
         fail(str(exc))
 

@@ -46,6 +46,7 @@ from argus.schemas import (
     step_key,
 )
 
+from .._priority import yield_cpu_to_training
 from ._hooks import Instrumentation
 from ._layout import RankInfo
 from ._spans import COLUMNS, CpuClock, CudaClock, RawStep, SpanRecorder, reduce_step
@@ -227,6 +228,7 @@ class RankAgent:
 
     # -- the agent's thread ------------------------------------------------------------
     def _run(self) -> None:
+        yield_cpu_to_training()
         base, burst = 1.0 / self.config.stack_hz, 1.0 / self.config.slow_stack_hz
         nxt = time.perf_counter()
         while not self._stop.is_set():
