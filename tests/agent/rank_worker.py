@@ -113,6 +113,8 @@ def run(a: argparse.Namespace) -> None:
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(net)
+        if a.builtin_hook:  # torch's own C++ hook: the reducer's path, not Python's
+            model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
     elif a.mode == "fsdp":  # on a 1-D mesh whose dim name says data parallel (sharded)
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -250,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--mesh", default="", help="dim names of a mesh handed to attach: dp,tp")
     ap.add_argument("--job", default="agent-test")
     ap.add_argument("--check-grads", action="store_true", help="ddp: compare gradients with a C++-hook twin")
+    ap.add_argument("--builtin-hook", action="store_true", help="ddp: register torch's C++ ALLREDUCE hook")
     ap.add_argument("--out", required=True)
     run(ap.parse_args(argv))
 

@@ -143,3 +143,11 @@ def test_ddp_with_the_agent_averages_gradients_like_ddps_own_all_reduce(tmp_path
     for r in results:
         assert r["grad_diff"] < 1e-6, r["grad_diff"]
         assert all(x["all_reduce_ms"] > 0 for x in r["records"][1:])
+
+
+def test_ddp_with_a_builtin_cpp_hook_is_timed_like_the_default_path(tmp_path):
+    # a C++ built-in hook (ALLREDUCE, FP16_COMPRESS) calls no Python: the wait is timed the same way
+    results = launch(2, ["--mode", "ddp", "--dim", "64", "--steps", "6", "--builtin-hook"], tmp_path)
+    for r in results:
+        assert "ddp" not in r["notes"]
+        assert all(x["all_reduce_ms"] > 0 for x in r["records"][1:]), r["records"]
