@@ -85,17 +85,17 @@ class LogRows:
     """The time column was written as ISO 8601 times (``t`` holds them as epoch seconds)."""
 
 
-def _number(text: str, *, time: bool) -> float:
-    """A number, or for a time column an ISO 8601 time (seconds since the epoch)."""
+def _time(text: str) -> tuple[float, bool]:
+    """A time column's entry: a number, or an ISO 8601 time as seconds since the epoch; and
+    whether it was ISO 8601. Raises ValueError for anything else."""
     try:
-        return float(text)
+        return float(text), False
     except ValueError:
-        if not time:
-            raise
+        pass
     when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+    return when.timestamp(), True
 
 
 def read_series(
@@ -134,8 +134,8 @@ def read_series(
                     continue
                 try:
                     r, v = float(raw[0] or ""), float(raw[2] or "")
-                    t = _number(raw[1] or "", time=True)
-                    iso = iso or not _is_float(raw[1] or "")
+                    t, written_iso = _time(raw[1] or "")
+                    iso = iso or written_iso
                 except ValueError:
                     raise CsvError(
                         f"{path}:{line}: not a number in {rank_col}/{t_col}/{value_col}: {raw!r}"
@@ -165,14 +165,6 @@ def read_series(
     )
     notes = [f"{skipped:,} row(s) with a blank, NaN or infinite value skipped"] if skipped else []
     return dataclasses.replace(rows, notes=(*notes, *_oddities(rows.rank, rows.t, t_col, iso)))
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def as_written(x: float, iso: bool = False) -> str:

@@ -54,11 +54,17 @@ from argus.schemas import (
     decode,
     job_key,
 )
-from argus.streams.app import WORKER_INPUTS, consumer_groups
 from argus.streams.deepening import EVIDENCE_TOPIC
 
 from .config import Settings
-from .kafka_admin import KafkaUnavailable, commit_offsets, end_offsets, ensure_topics, probe_kafka
+from .kafka_admin import (
+    KafkaUnavailable,
+    end_offsets,
+    ensure_topics,
+    probe_kafka,
+    skip_to_end,
+    skip_worker_to_end,
+)
 from .scoring import Scoring, match_faults
 
 __all__ = [
@@ -600,11 +606,9 @@ def _start_kafka(run: _Session) -> None:
             else "start it, or let the demo run its own (--broker own)"
         )
         raise DemoError(f"{exc}; {hint}") from None
-    try:  # both groups start at the end of the topics: an old backlog is never read
-        ends = end_offsets(conf, {*ALL_TOPICS, *WORKER_INPUTS})
-        for group in consumer_groups(cfg.app_id):  # every group the worker reads with
-            commit_offsets(conf, group, {tp: o for tp, o in ends.items() if tp[0] in WORKER_INPUTS})
-        commit_offsets(conf, cfg.sink_group, {tp: o for tp, o in ends.items() if tp[0] in SINK_TOPICS})
+    try:  # the worker's groups and the sink's start at the end of their inputs: no old backlog
+        skip_worker_to_end(conf, cfg.app_id)
+        skip_to_end(conf, cfg.sink_group, SINK_TOPICS)
     except KafkaUnavailable as exc:
         raise DemoError(f"{exc}; is another demo running?") from None
     run.monitor = _Monitor(conf, [run.train_job, run.sim_job, run.kernel_job])

@@ -203,20 +203,21 @@ def end_offsets(
         consumer.close()
 
 
-_COORDINATOR_NOT_READY = frozenset({14, 15, 16})
-"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: try again soon."""
-
-
 def commit_offsets(
     conf: dict[str, Any], group: str, offsets: dict[tuple[str, int], int], *, wait_s: float = 30.0
 ) -> None:
     """Commit ``offsets`` for consumer group ``group`` (the group must be idle), retrying for
     up to ``wait_s`` while the broker says it cannot yet (a broker just started has no group
     coordinator for a moment: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     if not offsets:
         return
+    not_ready = {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
     consumer = Consumer({**conf, "group.id": group, "enable.auto.commit": False, "log_level": 2})
     deadline = time.monotonic() + wait_s
     try:
@@ -228,7 +229,7 @@ def commit_offsets(
                 return
             except KafkaException as exc:
                 err = exc.args[0]
-                later = err.code() in _COORDINATOR_NOT_READY or err.retriable()
+                later = err.code() in not_ready or err.retriable()
                 if not later or time.monotonic() > deadline:
                     raise KafkaUnavailable(f"cannot position consumer group {group!r}: {err}") from None
                 time.sleep(0.2)
@@ -244,13 +245,21 @@ def skip_to_end(conf: dict[str, Any], group: str, topics: Iterable[str]) -> int:
     return len(ends)
 
 
-def skip_worker_to_end(conf: dict[str, Any], app_id: str, topics: Iterable[str]) -> int:
-    """:func:`skip_to_end` for every consumer group a stream worker of ``app_id`` reads with
-    (Faust's and its batch intakes', :func:`argus.streams.app.consumer_groups`)."""
+def skip_worker_to_end(conf: dict[str, Any], app_id: str) -> int:
+    """Place every consumer group a stream worker of ``app_id`` reads with (Faust's and its
+    batch intakes', :func:`argus.streams.app.consumer_groups`) at the current end of its own
+    inputs, so that a new worker reads what comes next, not the topics' history; returns the
+    partitions committed."""
     from argus.streams.app import consumer_groups
 
-    topics = list(topics)
-    return sum(skip_to_end(conf, group, topics) for group in consumer_groups(app_id))
+    groups = consumer_groups(app_id)
+    ends = end_offsets(conf, {t for topics in groups.values() for t in topics})
+    committed = 0
+    for group, topics in groups.items():
+        own = {tp: o for tp, o in ends.items() if tp[0] in topics}
+        commit_offsets(conf, group, own)
+        committed += len(own)
+    return committed
 
 
 def read_records(

@@ -39,7 +39,7 @@ from argus.config import load_settings  # noqa: E402
 from argus.kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, skip_worker_to_end  # noqa: E402
 from argus.producers.publisher import Publisher  # noqa: E402
 from argus.producers.relay import NodeRelay, RelayClient  # noqa: E402
-from argus.schemas import ALL_TOPICS, HEARTBEATS, STEP_FINDINGS, STEPS, Record, StepBatch, StepRecord, encode  # noqa: E402
+from argus.schemas import ALL_TOPICS, HEARTBEATS, Record, StepBatch, StepRecord, encode  # noqa: E402
 from argus.simulate import layout_for, publish_simulation  # noqa: E402
 from argus.streams.intake import intake_group  # noqa: E402
 
@@ -109,7 +109,7 @@ def catch_up(conf: dict[str, Any], per_message: int, ranks: int, steps: int) -> 
     """Rank-steps/s of a fresh worker catching up a job published ahead."""
     run = uuid.uuid4().hex[:8]
     app = f"bench-relay-{run}"
-    skip_worker_to_end(conf, app, [STEPS, STEP_FINDINGS, HEARTBEATS])
+    skip_worker_to_end(conf, app)
     publisher = Publisher(conf, block_when_full=True)
     job = f"bench-relay-{per_message}-{run}"
     publish_simulation(
@@ -152,7 +152,7 @@ def heartbeat_drain(conf: dict[str, Any], ranks: int, rounds: int) -> float:
 
     run = uuid.uuid4().hex[:8]
     app = job = f"bench-heartbeats-{run}"
-    skip_worker_to_end(conf, app, [STEPS, STEP_FINDINGS, HEARTBEATS])
+    skip_worker_to_end(conf, app)
     publisher = Publisher(conf, block_when_full=True)
     sim = ClusterSimulator(layout_for(ranks), seed=1, job=job, start_ns=time.time_ns())
     for step in sim.run(rounds):

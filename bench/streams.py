@@ -60,7 +60,6 @@ from argus.schemas import (  # noqa: E402
     ALL_TOPICS,
     ANOMALIES,
     HEARTBEATS,
-    STEP_FINDINGS,
     STEP_SUMMARIES,
     Heartbeat,
     HeartbeatBatch,
@@ -345,18 +344,12 @@ def main() -> None:
     publisher = Publisher(conf, block_when_full=True)
     run = uuid.uuid4().hex[:8]
 
-    # 1. Throughput. The worker's group starts at the current end of the topics (it reads
-    # this run's jobs, not the broker's history). A short warm-up job first (the worker has
+    # 1. Throughput. The worker's groups start at the current end of their inputs, the internal
+    # one included (it reads this run's jobs, not the broker's history). A short warm-up job first (the worker has
     # joined its group and learned nothing else); then the measured job is published as
     # fast as the publisher can, and the clock runs from its first record to its last
     # summary: the publishing overlaps, so this is what one worker sustains, not a burst.
-    # every topic a worker reads, internal ones included: others' history is not this bench's load
-    topics = [
-        t
-        for t in Consumer({**conf, "group.id": "bench-list"}).list_topics(timeout=10).topics
-        if t.startswith("argus")
-    ]
-    skip_worker_to_end(conf, f"bench-{run}", sorted({*topics, STEP_FINDINGS}))
+    skip_worker_to_end(conf, f"bench-{run}")
     worker, home = start_worker(f"bench-{run}")
     rss = PeakRss(worker.pid)
     rss.start()

@@ -38,7 +38,6 @@ from argus.kafka_admin import end_offsets, ensure_topics, read_records, skip_wor
 from argus.producers.publisher import Publisher  # noqa: E402
 from argus.schemas import ALL_TOPICS, ANOMALIES, KERNELS, STACKS, STEP_SUMMARIES, STEPS, encode  # noqa: E402
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
-from argus.streams.app import WORKER_INPUTS  # noqa: E402
 from argus.streams.deepening import EVIDENCE_TOPIC, HistoryConfig  # noqa: E402
 
 
@@ -58,7 +57,7 @@ def throughput_with_kernels(conf: dict, ranks: int, steps: int) -> dict[str, flo
     app_id = f"bench-k-{uuid.uuid4().hex[:8]}"
     ensure_topics(conf, ALL_TOPICS, partitions=16)
     ensure_topics(conf, [EVIDENCE_TOPIC], partitions=16)
-    skip_worker_to_end(conf, app_id, WORKER_INPUTS)
+    skip_worker_to_end(conf, app_id)
     messages: list[tuple[str, bytes, bytes]] = []
     t_build = time.time()
     layout = layout_for(ranks)

@@ -101,7 +101,6 @@ from .ordering import Reorderer
 from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
 
 __all__ = [
-    "WORKER_INPUTS",
     "WORKER_TOPICS",
     "StreamConfig",
     "Streams",
@@ -114,9 +113,6 @@ WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, H
 """The topics a worker reads and writes, created before it starts (its tables' changelogs
 and the internal evidence topic are created after, from the app)."""
 
-WORKER_INPUTS = (STEPS, STEP_FINDINGS, HEARTBEATS, KERNELS, STACKS, EVIDENCE_TOPIC)
-"""Every topic a worker group consumes (its agents' sources): where a new group is placed
-at the topics' ends so that it does not read their history (``kafka_admin.skip_worker_to_end``)."""
 
 log = logging.getLogger("argus.streams")
 
@@ -281,12 +277,18 @@ class Streams:
             job_ttl_s=cfg.job_ttl_s,
             update_s=cfg.hang_update_s,
         )
-        _, (beats_group, beats), (evidence_group, evidence) = consumer_groups(cfg.app_id).items()
-        self.heartbeat_intake = BatchIntake(cfg.kafka_config, beats_group, beats, max_batch=cfg.take * 4)
+        groups = consumer_groups(cfg.app_id)
+        beats_group, evidence_group = (
+            intake_group(cfg.app_id, "heartbeats"),
+            intake_group(cfg.app_id, "evidence"),
+        )
+        self.heartbeat_intake = BatchIntake(
+            cfg.kafka_config, beats_group, groups[beats_group], max_batch=cfg.take * 4
+        )
         self.evidence_intake = BatchIntake(
             cfg.kafka_config,
             evidence_group,
-            evidence,
+            groups[evidence_group],
             max_batch=cfg.take * 4,
             max_age_s=cfg.history.max_age_s,
         )

@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
-
 from argus.kafka_admin import read_records, skip_worker_to_end
 from argus.producers.publisher import Publisher
 from argus.schemas import (
@@ -60,15 +58,10 @@ WORKER_TOPICS = [STEPS, STEP_FINDINGS, HEARTBEATS]
 
 
 def fresh_group(kafka_conf, app_id: str) -> str:
-    """A worker app id whose consumer group starts at the end of the topics (not their history):
-    every argus topic on the broker, since a worker reads kernels, stacks and internal topics
-    too and their history (other tests', benches', demos') would be its first load."""
-    listing = Consumer({**kafka_conf, "group.id": f"{app_id}-list"})
-    try:
-        topics = [t for t in listing.list_topics(timeout=10).topics if t.startswith("argus")]
-    finally:
-        listing.close()
-    skip_worker_to_end(kafka_conf, app_id, sorted({*WORKER_TOPICS, *topics}))
+    """A worker app id whose consumer groups start at the end of their inputs (not their
+    history): a worker reads kernels, stacks and an internal topic too, and their history
+    (other tests', benches', demos') would be its first load."""
+    skip_worker_to_end(kafka_conf, app_id)
     return app_id
 
 

@@ -18,8 +18,6 @@ from argus.producers.sketch import RankSketchEncoder
 from argus.producers.sketch import kernel_stats as sketch_stats
 from argus.schemas import (
     ANOMALIES,
-    KERNELS,
-    STACKS,
     STEP_SUMMARIES,
     Anomaly,
     SchemaError,
@@ -31,7 +29,6 @@ from argus.scoring import named_kernels
 from argus.simulate import layout_for, parse_fault, publish_simulation
 from argus.streams.deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, evidence_key
 from tests.figures import report
-from tests.workers import WORKER_TOPICS
 
 LAYOUT = Layout(dp=4, tp=8, pp=2)
 T0 = 1_767_225_600 * 10**9
@@ -235,7 +232,7 @@ def test_the_live_worker_names_the_slow_kernel_family_or_frame(kafka_conf, worke
     job, quiet = f"deep-{unique}", f"deep-quiet-{unique}"
     app = f"d-{unique}"
     ensure_topics(kafka_conf, [EVIDENCE_TOPIC], partitions=16)
-    skip_worker_to_end(kafka_conf, app, [*WORKER_TOPICS, KERNELS, STACKS, EVIDENCE_TOPIC])
+    skip_worker_to_end(kafka_conf, app)
     worker_factory(app)
     layout = layout_for(256)
 
