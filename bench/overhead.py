@@ -273,7 +273,6 @@ def components(info: Any) -> None:
     """What each part of the agent costs, timed in isolation (no other load in the loop)."""
     from argus.producers.agent import AgentConfig, RankAgent, RawStep, StackFolder
     from argus.producers.agent._spans import CpuClock, reduce_step
-    from argus.schemas import encode
 
     class Null:
         def publish(self, *_a: Any) -> None:
@@ -313,7 +312,6 @@ def components(info: Any) -> None:
     raw = RawStep(3, time.time_ns(), 0, 50_000_000, spans)
     agent = RankAgent(Null(), info, quiet)
     ms = reduce_step(raw, CpuClock())
-    batch = agent.step_batch(raw, ms)
 
     def wake(n: int = 200) -> float:
         lock = threading.Lock()
@@ -340,10 +338,9 @@ def components(info: Any) -> None:
             _per_call_us(lambda: reduce_step(raw, CpuClock())),
         ),
         (
-            "agent thread: the 1-row StepBatch",
-            _per_call_us(lambda: agent.step_batch(raw, ms)),
+            "agent thread: the step's message (1-row StepBatch on the wire, checked)",
+            _per_call_us(lambda: agent.step_message(raw, ms)),
         ),
-        ("publisher thread: encode one StepBatch (Avro)", _per_call_us(lambda: encode(batch))),
     ]
     print("component costs, timed in isolation (the same work costs 2-4x more on a loaded machine):")
     for name, us in rows:

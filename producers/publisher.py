@@ -42,6 +42,20 @@ UNKNOWN_TOPIC_WAIT_S = 60.0
 
 _Item = tuple[str, bytes, "Record | bytes"]
 
+GIL_HOLD_S = 0.001
+"""How long the worker works through a round before it lets the training thread have the
+GIL (a bounded wait for it, not CPython's 5 ms switch interval)."""
+
+
+def _yield_gil(since: float) -> float:
+    """Yield the GIL if it was held since ``since`` for longer than ``GIL_HOLD_S``: each
+    yield costs a handover (tens of µs on a busy host), so not after every few records."""
+    now = time.perf_counter()
+    if now - since < GIL_HOLD_S:
+        return since
+    time.sleep(0)
+    return time.perf_counter()
+
 
 class PublishError(Exception):
     """The publisher cannot work (bad configuration, fatal client error), or ``drain``
@@ -142,8 +156,9 @@ class Publisher:
         self._thread.start()
 
     # -- the caller's side ----------------------------------------------------------------
-    def publish(self, topic: str, key: bytes, record: Record) -> None:
-        """Queue one record (encoded by the worker; an invalid one is counted, not raised)."""
+    def publish(self, topic: str, key: bytes, record: Record | bytes) -> None:
+        """Queue one record (encoded by the worker; an invalid one is counted, not raised),
+        or a message already encoded."""
         self._put((topic, key, record))
 
     def publish_raw(self, topic: str, key: bytes, value: bytes) -> None:
@@ -280,9 +295,10 @@ class Publisher:
         out: list[SpoolRecord] = []
         steps = [value for _, _, value in items if isinstance(value, StepBatch)]
         checked = len(steps) > 1 and valid_steps(steps)  # else each is checked as it is encoded
+        held = time.perf_counter()
         for n, (topic, key, value) in enumerate(items):
             if n % 8 == 7:
-                time.sleep(0)  # let the training thread have the GIL (bounded wait, not 5 ms)
+                held = _yield_gil(held)
             if isinstance(value, bytes):
                 out.append((topic, key, value))
                 continue
@@ -295,9 +311,10 @@ class Publisher:
 
     def _produce(self, records: list[SpoolRecord], *, from_spool: bool) -> int:
         """Hand records to librdkafka in order; return how many it took."""
+        held = time.perf_counter()
         for n, rec in enumerate(records):
             if n % 64 == 63:
-                time.sleep(0)  # see _encode
+                held = _yield_gil(held)
             if self._relay is not None and rec[0] in RELAYED_TOPICS and self._relay.send(rec[2]):
                 self.relayed += 1
                 continue

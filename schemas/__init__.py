@@ -6,7 +6,7 @@ Nothing here does I/O; producers, streams and sinks all speak these types.
 
 from __future__ import annotations
 
-from ._codec import SCHEMAS, SchemaInfo, decode, decode_many, encode, peek_schema_id
+from ._codec import SCHEMAS, SchemaInfo, StepRowWriter, decode, decode_many, encode, peek_schema_id
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
 from ._findings import Finding, JobOrder, StepFindings
 from ._heartbeats import HEARTBEAT_COLUMNS, HeartbeatBatch
@@ -83,6 +83,7 @@ __all__ = [
     "StepBatch",
     "StepFindings",
     "StepRecord",
+    "StepRowWriter",
     "StepSummary",
     "UnknownSchemaError",
     "ValidationError",

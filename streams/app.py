@@ -303,7 +303,7 @@ class Streams:
 
     def _register(self) -> dict[str, Any]:
         app, t, cfg = self.app, self.topics, self.cfg
-        app.timer(0.25)(self.complete_waiting)
+        app.task(self.keep_completing)
         # Timers may read the tables but not write them (Faust: a table key is modified only
         # inside stream iteration): what they decide goes through the findings topic, keyed by
         # job like the job's own steps, and the diagnose agent applies it.
@@ -333,6 +333,14 @@ class Streams:
                 await self.finish(done)
             self.reading = False
             self.metrics.open_steps = self.assembler.open_steps
+
+    async def keep_completing(self) -> None:
+        """:meth:`complete_waiting` every 0.25 s, through the app's stop too: Faust's timers
+        end when the stop begins, but the stop then waits for every message delivered to be
+        acknowledged, and the parts of open steps never would be, until they are dropped."""
+        while True:
+            await asyncio.sleep(0.25)
+            await self.complete_waiting()
 
     async def complete_waiting(self) -> None:
         """Timer (0.25 s): complete the steps that waited long enough; at a rebalance or a

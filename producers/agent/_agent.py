@@ -3,14 +3,16 @@
 The training thread does as little as possible: hooks append timed spans, ``end_step``
 moves the step's spans to a deque. The agent's thread (one, ``argus-agent``) wakes at the
 stack-sampling rate (``stack_hz``, 10 by default: every wake-up costs CPU the training
-process may need) and
+process may need; where that CPU exceeds ``cpu_budget`` of one core, 0.15 % by default,
+the rate drops towards ``min_stack_hz``, as a continuous profiler keeps to its budget) and
 
 * samples the training thread's Python stack (a key of code-object ids; folded into
   strings only when published), counted per window of ``stack_window_s``; while the open
   step has run longer than ``slow_factor`` times the median of recent steps it samples at
   ``slow_stack_hz`` instead, into a window of that step alone;
 * reduces finished steps to exclusive ms per phase and collective kind (on a GPU only once
-  every CUDA event was reached) and publishes them as a 1-row ``StepBatch``;
+  every CUDA event was reached) and publishes each as a 1-row ``StepBatch`` already on the
+  wire (:class:`~argus.schemas.StepRowWriter`: the same bytes, a fifth of the cost);
 * publishes a ``StackSample`` per time window (``step`` = the step it began in) and one per
   slow step (its own samples), a ``Heartbeat`` every ``heartbeat_s`` (last step, per-group
   collective sequence numbers, current stack);
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -39,8 +42,9 @@ from argus.schemas import (
     Heartbeat,
     Record,
     StackSample,
-    StepBatch,
     StepRecord,
+    StepRowWriter,
+    ValidationError,
     job_key,
     rank_key,
     step_key,
@@ -49,21 +53,35 @@ from argus.schemas import (
 from .._priority import yield_cpu_to_training
 from ._hooks import Instrumentation
 from ._layout import RankInfo
-from ._spans import COLUMNS, CpuClock, CudaClock, RawStep, SpanRecorder, reduce_step
+from ._spans import CpuClock, CudaClock, RawStep, SpanRecorder, reduce_step
 from ._stacks import StackFolder, StackKey, StackWindow
 
 __all__ = ["AgentConfig", "RankAgent", "Sink"]
 
 log = logging.getLogger("argus.agent")
 
-_COUNT_COLUMNS = ("start_ns", "end_ns", "samples", "tokens")
-"""The per-step columns besides the figures (``COLUMNS``): see ``RankAgent.step_batch``."""
+
+PACE_S = 2.0
+"""How often the agent's thread compares its CPU use with ``cpu_budget``."""
+
+
+def paced_interval(
+    interval: float, cpu_s: float, wall_s: float, budget: float, lo: float, hi: float
+) -> float:
+    """The stack-sampling interval for the next window: ``interval`` stretched or shrunk by
+    how far the thread's CPU use over the last one (``cpu_s`` in ``wall_s``) was from
+    ``budget`` (a fraction of one core), damped (square root of the ratio), within [lo, hi]."""
+    if wall_s <= 0:
+        return interval
+    ratio = max(cpu_s, 0.0) / wall_s / budget
+    return min(hi, max(lo, interval * math.sqrt(ratio)))
 
 
 class Sink(Protocol):
-    """Where records go (the Publisher)."""
+    """Where records go (the Publisher): step records come as their wire bytes
+    (:func:`~argus.schemas.decode` reads them), the others as records."""
 
-    def publish(self, topic: str, key: bytes, record: Record) -> None: ...
+    def publish(self, topic: str, key: bytes, record: Record | bytes) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,8 @@ class AgentConfig:
     """What the agent collects and how often."""
 
     stack_hz: float = 10.0
+    cpu_budget: float = 0.0015
+    min_stack_hz: float = 1.0
     slow_stack_hz: float = 50.0
     slow_factor: float = 1.5
     stack_window_s: float = 10.0
@@ -90,6 +110,8 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if not (0 < self.stack_hz <= 1000 and 0 < self.slow_stack_hz <= 1000):
             raise ValueError("stack_hz and slow_stack_hz must be in (0, 1000]")
+        if not (0 < self.min_stack_hz <= self.stack_hz and 0 < self.cpu_budget <= 1):
+            raise ValueError("min_stack_hz must be in (0, stack_hz], cpu_budget in (0, 1]")
         if self.slow_factor <= 1:
             raise ValueError("slow_factor must be > 1")
         if self.heartbeat_s <= 0 or self.stack_window_s <= 0 or self.publish_s < 0:
@@ -121,6 +143,7 @@ class RankAgent:
         self._open: tuple[int, int] | None = None  # (wall ns, perf ns) of the open step
         self._finished: deque[RawStep] = deque()
         self.dropped_steps = 0
+        self.invalid_steps = 0
         self.errors = 0
         self.cupti: Any = None
         self.absent: dict[str, str] = {}
@@ -130,7 +153,7 @@ class RankAgent:
         self._durations: deque[int] = deque(maxlen=32)  # ns of recent steps
         self._slow_after_ns = 0  # an open step is slow after this long (0: not known yet)
         self._last_key: StackKey | None = None
-        self._rank_columns: dict[str, np.ndarray] | None = None  # see step_batch
+        self._rows: StepRowWriter | None = None  # see step_message
         self._pause: tuple[str, int] = ("", 0)  # what the job declared it does instead of steps, until
         self._stop = threading.Event()
         self._sleep = threading.Lock()  # held while the thread runs; released to wake it at close
@@ -139,6 +162,7 @@ class RankAgent:
         self._last_heartbeat = 0.0
         self._last_publish = 0.0
         self.forked = False  # True in the child of a fork (see reset_after_fork)
+        self.stack_interval_s = 1.0 / self.config.stack_hz  # paced by cpu_budget (see _run)
 
     # -- set-up ------------------------------------------------------------------------
     def install(self, model: Any = None, optimizer: Any = None) -> None:
@@ -229,8 +253,10 @@ class RankAgent:
     # -- the agent's thread ------------------------------------------------------------
     def _run(self) -> None:
         yield_cpu_to_training()
-        base, burst = 1.0 / self.config.stack_hz, 1.0 / self.config.slow_stack_hz
-        nxt = time.perf_counter()
+        c = self.config
+        base, burst = 1.0 / c.stack_hz, 1.0 / c.slow_stack_hz
+        nxt = paced = time.perf_counter()
+        cpu = time.thread_time()
         while not self._stop.is_set():
             try:
                 self.tick()
@@ -238,6 +264,13 @@ class RankAgent:
                 self.errors += 1
                 if self.errors <= 3:
                     log.exception("argus agent error (continuing)")
+            now = time.perf_counter()
+            if now - paced >= PACE_S:
+                used = time.thread_time()
+                base = paced_interval(
+                    base, used - cpu, now - paced, c.cpu_budget, 1 / c.stack_hz, 1 / c.min_stack_hz
+                )
+                self.stack_interval_s, paced, cpu = base, now, used
             nxt += burst if self._overdue() else base
             delay = nxt - time.perf_counter()
             if delay < 0:
@@ -327,7 +360,14 @@ class RankAgent:
                 return
             self._finished.popleft()
             self._note_duration(raw.end_mono - raw.start_mono)
-            self.sink.publish(STEPS, step_key(self.info.job, raw.step), self.step_batch(raw, ms))
+            try:
+                message = self.step_message(raw, ms)
+            except ValidationError as exc:  # e.g. a host name over the limit: every step
+                self.invalid_steps += 1
+                if self.invalid_steps <= 3:
+                    log.warning("argus: step %d not sent: %s", raw.step, exc)
+                continue
+            self.sink.publish(STEPS, step_key(self.info.job, raw.step), message)
 
     def _note_duration(self, ns: int) -> None:
         """Keep the slow-step threshold: ``slow_factor`` x the median of recent steps."""
@@ -336,28 +376,20 @@ class RankAgent:
         if len(d) >= 4:
             self._slow_after_ns = int(sorted(d)[len(d) // 2] * self.config.slow_factor)
 
-    def step_batch(self, raw: RawStep, ms: Any) -> StepBatch:
-        """The 1-row StepBatch of a reduced step, built column by column: the rank's own
-        columns once per agent, the figures as views of ``ms`` (a StepRecord first would
-        cost as much again per step)."""
-        if self._rank_columns is None:
+    def step_message(self, raw: RawStep, ms: np.ndarray) -> bytes:
+        """The wire bytes of a reduced step: a 1-row StepBatch, written directly by the rank's
+        :class:`~argus.schemas.StepRowWriter` (building a StepBatch and encoding it costs
+        five times as much, per step, on the training host).
+
+        Raises :class:`~argus.schemas.ValidationError` for a step out of the contract's range.
+        """
+        if self._rows is None:
             i = self.info
-            rank = StepBatch.from_records(
-                [StepRecord(i.job, i.run, 0, i.rank, i.host, i.gpu_uuid, i.dp, i.tp, i.pp, i.ep, i.cp)]
+            self._rows = StepRowWriter(
+                StepRecord(i.job, i.run, 0, i.rank, i.host, i.gpu_uuid, i.dp, i.tp, i.pp, i.ep, i.cp)
             )
-            self._rank_columns = dict(rank.columns)  # the counts and figures are replaced per step
-            for col in self._rank_columns.values():
-                col.flags.writeable = False  # shared by every batch of this rank
-        cols = dict(self._rank_columns)
-        ends = np.array(
-            [raw.start_ns, raw.start_ns + (raw.end_mono - raw.start_mono), raw.samples, raw.tokens], np.int64
-        )
-        for k, name in enumerate(_COUNT_COLUMNS):
-            cols[name] = ends[k : k + 1]
-        figures = np.asarray(ms, dtype=np.float64).reshape(-1, 1)
-        for k, name in enumerate(COLUMNS):
-            cols[name] = figures[k]
-        return StepBatch(self.info.job, self.info.run, raw.step, cols)
+        end = raw.start_ns + (raw.end_mono - raw.start_mono)
+        return self._rows.write(raw.step, raw.start_ns, end, ms, raw.samples, raw.tokens)
 
     def _publish_kernels(self) -> None:
         i = self.info
@@ -453,7 +485,7 @@ class RankAgent:
 class _Discard:
     """The sink of an agent inherited through fork: drops everything."""
 
-    def publish(self, topic: str, key: bytes, record: Record) -> None:
+    def publish(self, topic: str, key: bytes, record: Record | bytes) -> None:
         """Drop the record."""
 
 

@@ -24,18 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.net import free_port
+from tests.helpers.sinks import ListSink
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class ListSink:
-    """Keeps what the agent publishes."""
-
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def publish(self, topic: str, key: bytes, record: Any) -> None:
-        self.records.append(record)
 
 
 def union_ms(intervals: list[tuple[float, float]]) -> float:
@@ -195,7 +186,7 @@ def run(a: argparse.Namespace) -> None:
     notes = dict(agent.absent, **agent.hooks.notes)
     info = dataclasses.asdict(agent.info)
     argus.detach()
-    rows = [dataclasses.asdict(r) for b in sink.records if isinstance(b, StepBatch) for r in b.records()]
+    rows = [dataclasses.asdict(r) for b in sink.of(StepBatch) for r in b.records()]
     out = {
         "rank": rank,
         "records": rows,

@@ -9,15 +9,9 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.sinks import ListSink
+
 torch = pytest.importorskip("torch")
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def publish(self, topic: str, key: bytes, record: Any) -> None:
-        self.records.append(record)
 
 
 class Probe(torch.utils.data.Dataset):  # type: ignore[misc]
@@ -84,7 +78,7 @@ def test_dataloader_workers_forked_from_an_attached_process_record_nothing(tmp_p
         assert argus.api.attached() is agent  # the parent is untouched
     finally:
         argus.detach()
-    steps = [r for r in sink.records if type(r).__name__ == "StepBatch"]
+    steps = [r for _t, _k, r in sink.records if type(r).__name__ == "StepBatch"]
     assert len(steps) >= 3
     assert len(gc.callbacks) == gc_hooks_before
 
@@ -107,7 +101,7 @@ def test_a_forked_child_can_attach_itself(tmp_path):
                     pass
                 argus.detach()
                 ok = child.info.job == "fork-child" and any(
-                    type(x).__name__ == "StepBatch" for x in own.records
+                    type(x).__name__ == "StepBatch" for _t, _k, x in own.records
                 )
                 code = 0 if ok else 2
             finally:

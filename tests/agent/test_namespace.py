@@ -29,7 +29,8 @@ sink = []
 
 class Sink:
     def publish(self, topic, key, record):
-        sink.append(record)
+        # step records come as wire bytes
+        sink.append(argus.schemas.decode(record) if isinstance(record, bytes) else record)
 
 
 agent = argus.attach(model, opt, sink=Sink(), job="throwaway", home=sys.argv[1])

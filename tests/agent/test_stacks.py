@@ -8,14 +8,7 @@ import time
 
 from argus.producers.agent import AgentConfig, RankAgent, RankInfo, StackFolder, StackWindow
 from argus.schemas import STACKS, STEPS, StackSample
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, object]] = []
-
-    def publish(self, topic, key, record):
-        self.records.append((topic, record))
+from tests.helpers.sinks import ListSink
 
 
 def _a_slow_part_of_the_step(seconds: float) -> None:
@@ -38,9 +31,9 @@ def test_a_slow_step_gets_its_own_stack_sample_and_fast_steps_share_a_window():
         time.sleep(0.3)
     finally:
         agent.close()
-    steps = [r for t, r in sink.records if t == STEPS]
+    steps = [r for t, _k, r in sink.records if t == STEPS]
     assert len(steps) == 40
-    stacks = [r for t, r in sink.records if t == STACKS]
+    stacks = [r for t, _k, r in sink.records if t == STACKS]
     assert all(isinstance(s, StackSample) for s in stacks)
     # not one record per step: fast steps share the time window
     assert len(stacks) < 10, [(s.step, sum(s.counts)) for s in stacks]
@@ -74,3 +67,33 @@ def test_keys_fold_like_strings_and_windows_fold_their_keys():
     w.add(key)
     w.add(key)
     assert w.folded(folder) == [f"{text} 2"] and len(w) == 2
+
+
+def test_the_sampling_interval_follows_the_cpu_budget():
+    from argus.producers.agent._agent import paced_interval
+
+    lo, hi = 0.1, 1.0
+    assert paced_interval(0.1, 0.004, 1.0, 0.001, lo, hi) == 0.2  # 4x over budget: twice as long
+    assert paced_interval(0.4, 0.00025, 1.0, 0.001, lo, hi) == 0.2  # 4x under: half as long
+    assert paced_interval(0.1, 0.0001, 1.0, 0.001, lo, hi) == lo  # never faster than stack_hz
+    assert paced_interval(0.5, 1.0, 1.0, 0.001, lo, hi) == hi  # nor slower than min_stack_hz
+    assert paced_interval(0.3, 0.001, 1.0, 0.001, lo, hi) == 0.3  # on budget: kept
+    assert paced_interval(0.3, 0.5, 0.0, 0.001, lo, hi) == 0.3  # no time passed: kept
+
+
+def test_an_agent_over_its_cpu_budget_samples_less_often():
+    sink = ListSink()
+    info = RankInfo("job-b", 0, 0, 1, 0, "h")
+    thrifty = RankAgent(sink, info, AgentConfig(stack_hz=100, cpu_budget=1e-6, min_stack_hz=2, cupti=False))
+    ample = RankAgent(sink, info, AgentConfig(stack_hz=100, cpu_budget=1.0, cupti=False))
+    thrifty.install()
+    ample.install()
+    try:
+        deadline = time.monotonic() + 2.6  # one pacing round (PACE_S) and a bit
+        while time.monotonic() < deadline:
+            sum(range(10_000))
+    finally:
+        thrifty.close()
+        ample.close()
+    assert thrifty.stack_interval_s == 0.5  # at min_stack_hz: its CPU is over a budget of ~0
+    assert ample.stack_interval_s == 0.01  # within budget: stack_hz

@@ -7,14 +7,7 @@ import pytest
 import argus
 from argus.api import StepCallbacks
 from argus.schemas import STEPS
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes, object]] = []
-
-    def publish(self, topic, key, record):
-        self.records.append((topic, key, record))
+from tests.helpers.sinks import ListSink
 
 
 def test_step_and_pause_are_noops_until_attached():

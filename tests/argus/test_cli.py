@@ -132,6 +132,20 @@ def _serving(kafka_conf: dict[str, str], home: Path, *args: str) -> tuple[subpro
     return proc, f"http://127.0.0.1:{port}"
 
 
+def _stop(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """SIGTERM, then the process's output once it exited; killed (and the test failed) if it
+    does not stop within ``timeout``, so that no worker outlives its test."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _out, err = proc.communicate()
+        raise AssertionError(f"still running {timeout:g} s after SIGTERM; stderr: {err[-2000:]}") from None
+
+
 def _wait_ready(proc: subprocess.Popen[str], url: str, timeout: float) -> tuple[int, str]:
     import time
 
@@ -153,7 +167,6 @@ def _wait_ready(proc: subprocess.Popen[str], url: str, timeout: float) -> tuple[
 def test_sink_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path: Path) -> None:
     """`argus sink --metrics-port`: /readyz turns 200 once the consumer is in its group and
     ClickHouse answered; /livez is 200 while it polls; /metrics stays Prometheus'."""
-    import signal
     import time
 
     group = f"health-{os.getpid()}-{time.monotonic_ns()}"
@@ -166,8 +179,7 @@ def test_sink_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path
         status, metrics = http_get(f"{base}/metrics")
         assert status == 200 and "argus_sink_messages_total" in metrics
     finally:
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        out, err = _stop(proc)
     assert proc.returncode == 0, err
     assert "sink: stopped after" in out
 
@@ -176,7 +188,6 @@ def test_sink_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path
 def test_worker_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_path: Path) -> None:
     """`argus worker --metrics-port`: /readyz is 503 until the Faust consumer has its
     assignment, then 200; /livez says the event loop ticks."""
-    import signal
     import time
 
     app_id = f"health-{os.getpid()}-{time.monotonic_ns()}"
@@ -187,5 +198,37 @@ def test_worker_serves_readiness_and_liveness_for_the_kubelet(kafka_conf, tmp_pa
         live = http_get(f"{base}/livez")
         assert live[0] == 200 and live[1].startswith("event loop ticked "), live
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        _stop(proc)
+
+
+@pytest.mark.kafka
+def test_a_worker_holding_an_open_step_stops_on_sigterm(kafka_conf, tmp_path: Path) -> None:
+    """A step waiting for a rank holds its parts unacknowledged; on SIGTERM the worker drops
+    them (the next owner of the partition reads them again) and stops, instead of waiting
+    forever for acknowledgements that never come (Kubernetes would kill it uncommitted)."""
+    import time
+
+    from argus.producers.publisher import Publisher
+    from argus.schemas import STEPS, StepBatch, step_key
+    from tests.records import step_batch
+
+    app_id = f"held-{os.getpid()}-{time.monotonic_ns()}"
+    proc, base = _serving(kafka_conf, tmp_path, "worker", "--app-id", app_id)
+    try:
+        assert _wait_ready(proc, f"{base}/readyz", 120)[0] == 200
+        job = f"held-{time.monotonic_ns()}"
+        pub = Publisher(kafka_conf)
+        for step in range(5):  # two ranks, then rank 0 alone: step 4 waits for rank 1
+            whole = step_batch(2, step=step)
+            batch = StepBatch(job, whole.run, step, whole.columns)
+            for part in [batch.take([0]), batch.take([1])] if step < 4 else [batch.take([0])]:
+                pub.publish(STEPS, step_key(job, step), part)
+        pub.drain(30)
+        pub.shutdown()
+        deadline = time.monotonic() + 60
+        while "argus_worker_open_steps 1" not in http_get(f"{base}/metrics")[1]:
+            assert time.monotonic() < deadline, "the worker never held the lone part"
+            time.sleep(0.2)
+    finally:
+        _out, err = _stop(proc)
+    assert proc.returncode == 0, err[-2000:]

@@ -20,16 +20,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 import argus
 from argus.schemas import StepBatch
+from tests.helpers.sinks import ListSink
 
 STEPS, BATCH, SEQ = 24, 4, 32
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def publish(self, topic: str, key: bytes, record: Any) -> None:
-        self.records.append(record)
 
 
 class Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -64,7 +57,7 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     model = Slow(GPT2Config(vocab_size=128, n_positions=SEQ, n_embd=64, n_layer=2, n_head=2))
     model.delay_s = 0.06 if rank == slow else 0.0
-    sink = Sink()
+    sink = ListSink()
     args = TrainingArguments(
         output_dir=str(out / "trainer"),
         per_device_train_batch_size=BATCH,
@@ -86,7 +79,7 @@ def main() -> None:
     info = dataclasses.asdict(agent.info) if agent is not None else {}
     notes = dict(agent.hooks.notes) if agent is not None else {}
     argus.detach()
-    rows = [dataclasses.asdict(r) for b in sink.records if isinstance(b, StepBatch) for r in b.records()]
+    rows = [dataclasses.asdict(r) for b in sink.of(StepBatch) for r in b.records()]
     (out / f"rank{rank}.json").write_text(json.dumps({"records": rows, "info": info, "notes": notes}))
 
 

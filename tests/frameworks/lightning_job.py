@@ -20,16 +20,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import argus
 from argus.schemas import StepBatch
+from tests.helpers.sinks import ListSink
 
 STEPS, BATCH, DIM = 24, 8, 256
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def publish(self, topic: str, key: bytes, record: Any) -> None:
-        self.records.append(record)
 
 
 class Net(pl.LightningModule):
@@ -51,7 +44,7 @@ class Net(pl.LightningModule):
 def main() -> None:
     out, slow = Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else -1
     torch.set_num_threads(1)
-    sink = Sink()
+    sink = ListSink()
     data = TensorDataset(torch.randn(STEPS * BATCH * 2, DIM), torch.randn(STEPS * BATCH * 2))
     trainer = pl.Trainer(
         strategy="ddp",
@@ -68,7 +61,7 @@ def main() -> None:
     agent = argus.api.attached()
     info = dataclasses.asdict(agent.info) if agent is not None else {}
     argus.detach()
-    rows = [dataclasses.asdict(r) for b in sink.records if isinstance(b, StepBatch) for r in b.records()]
+    rows = [dataclasses.asdict(r) for b in sink.of(StepBatch) for r in b.records()]
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps({"records": rows, "info": info}))
 
 

@@ -30,16 +30,9 @@ from argus.schemas import (
     decode,
     encode,
 )
+from tests.helpers.sinks import ListSink
 
 IDX = {c: i for i, c in enumerate(COLUMNS)}
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes, object]] = []
-
-    def publish(self, topic, key, record):
-        self.records.append((topic, key, record))
 
 
 def test_exclusive_times_subtract_nested_spans():

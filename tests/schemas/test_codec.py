@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import re
@@ -213,3 +214,93 @@ def test_every_schema_parses_and_matches_its_record() -> None:
         parse_schema(info.raw, named_schemas={})
         names = {f["name"] for f in info.raw["fields"]}
         assert names, info.name
+
+
+def _fastavro_bytes(record: object) -> bytes:
+    """The record as fastavro's generic writer writes it (the reference for the direct one)."""
+    info = next(i for i in SCHEMAS.values() if i.id == peek_schema_id(encode(record)))  # type: ignore[arg-type]
+    buf = io.BytesIO()
+    buf.write(struct.pack(">bI", 0, info.id))
+    schemaless_writer(buf, info.schema, record.to_avro())  # type: ignore[attr-defined]
+    return buf.getvalue()
+
+
+def test_flat_records_are_written_byte_for_byte_as_fastavro_writes_them() -> None:
+    from tests.schemas.test_heartbeat_batch import beat
+
+    rng = np.random.default_rng(7)
+    records: list[object] = [step_batch(n, step=s) for n, s in ((1, 0), (1, 5_000), (8, 3), (300, 10**11))]
+    one = step_batch(1)
+    records.append(
+        StepBatch(one.job, 1 << 30, one.step, {**one.columns, "host": np.array(["nœud-ü 7"], object)})
+    )
+    wide = step_batch(64)
+    records.append(
+        StepBatch(wide.job, wide.run, wide.step, {**wide.columns, "forward_ms": rng.random(64) * 1e5})
+    )
+    records.append(schemas.HeartbeatBatch.from_beats([beat(r) for r in range(5)]))
+    records.append(next(r for r in RECORDS if type(r).__name__ == "KernelSketch"))
+    for record in records:
+        assert encode(record, check=False) == _fastavro_bytes(record)  # type: ignore[arg-type]
+    assert decode(encode(records[4])).columns["host"][0] == "nœud-ü 7"
+
+
+@pytest.mark.parametrize("field, value", [("job", 7), ("run", 1.5), ("step", "3")])
+def test_a_wrong_type_in_a_flat_record_is_a_type_error(field: str, value: object) -> None:
+    batch = step_batch(2)
+    bad = StepBatch(
+        **{"job": batch.job, "run": batch.run, "step": batch.step, "columns": batch.columns, field: value}
+    )
+    with pytest.raises(TypeError):
+        encode(bad, check=False)
+
+
+def _row(step: int, **figures: float) -> tuple[schemas.StepRecord, np.ndarray]:
+    from argus.schemas._records import FLOAT_COLUMNS
+
+    values = {name: figures.get(name, 0.25 * k) for k, name in enumerate(FLOAT_COLUMNS)}
+    rec = schemas.StepRecord(
+        "job-ü", 7, step, 1_000, "node-ä", "GPU-1", 3, 2, 1, 4, 5, T0_NS, T0_NS + 45_000_000, **values
+    )
+    return rec, np.array(list(values.values()))
+
+
+T0_NS = 1_750_000_000 * 10**9
+
+
+def test_a_step_row_is_the_encoding_of_its_one_row_batch() -> None:
+    rec, _ = _row(0)
+    writer = schemas.StepRowWriter(rec)
+    for step in (0, 1, 4095, 4096, 10**12 - 1):
+        row, figures = _row(step, forward_ms=12.5, p2p_ms=86_400_000.0)
+        row = dataclasses.replace(row, samples=step % 7, tokens=1 << 40)
+        message = writer.write(step, row.start_ns, row.end_ns, figures, row.samples, row.tokens)
+        assert message == encode(StepBatch.from_records([row]))
+        assert decode(message).records() == [row]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"figures": [float("nan")] + [0.0] * 13}, "NaN"),
+        ({"figures": [-1.0] + [0.0] * 13}, "negative"),
+        ({"figures": [0.0] * 13}, "figures"),
+        ({"step": -1}, "step"),
+        ({"end_ns": T0_NS - 1}, "out of order"),
+        ({"start_ns": 5, "end_ns": 6}, "2000..2100"),
+        ({"end_ns": T0_NS + 2 * 86_400 * 10**9}, "longer than a day"),
+        ({"samples": -3}, "samples"),
+    ],
+)
+def test_a_step_row_out_of_range_is_refused(change: dict[str, object], message: str) -> None:
+    rec, figures = _row(3)
+    args: dict[str, object] = {"step": 3, "start_ns": T0_NS, "end_ns": T0_NS + 1, "figures": figures}
+    args.update(change)
+    with pytest.raises(ValidationError, match=message):
+        schemas.StepRowWriter(rec).write(**args)  # type: ignore[arg-type]
+
+
+def test_a_rank_out_of_range_has_no_step_row_writer() -> None:
+    rec, _ = _row(0)
+    with pytest.raises(ValidationError):
+        schemas.StepRowWriter(dataclasses.replace(rec, host="h" * 300))
