@@ -3,7 +3,7 @@
 The training thread does as little as possible: hooks append timed spans, ``end_step``
 moves the step's spans to a deque. The agent's thread (one, ``argus-agent``) wakes at the
 stack-sampling rate (``stack_hz``, 10 by default: every wake-up costs CPU the training
-process may need; where that CPU exceeds ``cpu_budget`` of one core, 0.15 % by default,
+process may need; where that CPU exceeds ``cpu_budget`` of one core, 0.1 % by default,
 the rate drops towards ``min_stack_hz``, as a continuous profiler keeps to its budget) and
 
 * samples the training thread's Python stack (a key of code-object ids; folded into
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -61,20 +60,19 @@ __all__ = ["AgentConfig", "RankAgent", "Sink"]
 log = logging.getLogger("argus.agent")
 
 
-PACE_S = 2.0
-"""How often the agent's thread compares its CPU use with ``cpu_budget``."""
+PACE_S = (0.5, 2.0)
+"""When the agent's thread first compares its CPU use with ``cpu_budget``, then how often."""
 
 
-def paced_interval(
-    interval: float, cpu_s: float, wall_s: float, budget: float, lo: float, hi: float
-) -> float:
-    """The stack-sampling interval for the next window: ``interval`` stretched or shrunk by
-    how far the thread's CPU use over the last one (``cpu_s`` in ``wall_s``) was from
-    ``budget`` (a fraction of one core), damped (square root of the ratio), within [lo, hi]."""
+def paced_interval(interval: float, cpu_s: float, wall_s: float, budget: float, lo: float, hi: float) -> float:
+    """The stack-sampling interval for the next window: ``interval`` times how far the
+    thread's CPU use over the last one (``cpu_s`` in ``wall_s``) was from ``budget`` (a
+    fraction of one core), at most 4x either way, within [lo, hi]. Its CPU is mostly a cost
+    per wake-up, so the ratio alone brings it to the budget in one window."""
     if wall_s <= 0:
         return interval
-    ratio = max(cpu_s, 0.0) / wall_s / budget
-    return min(hi, max(lo, interval * math.sqrt(ratio)))
+    ratio = min(4.0, max(0.25, max(cpu_s, 0.0) / wall_s / budget))
+    return min(hi, max(lo, interval * ratio))
 
 
 class Sink(Protocol):
@@ -89,7 +87,7 @@ class AgentConfig:
     """What the agent collects and how often."""
 
     stack_hz: float = 10.0
-    cpu_budget: float = 0.0015
+    cpu_budget: float = 0.001
     min_stack_hz: float = 1.0
     slow_stack_hz: float = 50.0
     slow_factor: float = 1.5
@@ -255,7 +253,7 @@ class RankAgent:
         yield_cpu_to_training()
         c = self.config
         base, burst = 1.0 / c.stack_hz, 1.0 / c.slow_stack_hz
-        nxt = paced = time.perf_counter()
+        nxt = paced = started = time.perf_counter()
         cpu = time.thread_time()
         while not self._stop.is_set():
             try:
@@ -265,7 +263,7 @@ class RankAgent:
                 if self.errors <= 3:
                     log.exception("argus agent error (continuing)")
             now = time.perf_counter()
-            if now - paced >= PACE_S:
+            if now - paced >= PACE_S[paced > started]:
                 used = time.thread_time()
                 base = paced_interval(
                     base, used - cpu, now - paced, c.cpu_budget, 1 / c.stack_hz, 1 / c.min_stack_hz
