@@ -15,6 +15,13 @@ import sys
 CLI_EXTRA_MODULES = frozenset({"typer", "click", "rich", "msgspec", "shellingham", "pygments", "markdown_it"})
 """Top-level modules of the ``cli`` extra (and of its dependencies)."""
 MISSING_EXTRA = "the argus command needs the cli extra: pip install 'argus-gpu[cli]'"
+EXTRA_OF = {
+    **dict.fromkeys(("faust", "mode", "aiokafka", "cramjam", "scipy", "prometheus_client"), "streams"),
+    **dict.fromkeys(
+        ("chdb", "clickhouse_connect", "grafana_client", "grafana_foundation_sdk", "pyarrow", "yaml"), "sinks"
+    ),
+}
+"""Top-level modules of the extras a subcommand may need beyond ``cli``, and their extra."""
 
 _missing: ModuleNotFoundError | None = None
 try:
@@ -55,6 +62,15 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         code = 130
+    except ModuleNotFoundError as exc:  # a subcommand of an extra that is not installed
+        extra = EXTRA_OF.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        err_console.print(
+            f"this command needs the {extra} extra: pip install 'argus-gpu[{extra}]' (no {exc.name})",
+            markup=False,
+        )
+        code = 2
     except SystemExit as exc:
         code = exc.code
     if "chdb" in sys.modules:

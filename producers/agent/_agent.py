@@ -64,7 +64,9 @@ PACE_S = (0.5, 2.0)
 """When the agent's thread first compares its CPU use with ``cpu_budget``, then how often."""
 
 
-def paced_interval(interval: float, cpu_s: float, wall_s: float, budget: float, lo: float, hi: float) -> float:
+def paced_interval(
+    interval: float, cpu_s: float, wall_s: float, budget: float, lo: float, hi: float
+) -> float:
     """The stack-sampling interval for the next window: ``interval`` times how far the
     thread's CPU use over the last one (``cpu_s`` in ``wall_s``) was from ``budget`` (a
     fraction of one core), at most 4x either way, within [lo, hi]. Its CPU is mostly a cost
@@ -106,13 +108,26 @@ class AgentConfig:
     max_pending_steps: int = 1024
 
     def __post_init__(self) -> None:
-        if not (0 < self.stack_hz <= 1000 and 0 < self.slow_stack_hz <= 1000):
-            raise ValueError("stack_hz and slow_stack_hz must be in (0, 1000]")
-        if not (0 < self.min_stack_hz <= self.stack_hz and 0 < self.cpu_budget <= 1):
-            raise ValueError("min_stack_hz must be in (0, stack_hz], cpu_budget in (0, 1]")
-        if self.slow_factor <= 1:
-            raise ValueError("slow_factor must be > 1")
-        if self.heartbeat_s <= 0 or self.stack_window_s <= 0 or self.publish_s < 0:
+        rates = {
+            "stack_hz": self.stack_hz,
+            "slow_stack_hz": self.slow_stack_hz,
+            "min_stack_hz": self.min_stack_hz,
+        }
+        for name, value in {**rates, "cpu_budget": self.cpu_budget, "slow_factor": self.slow_factor}.items():
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise ValueError(f"{name} must be a number, not {value!r}")
+        for name, hz in rates.items():
+            if not 0 < hz <= 1000:
+                raise ValueError(f"{name} must be in (0, 1000] Hz, not {hz!r}")
+        if self.min_stack_hz > self.stack_hz:
+            raise ValueError(
+                f"min_stack_hz ({self.min_stack_hz!r}) must not exceed stack_hz ({self.stack_hz!r})"
+            )
+        if not 0 < self.cpu_budget <= 1:
+            raise ValueError(f"cpu_budget is a fraction of one core in (0, 1], not {self.cpu_budget!r}")
+        if not self.slow_factor > 1:
+            raise ValueError(f"slow_factor must be > 1, not {self.slow_factor!r}")
+        if not (self.heartbeat_s > 0 and self.stack_window_s > 0 and self.publish_s >= 0):
             raise ValueError("heartbeat_s and stack_window_s must be positive, publish_s not negative")
 
 
@@ -252,7 +267,8 @@ class RankAgent:
     def _run(self) -> None:
         yield_cpu_to_training()
         c = self.config
-        base, burst = 1.0 / c.stack_hz, 1.0 / c.slow_stack_hz
+        base = 1.0 / c.stack_hz
+        burst_ratio = c.stack_hz / c.slow_stack_hz  # a slow step's interval to the base one
         nxt = paced = started = time.perf_counter()
         cpu = time.thread_time()
         while not self._stop.is_set():
@@ -269,7 +285,7 @@ class RankAgent:
                     base, used - cpu, now - paced, c.cpu_budget, 1 / c.stack_hz, 1 / c.min_stack_hz
                 )
                 self.stack_interval_s, paced, cpu = base, now, used
-            nxt += burst if self._overdue() else base
+            nxt += base * burst_ratio if self._overdue() else base
             delay = nxt - time.perf_counter()
             if delay < 0:
                 nxt, delay = time.perf_counter(), 0.0

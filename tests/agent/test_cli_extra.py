@@ -80,3 +80,26 @@ def test_with_the_cli_extra_the_command_and_its_imports_work():
         timeout=60,
     )
     assert out.returncode == 0 and "Usage" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["grafana", "export", "--out", "{tmp}/dash"], ["sql", "SELECT 1"]],
+    ids=["grafana-export", "sql"],
+)
+def test_a_command_of_a_missing_extra_names_it_in_one_line(tmp_path, argv):
+    """With the cli extra but not the sinks extra (no pyarrow), a command that needs the
+    store says which extra to install, in one line, exit 2; no traceback."""
+    code = (
+        "import sys; sys.modules['pyarrow'] = None; "  # import of pyarrow fails as if absent
+        f"sys.argv = ['argus', *{[a.format(tmp=tmp_path) for a in argv]!r}]; "
+        "from argus.cli import main; main()"
+    )
+    env = {**os.environ, "ARGUS_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out
+    assert (
+        out.stderr.strip()
+        == "this command needs the sinks extra: pip install 'argus-gpu[sinks]' (no pyarrow)"
+    )
+    assert "Traceback" not in out.stderr
