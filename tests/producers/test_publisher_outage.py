@@ -84,6 +84,7 @@ def test_broker_outage_spools_replays_in_order_and_never_delays_a_step(own_broke
         home=str(tmp_path),
         heartbeat_s=1.0,
         stack_hz=50.0,
+        cpu_budget=0.05,  # many stack records to check the order of (the default budget thins them)
     )
     publisher = argus.api._publisher
     x, y = torch.randn(32, 64), torch.randn(32, 1)
