@@ -296,9 +296,8 @@ class Publisher:
         steps = [value for _, _, value in items if isinstance(value, StepBatch)]
         checked = len(steps) > 1 and valid_steps(steps)  # else each is checked as it is encoded
         held = time.perf_counter()
-        for n, (topic, key, value) in enumerate(items):
-            if n % 8 == 7:
-                held = _yield_gil(held)
+        for topic, key, value in items:
+            held = _yield_gil(held)
             if isinstance(value, bytes):
                 out.append((topic, key, value))
                 continue
@@ -313,8 +312,7 @@ class Publisher:
         """Hand records to librdkafka in order; return how many it took."""
         held = time.perf_counter()
         for n, rec in enumerate(records):
-            if n % 64 == 63:
-                held = _yield_gil(held)
+            held = _yield_gil(held)
             if self._relay is not None and rec[0] in RELAYED_TOPICS and self._relay.send(rec[2]):
                 self.relayed += 1
                 continue

@@ -176,15 +176,17 @@ class StepRowWriter:
     """
 
     def __init__(self, rank: StepRecord) -> None:
-        first = replace(rank, step=0, start_ns=LIMITS["min_time_ns"], end_ns=LIMITS["min_time_ns"])
-        validate(StepBatch.from_records([first]))
+        first = StepBatch.from_records(
+            [replace(rank, step=0, start_ns=LIMITS["min_time_ns"], end_ns=LIMITS["min_time_ns"])]
+        )
+        validate(first)
         info = _LATEST[StepBatch]
         fields = _FLAT[info.id]
         names = [name for name, _ in fields]
         at, row = names.index("step"), names.index(_ROW_FIELDS[0])
         if names[at + 1] != "rows" or tuple(names[row : row + len(_ROW_FIELDS)]) != _ROW_FIELDS:
             raise SchemaError("step_batch schema changed: StepRowWriter no longer matches it")
-        data = StepBatch.from_records([first]).to_avro()
+        data = first.to_avro()
         head: list[bytes] = [_HEADER.pack(MAGIC, info.id)]
         _write_flat(fields[:at], data, head)
         mid: list[bytes] = [_SMALL[1]]  # rows

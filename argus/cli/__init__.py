@@ -12,16 +12,17 @@ import logging
 import os
 import sys
 
-CLI_EXTRA_MODULES = frozenset({"typer", "click", "rich", "msgspec", "shellingham", "pygments", "markdown_it"})
-"""Top-level modules of the ``cli`` extra (and of its dependencies)."""
-MISSING_EXTRA = "the argus command needs the cli extra: pip install 'argus-gpu[cli]'"
 EXTRA_OF = {
+    **dict.fromkeys(("typer", "click", "rich", "msgspec", "shellingham", "pygments", "markdown_it"), "cli"),
     **dict.fromkeys(("faust", "mode", "aiokafka", "cramjam", "scipy", "prometheus_client"), "streams"),
     **dict.fromkeys(
         ("chdb", "clickhouse_connect", "grafana_client", "grafana_foundation_sdk", "pyarrow", "yaml"), "sinks"
     ),
 }
-"""Top-level modules of the extras a subcommand may need beyond ``cli``, and their extra."""
+"""Top-level modules of the extras (and of their dependencies) the command may need, and
+their extra: ``cli`` for the command itself, the others for some subcommands."""
+CLI_EXTRA_MODULES = frozenset(m for m, extra in EXTRA_OF.items() if extra == "cli")
+MISSING_EXTRA = "the argus command needs the cli extra: pip install 'argus-gpu[cli]'"
 
 _missing: ModuleNotFoundError | None = None
 try:

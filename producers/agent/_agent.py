@@ -267,7 +267,6 @@ class RankAgent:
     def _run(self) -> None:
         yield_cpu_to_training()
         c = self.config
-        base = 1.0 / c.stack_hz
         burst_ratio = c.stack_hz / c.slow_stack_hz  # a slow step's interval to the base one
         nxt = paced = started = time.perf_counter()
         cpu = time.thread_time()
@@ -281,10 +280,16 @@ class RankAgent:
             now = time.perf_counter()
             if now - paced >= PACE_S[paced > started]:
                 used = time.thread_time()
-                base = paced_interval(
-                    base, used - cpu, now - paced, c.cpu_budget, 1 / c.stack_hz, 1 / c.min_stack_hz
+                self.stack_interval_s = paced_interval(
+                    self.stack_interval_s,
+                    used - cpu,
+                    now - paced,
+                    c.cpu_budget,
+                    1 / c.stack_hz,
+                    1 / c.min_stack_hz,
                 )
-                self.stack_interval_s, paced, cpu = base, now, used
+                paced, cpu = now, used
+            base = self.stack_interval_s
             nxt += base * burst_ratio if self._overdue() else base
             delay = nxt - time.perf_counter()
             if delay < 0:
