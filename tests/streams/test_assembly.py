@@ -238,3 +238,29 @@ def test_a_step_still_being_read_after_a_rebalance_waits_for_its_parts() -> None
     assert asm.due(now=34.1) == []  # not quiet yet
     (short,) = asm.due(now=34.3)
     assert (short.batch.step, short.reason, short.missing) == (2, "peers_done", (13,))
+
+
+def test_ranks_publishing_a_round_apart_give_whole_steps() -> None:
+    """Each rank's agent sends its finished steps in rounds (every ~0.5 s, through a publisher
+    that sends every 0.5 s), each at its own phase: one rank's round of ten steps comes before
+    the others'. Those steps wait for the other ranks' round (once completed short, with three
+    of four ranks "missing", a slowed rank's run broke into fragments in the demo); a rank that
+    stays away is reported missing after the quiet."""
+    sim = ClusterSimulator(Layout(dp=4, tp=1, pp=1), seed=9, job="rounds")
+    steps = [s.batch for s in sim.run(21)]
+    asm = StepAssembler()  # the worker's defaults
+    asm.add(steps[0], None, now=0.0)
+    assert [c.reason for c in asm.due(now=31.0)] == ["timeout"] and asm.world("rounds", 0) == 4
+    rank = [[b.take(np.flatnonzero(b["rank"] == r)) for b in steps] for r in range(4)]
+    for s in range(1, 11):  # rank 3's round of steps 1..10 first
+        assert asm.add(rank[3][s], None, now=40.0) == []
+    for t in (40.3, 40.6, 41.0):  # the others' rounds come up to ~1 s later
+        assert asm.due(now=t) == []
+    done = [c for r in range(3) for s in range(1, 11) for c in asm.add(rank[r][s], None, now=41.0)]
+    assert [(c.batch.step, c.reason, c.missing) for c in done] == [(s, "all_ranks", ()) for s in range(1, 11)]
+    for s in range(11, 21):  # rank 0 is lost from step 11 on
+        for r in (1, 2, 3):
+            asm.add(rank[r][s], None, now=42.0)
+    assert asm.due(now=43.0) == []
+    short = asm.due(now=43.6)
+    assert [(c.batch.step, c.reason, c.missing) for c in short] == [(s, "peers_done", (0,)) for s in range(11, 20)]
