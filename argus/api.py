@@ -54,11 +54,12 @@ _SETTINGS = frozenset(f.name for f in dataclasses.fields(Settings))
 _AGENT = frozenset(f.name for f in dataclasses.fields(AgentConfig))
 _LAYOUT = frozenset({"rank", "world", "run", "host", "gpu_uuid", "tp_size", "pp_size", "coords"})
 _FRAMEWORK = frozenset({"mesh"})
-PUBLISHER_WAKE_MS = 500
-"""How often the rank's publisher thread wakes to encode and send what the agent queued: each
-wake-up costs CPU the training process may need (2 a second; a record waits at most this
-long before it leaves, heartbeats and declared pauses included). With the agent's
-``publish_s`` (0.5 s), a step record leaves at most ~1 s after its step ended."""
+PUBLISHER_WAKE_MS = 2000
+"""How often the rank's publisher thread wakes on its own (delivery reports, the spool's
+replay): the agent wakes it after each of its rounds (``publish_s``, 1 s), so a record
+leaves in the round it was made, heartbeats and declared pauses included, and a step
+record at most ~1 s after its step ended. Each wake-up costs CPU the training process may
+need."""
 _lock = threading.Lock()
 _agent: RankAgent | None = None
 _publisher: Any = None

@@ -170,11 +170,11 @@ def main() -> None:
     # CPU ns of the agent's and the publisher's threads, and steps, while an agent ran
     cpu: dict[str, list[int]] = {"agent": [0, 0, 0], "ddp_agent": [0, 0, 0]}
 
-    # The agent publishes finished steps every publish_s and the publisher sends every
-    # PUBLISHER_WAKE_MS: each block trains untimed for longer than both before and after its
-    # timed steps, so the timed steps see the agent in its steady state (the work for the
-    # steps before them, none of it deferred to close()). Every side gets the same blocks.
-    settle = max(cfg.publish_s, argus.api.PUBLISHER_WAKE_MS / 1000) + 0.1
+    # The agent publishes finished steps every publish_s and wakes the publisher to send
+    # them: each block trains untimed for longer than that before and after its timed steps,
+    # so the timed steps see the agent in its steady state (the work for the steps before
+    # them, none of it deferred to close()). Every side gets the same blocks.
+    settle = cfg.publish_s + 0.1
 
     def with_agent(kind: str, net: nn.Module, optim: Any) -> list[float]:
         agent = RankAgent(publisher, info, cfg)

@@ -207,6 +207,11 @@ class Publisher:
             "stalled": self._stalled(),
         }
 
+    def wake(self) -> None:
+        """Have the worker send what is queued now, without waiting for it (a producer that
+        publishes in rounds calls this after each: one wake-up of the worker per round)."""
+        self._wake.set()
+
     def flush(self, timeout: float = 30.0) -> int:
         """Wait until everything queued, spooled and in flight is delivered; return what is left."""
         deadline = time.monotonic() + timeout

@@ -62,12 +62,12 @@ class AssemblyConfig:
     """A step whose job has moved on (a later step is arriving) completes after this much quiet."""
     max_wait_s: float = 30.0
     """A step completes at the latest this long after its first part."""
-    quiet_s: float = 1.5
+    quiet_s: float = 2.0
     """A step no smaller than a later step, and short of no rank the later one has, completes
     after this much quiet (a job's first steps, a lost rank). Longer than a healthy rank's
-    publishing rhythm: an agent sends its finished steps every 0.5 s through a publisher that
-    sends every 0.5 s, so the parts of one step come up to ~1 s apart, one rank's round of
-    steps ahead of the others'."""
+    publishing rhythm: an agent sends its finished steps in rounds, every second, each rank
+    at its own phase (plus a node relay's 0.2 s), so the parts of one step come up to ~1.2 s
+    apart, one rank's round of steps ahead of the others'."""
     max_open: int = 4096
     """Steps waiting at once, over all jobs (memory bound)."""
     remember_steps: int = 4096

@@ -79,7 +79,9 @@ def paced_interval(
 
 class Sink(Protocol):
     """Where records go (the Publisher): step records come as their wire bytes
-    (:func:`~argus.schemas.decode` reads them), the others as records."""
+    (:func:`~argus.schemas.decode` reads them), the others as records. A sink that sends in
+    the background may also have ``wake()``: the agent calls it after each of its rounds
+    (and after a declared pause), so what the round made leaves now."""
 
     def publish(self, topic: str, key: bytes, record: Record | bytes) -> None: ...
 
@@ -95,7 +97,7 @@ class AgentConfig:
     slow_factor: float = 1.5
     stack_window_s: float = 10.0
     heartbeat_s: float = 5.0
-    publish_s: float = 0.5
+    publish_s: float = 1.0
     stacks: bool = True
     collectives: bool = True
     dataloader: bool = True
@@ -136,6 +138,7 @@ class RankAgent:
 
     def __init__(self, sink: Sink, info: RankInfo, config: AgentConfig | None = None) -> None:
         self.sink = sink
+        self._send_now: Any = getattr(sink, "wake", None)
         self.info = info
         self.config = config or AgentConfig()
         self.thread_id = threading.get_ident()
@@ -312,6 +315,9 @@ class RankAgent:
         if self.config.stacks:
             self._sample_stack()
         now = time.monotonic()
+        if now - self._last_heartbeat >= self.config.heartbeat_s:
+            self._last_heartbeat = now
+            self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
         if now - self._last_publish >= self.config.publish_s:
             self._last_publish = now
             self._publish_steps()
@@ -319,9 +325,7 @@ class RankAgent:
                 self.hooks.install_compile()
             if self.cupti is not None:
                 self._publish_kernels()
-        if now - self._last_heartbeat >= self.config.heartbeat_s:
-            self._last_heartbeat = now
-            self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+            self._wake_sink()  # the round's records (and stack windows since) leave now
 
     def _sample_stack(self) -> None:
         key = self._folder.sample_key(self.thread_id)
@@ -421,12 +425,21 @@ class RankAgent:
         until = time.time_ns() + int(max(0.0, seconds) * 1e9)
         self._pause = (reason.replace("\n", " ")[:64] or "pause", until)
         self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+        self._wake_sink()
 
     def end_pause(self) -> None:
         """The declared pause is over (sent at once, so a hang after it is named on time)."""
         if self._pause[1]:
             self._pause = ("", 0)
             self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+            self._wake_sink()
+
+    def _wake_sink(self) -> None:
+        if self._send_now is not None:
+            try:
+                self._send_now()
+            except Exception:
+                log.debug("argus: waking the sink failed", exc_info=True)
 
     def heartbeat(self) -> Heartbeat:
         """Where this rank is now."""

@@ -157,3 +157,37 @@ def test_a_declared_pause_goes_out_at_once_and_ends_explicitly():
     assert declared.pause == "checkpoint shard 3"
     assert before + 119e9 < declared.pause_until_ns < time.time_ns() + 121e9
     assert (ended.pause, ended.pause_until_ns) == ("", 0)
+
+
+def test_the_agent_wakes_its_sink_after_each_round_and_a_declared_pause():
+    """A sink that sends in the background (the Publisher) is woken by the agent after each
+    publishing round, so a step leaves in the round that made it, not at the sender's own
+    (rarer) wake-up; a declared pause is sent at once the same way."""
+
+    class WakeSink(ListSink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wakes: list[int] = []  # records kept when each wake came
+
+        def wake(self) -> None:
+            self.wakes.append(len(self.records))
+
+    sink = WakeSink()
+    agent = RankAgent(
+        sink, RankInfo("job-w", 0, 0, 1, 0, "h"), AgentConfig(stacks=False, cupti=False, publish_s=0.05)
+    )
+    agent.install()
+    try:
+        for _ in range(3):
+            agent.begin_step()
+            time.sleep(0.01)
+            agent.end_step()
+        deadline = time.monotonic() + 5
+        while len(sink.of(StepBatch)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(sink.of(StepBatch)) == 3
+        assert sink.wakes and sink.wakes[-1] >= 3  # woken after the round that published them
+        agent.declare_pause("eval", 10)
+        assert sink.wakes[-1] == len(sink.records)  # the pause's heartbeat, then the wake
+    finally:
+        agent.close()
