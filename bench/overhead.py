@@ -86,6 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=0, help="timed steps per block (default 32)")
     ap.add_argument(
         "--stack-hz", type=float, default=None, help="stack sampling rate (0: off; default: the agent's)"
     )
@@ -93,7 +94,9 @@ def main() -> None:
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
     rounds = args.rounds or (16 if args.quick else 40)
-    per_block = 12 if args.quick else 16
+    # 32 timed steps a block: a block's fastest quarter is then 8 steps, not 4 (a steadier
+    # figure per round; the standard error of the medians is printed)
+    per_block = args.steps or (12 if args.quick else 32)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dim, layers, batch, seq = 128, 2, 16, 80
@@ -219,6 +222,11 @@ def main() -> None:
     overhead_ddp = statistics.median(ratios["ddp_agent"]) * 100
     prof_overhead = statistics.median(ratios["profiler"]) * 100
     iqr = {k: tuple(round(x * 100, 3) for x in _quartiles(v)) for k, v in ratios.items()}
+    # standard error of a median over rounds (1.2533 sd / sqrt(n) for near-normal rounds)
+    se = {
+        k: round(1.2533 * statistics.stdev(v) / len(v) ** 0.5 * 100, 3) if len(v) > 1 else 0.0
+        for k, v in ratios.items()
+    }
     print(f"{'mode':<10}{'steps':>7}{'median ms':>12}{'p90 ms':>10}{'overhead %':>12}")
     for k, v in times.items():
         p90 = sorted(v)[int(0.9 * len(v))]
@@ -232,6 +240,7 @@ def main() -> None:
         "spread over rounds (quartiles, %): "
         + ", ".join(f"{k} {lo:.2f}..{hi:.2f}" for k, (lo, hi) in iqr.items())
     )
+    print("standard error of each median (%): " + ", ".join(f"{k} {v:.2f}" for k, v in se.items()))
     print(f"DDP steps timed with the agent: {ddp_steps}")
     for k, (a, p, n) in cpu.items():
         print(
@@ -253,6 +262,8 @@ def main() -> None:
                 "overhead_iqr": iqr["agent"],
                 "overhead_ddp_iqr": iqr["ddp_agent"],
                 "profiler_overhead_iqr": iqr["profiler"],
+                "overhead_se": se["agent"],
+                "overhead_ddp_se": se["ddp_agent"],
                 "step_ms": round(med["off"], 2),
                 "ddp_step_ms": round(med["ddp_off"], 2),
                 "load_1m": round(max(load_before, load_after), 2),
