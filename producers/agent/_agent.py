@@ -479,6 +479,7 @@ class RankAgent:
         self._window = StackWindow(self.step, time.time_ns())
         self._slow = None
         self.sink = _Discard()
+        self._send_now = None  # the parent's publisher is not this process's
         self.forked = True
 
     # -- shutdown ----------------------------------------------------------------------
@@ -512,6 +513,7 @@ class RankAgent:
         self._emit_window(self._window, now)
         self._window = StackWindow(self.step, now)
         self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+        self._wake_sink()
 
 
 class _Discard:
