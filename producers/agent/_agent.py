@@ -10,9 +10,11 @@ the rate drops towards ``min_stack_hz``, as a continuous profiler keeps to its b
   strings only when published), counted per window of ``stack_window_s``; while the open
   step has run longer than ``slow_factor`` times the median of recent steps it samples at
   ``slow_stack_hz`` instead, into a window of that step alone;
-* reduces finished steps to exclusive ms per phase and collective kind (on a GPU only once
-  every CUDA event was reached) and publishes each as a 1-row ``StepBatch`` already on the
-  wire (:class:`~argus.schemas.StepRowWriter`: the same bytes, a fifth of the cost);
+* every ``publish_s`` (1 s), at the same wall-clock moments on every rank (so the parts of
+  a step arrive together), reduces finished steps to exclusive ms per phase and collective
+  kind (on a GPU only once every CUDA event was reached), publishes each as a 1-row
+  ``StepBatch`` already on the wire (:class:`~argus.schemas.StepRowWriter`: the same bytes,
+  a fifth of the cost), and wakes the sink, which sends them;
 * publishes a ``StackSample`` per time window (``step`` = the step it began in) and one per
   slow step (its own samples), a ``Heartbeat`` every ``heartbeat_s`` (last step, per-group
   collective sequence numbers, current stack);
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -62,6 +65,12 @@ log = logging.getLogger("argus.agent")
 
 PACE_S = (0.5, 2.0)
 """When the agent's thread first compares its CPU use with ``cpu_budget``, then how often."""
+
+
+def _until_next(period: float) -> float:
+    """Seconds to the next multiple of ``period`` on the wall clock."""
+    wall = time.time()
+    return (math.floor(wall / period) + 1) * period - wall
 
 
 def paced_interval(
@@ -176,7 +185,6 @@ class RankAgent:
         self._sleep.acquire()
         self._thread: threading.Thread | None = None
         self._last_heartbeat = 0.0
-        self._last_publish = 0.0
         self.forked = False  # True in the child of a fork (see reset_after_fork)
         self.stack_interval_s = 1.0 / self.config.stack_hz  # paced by cpu_budget (see _run)
 
@@ -271,11 +279,15 @@ class RankAgent:
         yield_cpu_to_training()
         c = self.config
         burst_ratio = c.stack_hz / c.slow_stack_hz  # a slow step's interval to the base one
-        nxt = paced = started = time.perf_counter()
+        nxt = paced = started = round_at = time.perf_counter()
         cpu = time.thread_time()
         while not self._stop.is_set():
+            now = time.perf_counter()
+            sample, publish = now >= nxt, now >= round_at
             try:
-                self.tick()
+                if sample and c.stacks:
+                    self._sample_stack()
+                self.tick(publish)
             except Exception:
                 self.errors += 1
                 if self.errors <= 3:
@@ -292,34 +304,36 @@ class RankAgent:
                     1 / c.min_stack_hz,
                 )
                 paced, cpu = now, used
-            base = self.stack_interval_s
-            nxt += base * burst_ratio if self._overdue() else base
-            delay = nxt - time.perf_counter()
-            if delay < 0:
-                nxt, delay = time.perf_counter(), 0.0
-            if self._sleep.acquire(timeout=delay):  # released by close(): stop now
-                break
+            if sample:
+                base = self.stack_interval_s
+                nxt = max(nxt + (base * burst_ratio if self._overdue() else base), now)
+            if publish:
+                round_at = now + _until_next(c.publish_s) if c.publish_s > 0 else nxt
+            beat_at = now + self._last_heartbeat + c.heartbeat_s - time.monotonic()
+            wake_at = min(nxt, round_at, beat_at) if c.stacks else min(round_at, beat_at)
+            if self._sleep.acquire(timeout=max(wake_at - time.perf_counter(), 0.0)):
+                break  # released by close(): stop now
 
     def _overdue(self) -> bool:
         """Whether the open step has run longer than ``slow_factor`` x the recent median."""
         opened, limit = self._open, self._slow_after_ns
         return bool(limit and opened is not None and time.perf_counter_ns() - opened[1] > limit)
 
-    def tick(self) -> None:
-        """One round of the agent's thread.
+    def tick(self, publish: bool = True) -> None:
+        """A heartbeat if one is due; with ``publish``, a publishing round: the finished steps
+        (and kernel sketches), then a wake-up of the sink.
 
-        Finished steps go out every ``publish_s``, not at every stack sample: each round
-        that builds records touches far more code and data than a sample, and on a busy
-        host that costs several times what it does in isolation.
+        The agent's thread publishes every ``publish_s`` at the same wall-clock moments on
+        every rank (multiples of ``publish_s``: the parts of a step reach a node relay and the
+        workers together, not up to a round apart), apart from its stack samples: a round
+        touches far more code and data than a sample, and on a busy host that costs several
+        times what it does in isolation.
         """
-        if self.config.stacks:
-            self._sample_stack()
         now = time.monotonic()
         if now - self._last_heartbeat >= self.config.heartbeat_s:
             self._last_heartbeat = now
             self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
-        if now - self._last_publish >= self.config.publish_s:
-            self._last_publish = now
+        if publish:
             self._publish_steps()
             if self.config.compile and not self.hooks.compile_hooked:
                 self.hooks.install_compile()

@@ -162,19 +162,22 @@ def test_a_declared_pause_goes_out_at_once_and_ends_explicitly():
 def test_the_agent_wakes_its_sink_after_each_round_and_a_declared_pause():
     """A sink that sends in the background (the Publisher) is woken by the agent after each
     publishing round, so a step leaves in the round that made it, not at the sender's own
-    (rarer) wake-up; a declared pause is sent at once the same way."""
+    (rarer) wake-up; a declared pause is sent at once the same way. Rounds come at multiples
+    of ``publish_s`` on the wall clock, so every rank of a job publishes at the same moments."""
 
     class WakeSink(ListSink):
         def __init__(self) -> None:
             super().__init__()
             self.wakes: list[int] = []  # records kept when each wake came
+            self.at: list[float] = []  # wall clock of each wake
 
         def wake(self) -> None:
             self.wakes.append(len(self.records))
+            self.at.append(time.time())
 
     sink = WakeSink()
     agent = RankAgent(
-        sink, RankInfo("job-w", 0, 0, 1, 0, "h"), AgentConfig(stacks=False, cupti=False, publish_s=0.05)
+        sink, RankInfo("job-w", 0, 0, 1, 0, "h"), AgentConfig(stacks=False, cupti=False, publish_s=0.2)
     )
     agent.install()
     try:
@@ -187,6 +190,10 @@ def test_the_agent_wakes_its_sink_after_each_round_and_a_declared_pause():
             time.sleep(0.01)
         assert len(sink.of(StepBatch)) == 3
         assert sink.wakes and sink.wakes[-1] >= 3  # woken after the round that published them
+        while len(sink.at) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        late = sorted(t % 0.2 for t in sink.at[1:])  # the first round comes at start
+        assert len(late) >= 5 and late[len(late) // 2] < 0.02, late  # on the grid, give or take a wake-up
         agent.declare_pause("eval", 10)
         assert sink.wakes[-1] == len(sink.records)  # the pause's heartbeat, then the wake
     finally:
