@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LATENCY_BUCKETS_S", "Family", "LatencyHistogram", "StreamMetrics", "metric_families"]
+__all__ = ["LATENCY_BUCKETS_S", "Family", "LatencyHistogram", "StreamMetrics", "metric_families", "summary"]
 
 Family = tuple[str, str, dict[tuple[tuple[str, str], ...], Any]]
 """One metric family: kind ("counter", "gauge", "histogram"), help, {label pairs: value}."""
@@ -112,3 +112,18 @@ def metric_families(metrics: StreamMetrics, lags: Mapping[str, int]) -> dict[str
             {(): metrics.completion_s.buckets()},
         ),
     }
+
+
+def summary(metrics: StreamMetrics) -> str:
+    """One line of what a worker did, for its log when it stops."""
+
+    def counts(c: Counter[str]) -> str:
+        return f" ({', '.join(f'{k} {n}' for k, n in sorted(c.items()))})" if c else ""
+
+    return (
+        f"{metrics.records} rank-step records in {metrics.messages} messages, "
+        f"{sum(metrics.steps.values())} steps completed{counts(metrics.steps)}, "
+        f"{sum(metrics.anomalies.values())} anomalies{counts(metrics.anomalies)}, "
+        f"{metrics.heartbeats} heartbeats, {sum(metrics.dead_letters.values())} dead letters"
+        f"{counts(metrics.dead_letters)}"
+    )

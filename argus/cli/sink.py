@@ -95,5 +95,6 @@ def sink(
     console.print(
         f"sink: stopped after {time.monotonic() - started:.1f} s: {stats.messages} messages, {rows} rows "
         f"({', '.join(f'{t} {n}' for t, n in sorted(stats.rows.items())) or 'none'}), "
-        f"{stats.dead_letters} dead letters, {stats.insert_retries} insert retries"
+        f"{stats.dead_letters} dead letters, {stats.insert_retries} insert retries",
+        soft_wrap=True,  # one line in a log, however long
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 
 import typer
 
@@ -25,6 +26,7 @@ def worker(
     from argus.schemas import STEP_FINDINGS
     from argus.streams import build_app
     from argus.streams.app import WORKER_TOPICS, consumer_groups
+    from argus.streams.metrics import summary
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
     from ..wiring import stream_config
@@ -73,4 +75,11 @@ def worker(
     worker = faust.Worker(faust_app, loglevel=loglevel, quiet=True)
     if not worker.stdout.isatty():
         worker.spinner = None  # its cursor codes would land in a log file
-    worker.execute_from_commandline()
+    started = time.monotonic()
+    try:
+        worker.execute_from_commandline()
+    finally:
+        console.print(  # one line in a log, however long
+            f"worker {app_id}: stopped after {time.monotonic() - started:.1f} s: {summary(metrics)}",
+            soft_wrap=True,
+        )

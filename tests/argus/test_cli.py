@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -230,5 +231,10 @@ def test_a_worker_holding_an_open_step_stops_on_sigterm(kafka_conf, tmp_path: Pa
             assert time.monotonic() < deadline, "the worker never held the lone part"
             time.sleep(0.2)
     finally:
-        _out, err = _stop(proc)
+        out, err = _stop(proc)
     assert proc.returncode == 0, err[-2000:]
+    # what it did, in one line of its log (a new consumer group also reads what earlier runs left)
+    done = re.search(
+        r"stopped after [\d.]+ s: (\d+) rank-step records in (\d+) messages, \d+ steps completed", out
+    )
+    assert done and int(done[1]) >= 9 and int(done[2]) >= 9, out[-2000:]
