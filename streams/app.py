@@ -343,7 +343,7 @@ class Streams:
             await self.complete_waiting()
 
     async def complete_waiting(self) -> None:
-        """Timer (0.25 s): complete the steps that waited long enough; at a rebalance or a
+        """Every 0.25 s (:meth:`keep_completing`): complete the steps that waited long enough; at a rebalance or a
         stop, drop the open ones unacknowledged (the partitions' next owner reads them)."""
         if self.reading:
             return  # mid-batch, a step's next parts may be further on in it; the agent checks at its end

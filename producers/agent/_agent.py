@@ -147,7 +147,6 @@ class RankAgent:
 
     def __init__(self, sink: Sink, info: RankInfo, config: AgentConfig | None = None) -> None:
         self.sink = sink
-        self._send_now: Any = getattr(sink, "wake", None)
         self.info = info
         self.config = config or AgentConfig()
         self.thread_id = threading.get_ident()
@@ -279,13 +278,14 @@ class RankAgent:
         yield_cpu_to_training()
         c = self.config
         burst_ratio = c.stack_hz / c.slow_stack_hz  # a slow step's interval to the base one
-        nxt = paced = started = round_at = time.perf_counter()
+        paced = started = round_at = time.perf_counter()
+        nxt = paced if c.stacks else math.inf  # the next stack sample
         cpu = time.thread_time()
         while not self._stop.is_set():
             now = time.perf_counter()
             sample, publish = now >= nxt, now >= round_at
             try:
-                if sample and c.stacks:
+                if sample:
                     self._sample_stack()
                 self.tick(publish)
             except Exception:
@@ -308,9 +308,9 @@ class RankAgent:
                 base = self.stack_interval_s
                 nxt = max(nxt + (base * burst_ratio if self._overdue() else base), now)
             if publish:
-                round_at = now + _until_next(c.publish_s) if c.publish_s > 0 else nxt
+                round_at = now + (_until_next(c.publish_s) if c.publish_s > 0 else self.stack_interval_s)
             beat_at = now + self._last_heartbeat + c.heartbeat_s - time.monotonic()
-            wake_at = min(nxt, round_at, beat_at) if c.stacks else min(round_at, beat_at)
+            wake_at = min(nxt, round_at, beat_at)
             if self._sleep.acquire(timeout=max(wake_at - time.perf_counter(), 0.0)):
                 break  # released by close(): stop now
 
@@ -332,7 +332,7 @@ class RankAgent:
         now = time.monotonic()
         if now - self._last_heartbeat >= self.config.heartbeat_s:
             self._last_heartbeat = now
-            self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+            self._send_heartbeat()
         if publish:
             self._publish_steps()
             if self.config.compile and not self.hooks.compile_hooked:
@@ -438,20 +438,25 @@ class RankAgent:
         an evaluation): the hang detector does not page for it. Sent at once in a heartbeat."""
         until = time.time_ns() + int(max(0.0, seconds) * 1e9)
         self._pause = (reason.replace("\n", " ")[:64] or "pause", until)
-        self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
-        self._wake_sink()
+        self._send_heartbeat(at_once=True)
 
     def end_pause(self) -> None:
         """The declared pause is over (sent at once, so a hang after it is named on time)."""
         if self._pause[1]:
             self._pause = ("", 0)
-            self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+            self._send_heartbeat(at_once=True)
+
+    def _send_heartbeat(self, at_once: bool = False) -> None:
+        self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
+        if at_once:
             self._wake_sink()
 
     def _wake_sink(self) -> None:
-        if self._send_now is not None:
+        """Have a sink that sends in the background (``wake()``) send what it holds now."""
+        wake = getattr(self.sink, "wake", None)  # after a fork: the discarding sink has none
+        if wake is not None:
             try:
-                self._send_now()
+                wake()
             except Exception:
                 log.debug("argus: waking the sink failed", exc_info=True)
 
@@ -493,7 +498,6 @@ class RankAgent:
         self._window = StackWindow(self.step, time.time_ns())
         self._slow = None
         self.sink = _Discard()
-        self._send_now = None  # the parent's publisher is not this process's
         self.forked = True
 
     # -- shutdown ----------------------------------------------------------------------
@@ -526,8 +530,7 @@ class RankAgent:
             self._slow = None
         self._emit_window(self._window, now)
         self._window = StackWindow(self.step, now)
-        self.sink.publish(HEARTBEATS, job_key(self.info.job), self.heartbeat())
-        self._wake_sink()
+        self._send_heartbeat(at_once=True)
 
 
 class _Discard:
