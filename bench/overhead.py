@@ -26,6 +26,7 @@ import copy
 import faulthandler
 import json
 import os
+import shutil
 import socket
 import statistics
 import tempfile
@@ -216,6 +217,7 @@ def main() -> None:
             ratios[k].append(_low(block[k]) / base - 1)
     stats = publisher.stats()
     publisher.shutdown(2)
+    shutil.rmtree(spool, ignore_errors=True)
     _ = argus  # the public API wraps exactly this RankAgent
     med = {k: statistics.median(v) for k, v in times.items()}
     overhead = statistics.median(ratios["agent"]) * 100

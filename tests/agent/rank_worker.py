@@ -143,7 +143,9 @@ def run(a: argparse.Namespace) -> None:
 
             prof = profile(activities=[ProfilerActivity.CPU])
             prof.__enter__()
-        net.delay_s = (a.base_ms + (a.slow_ms if rank == a.slow_rank else 0.0)) / 1000
+        until = a.slow_until if a.slow_until >= 0 else a.steps
+        slowed = rank == a.slow_rank and a.slow_from <= step < until
+        net.delay_s = (a.base_ms + (a.slow_ms if slowed else 0.0)) / 1000
         with argus.step(samples=a.batch):
             loss = model(x).square().mean()
             with torch.profiler.record_function(BACKWARD):
@@ -239,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--base-ms", type=float, default=0.0)
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-ms", type=float, default=60.0)
+    ap.add_argument("--slow-from", type=int, default=0, help="the first step slowed")
+    ap.add_argument("--slow-until", type=int, default=-1, help="the first step no longer slowed (-1: none)")
     ap.add_argument("--profile-from", type=int, default=-1)
     ap.add_argument("--mesh", default="", help="dim names of a mesh handed to attach: dp,tp")
     ap.add_argument("--job", default="agent-test")

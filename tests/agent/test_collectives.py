@@ -112,6 +112,20 @@ def test_a_rank_slowed_60ms_under_ddp_is_a_compute_straggler_with_its_peers_wait
     assert stragglers[0].evidence["peers_wait_ms"] > 20, found
 
 
+def test_a_rank_slowed_for_a_stretch_under_ddp_is_one_straggler_over_that_stretch(tmp_path):
+    # a fault in the middle of a run, on the agent's own records: one anomaly whose window
+    # is the slowed steps (30-54), not cut short and not running on past them
+    from argus.detectors import diagnose
+
+    args = ["--mode", "ddp", "--steps", "90", "--base-ms", "10", "--slow-rank", "1", "--slow-ms", "60"]
+    steps = batches(launch(3, [*args, "--slow-from", "30", "--slow-until", "55"], tmp_path))
+    assert len(steps) == 90
+    anomalies = diagnose(steps)
+    found = [(a.cause, a.ranks, a.start_step, a.end_step) for a in anomalies]
+    assert [(a.cause, list(a.ranks)) for a in anomalies] == [("compute_straggler", [1])], found
+    assert abs(anomalies[0].start_step - 30) <= 1 and abs(anomalies[0].end_step - 54) <= 1, found
+
+
 def test_a_rank_slowed_60ms_under_fsdp2_is_a_compute_straggler_with_its_peers_waiting(tmp_path):
     from tests.frameworks.common import check_straggler
 
