@@ -126,7 +126,10 @@ class JobState:
     step past the warm-up; ``transients``: per suspect, the sightings that never became
     an anomaly (one-step blips), at most ``max_open`` suspects; ``closed``: anomalies closed
     lately, which the same fault confirmed again continues (:func:`_recurring`);
-    ``global_run``: how many steps in a row every rank has been far slower than usual.
+    ``global_run``: how many steps in a row every rank has been far slower than usual;
+    ``fast_run``: how many steps in a row the job has been far faster than ``fast_ref``, its
+    baseline's step time when that run began (a warm-up ending: :func:`_settle`);
+    ``settled``: the warm-up's end was found (it ends once).
     """
 
     job: str
@@ -141,6 +144,9 @@ class JobState:
     last_end_ns: int = 0
     n_ranks: int = 0
     global_run: int = 0
+    fast_run: int = 0
+    fast_ref: float = 0.0
+    settled: bool = False
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -168,6 +174,9 @@ class JobState:
             "last_end_ns": self.last_end_ns,
             "n_ranks": self.n_ranks,
             "global_run": self.global_run,
+            "fast_run": self.fast_run,
+            "fast_ref": self.fast_ref,
+            "settled": self.settled,
             "transients": dict(self.transients),
             "closed": {k: asdict(e) for k, e in self.closed.items()},
         }
@@ -193,6 +202,9 @@ class JobState:
             last_end_ns=int(data.get("last_end_ns", 0)),
             n_ranks=int(data.get("n_ranks", 0)),
             global_run=int(data.get("global_run", 0)),
+            fast_run=int(data.get("fast_run", 0)),
+            fast_ref=float(data.get("fast_ref", 0.0)),
+            settled=bool(data.get("settled", False)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
             closed={k: Episode(**v) for k, v in data.get("closed", {}).items()},
         )
@@ -380,10 +392,11 @@ def _job_level(
     step = sf.step
     job_ms = sf.job_ms if sf.job_ms >= 0 else sf.step_ms
     verdict = iteration_level(state.iteration, step, job_ms, sf.job_median, cfg)
-    settled = _settled_now(state, verdict, cfg)
-    if settled:
+    if _settle(state, verdict, cfg):
+        state.settled = True
         state.iteration.n = 0  # the baseline starts afresh without the warm-up's slow steps
-    if (state.first_step < 0 and step >= cfg.warmup_steps) or settled:
+        state.first_step = step - cfg.min_steps + 1
+    elif state.first_step < 0 and step >= cfg.warmup_steps:
         state.first_step = step
     if step >= cfg.warmup_steps:
         state.steps += 1
@@ -661,15 +674,27 @@ def _near(e: Episode, weak: set[int], verdict: IterationVerdict, cfg: DiagnoserC
     return bool(weak) and 2 * sum(r in weak for r in e.ranks) >= len(e.ranks) > 0
 
 
-def _settled_now(state: JobState, verdict: IterationVerdict, cfg: DiagnoserConfig) -> bool:
-    """The job just became much faster than its baseline early in its life, nothing confirmed
-    yet: the end of a warm-up, from where "slow since the start" counts."""
-    return (
-        0 < state.steps <= cfg.persistent_settle_steps
+def _settle(state: JobState, verdict: IterationVerdict, cfg: DiagnoserConfig) -> bool:
+    """Whether the job's warm-up ended, ``min_steps`` steps ago: early in its life, nothing
+    confirmed yet, its steps have been ``global_ratio`` times faster than its baseline was
+    when they began, ``min_steps`` steps in a row; from there "slow since the start" counts.
+    A noisy job's short steps dip that far for a step or two: taken for the end of a warm-up,
+    a fault that began just after a dip would be called "since the start" and never page.
+    The reference stays the baseline before the run (the baseline itself soon follows the
+    faster steps). A warm-up ends once: a job whose steps alternate between two speeds has
+    such runs all its life."""
+    early = (
+        not state.settled
+        and 0 < state.steps <= cfg.persistent_settle_steps
         and verdict.base_ms > 0
-        and verdict.step_ms * cfg.global_ratio <= verdict.base_ms
         and not any(e.emitted for e in state.episodes.values())
     )
+    ref = state.fast_ref if state.fast_run else verdict.base_ms
+    if early and verdict.step_ms * cfg.global_ratio <= ref:
+        state.fast_run, state.fast_ref = state.fast_run + 1, ref
+    else:
+        state.fast_run = 0
+    return state.fast_run == cfg.min_steps
 
 
 def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationVerdict) -> bool:
