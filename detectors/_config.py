@@ -39,8 +39,8 @@ class DiagnoserConfig:
     while open, and closes after ``close_after`` steps without a sighting (a weakly flagged
     rank keeps a confirmed one open; ``persistent_close_after`` for a straggler seen within
     ``persistent_within`` steps of the job's settling: past ``warmup_steps``, or where it
-    became ``global_ratio`` times faster within its first ``persistent_settle_steps``
-    steps). A fault confirmed again within ``recur_within`` steps of its anomaly's end (and
+    became ``global_ratio`` times faster for ``min_steps`` steps in a row, once, within
+    its first ``persistent_settle_steps`` steps). A fault confirmed again within ``recur_within`` steps of its anomaly's end (and
     within twice its last stretch) continues that anomaly (a flapping rank is one anomaly).
     At most ``max_open`` unconfirmed episodes; an anomaly lists at most ``max_listed`` ranks.
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from argus.detectors import diagnose
-from argus.schemas import StepBatch, StepRecord
+from tests.frameworks.common import batches
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ddp_3_ranks_rank2_slowed_40_79.json.gz"
 
@@ -18,11 +18,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "ddp_3_ranks_rank2_slowed_
 def test_a_fault_that_began_mid_run_on_a_job_with_two_speeds_pages() -> None:
     # runs of fast steps are the job's own noise here, not the end of a warm-up: a fault that
     # began after one is not "since the job's start" (a warning that never pages)
-    rows = json.loads(gzip.decompress(DATA.read_bytes()))
-    by_step: dict[int, list[StepRecord]] = {}
-    for row in rows:
-        by_step.setdefault(row["step"], []).append(StepRecord(**row))
-    steps = [StepBatch.from_records(sorted(by_step[s], key=lambda r: r.rank)) for s in sorted(by_step)]
+    steps = batches([{"records": json.loads(gzip.decompress(DATA.read_bytes()))}])
     assert len(steps) == 120
     (a,) = diagnose(steps)
     assert (a.cause, list(a.ranks), a.start_step, a.end_step) == ("compute_straggler", [2], 40, 79)
