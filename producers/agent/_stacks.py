@@ -10,13 +10,16 @@ keys, and the strings are built only when a window is published
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections import Counter
 from collections.abc import Hashable
 from types import CodeType, FrameType
 
-__all__ = ["StackFolder", "StackKey", "StackWindow"]
+__all__ = ["StackFolder", "StackKey", "StackWindow", "current_frames"]
+
+_GC_SAFE_FRAMES = sys.version_info >= (3, 12)
 
 StackKey = tuple[int, ...]
 """A sampled stack: ids of its frames' code objects, leaf first (see StackFolder)."""
@@ -75,13 +78,32 @@ class StackFolder:
 
     def sample_key(self, thread_id: int) -> StackKey | None:
         """The stack of one thread now as a key (None if the thread is gone)."""
-        frame = sys._current_frames().get(thread_id)
+        frame = current_frames().get(thread_id)
         return None if frame is None else self.key(frame)
 
     def sample(self, thread_id: int) -> str | None:
         """The folded stack of one thread now (None if the thread is gone)."""
         key = self.sample_key(thread_id)
         return None if key is None else self.folded(key)
+
+
+def current_frames() -> dict[int, FrameType]:
+    """``sys._current_frames()``, safe to call from a sampling thread on every Python.
+
+    Before 3.12 it holds the runtime's lock on the thread list while it makes frame objects;
+    a garbage collection that starts there and frees a ``threading.local`` (or lets another
+    thread end) takes that lock again, and the whole process deadlocks (CPython gh-106883,
+    fixed in 3.12 only). The collector is held off for the call: only C code runs between
+    ``gc.disable()`` and ``gc.enable()``, so no other Python thread runs in between to see
+    it off (an audit hook on ``sys._current_frames`` would), and a collector that was off
+    stays off."""
+    if _GC_SAFE_FRAMES or not gc.isenabled():
+        return sys._current_frames()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        gc.enable()
 
 
 class StackWindow:

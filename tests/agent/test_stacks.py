@@ -100,3 +100,67 @@ def test_an_agent_over_its_cpu_budget_samples_less_often():
         ample.close()
     assert thrifty.stack_interval_s == pytest.approx(0.04)  # far over a budget of ~0: 4x longer
     assert ample.stack_interval_s == 0.01  # within budget: stack_hz
+
+
+_GC_DURING_A_SAMPLE = """
+import gc, threading
+from argus.producers.agent import StackFolder
+
+folder = StackFolder()
+me = threading.get_ident()
+
+
+class Holder:
+    pass
+
+
+def deeper(n):
+    return deeper(n - 1) if n else folder.sample_key(me)
+
+
+# Garbage that holds a threading.local, and thresholds that start collections at every
+# alignment with the frame objects a sample makes: on Python 3.11, sys._current_frames()
+# alone deadlocks here (a collection inside it frees the local, which takes the lock the
+# call holds)
+for threshold in range(2, 40):
+    gc.set_threshold(threshold, 10, 10)
+    for i in range(300):
+        h = Holder()
+        h.me, h.local = h, threading.local()
+        del h
+        assert deeper(i % 7)
+print("sampled", gc.isenabled())
+"""
+
+
+def test_a_garbage_collection_during_a_stack_sample_does_not_deadlock_the_process():
+    import subprocess
+    import sys
+
+    # in a child process: a deadlock fails the test instead of hanging the run (the child
+    # takes ~2 s; 120 s is for a loaded machine)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _GC_DURING_A_SAMPLE], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a stack sample deadlocked the process during a garbage collection")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["sampled", "True"]
+
+
+def test_sampling_leaves_the_collector_as_it_was():
+    import gc
+
+    from argus.producers.agent._stacks import current_frames
+
+    me = threading.get_ident()
+    assert gc.isenabled()
+    assert me in current_frames()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert me in current_frames()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
