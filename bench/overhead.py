@@ -6,15 +6,24 @@ records, stack samples and heartbeats every second published through a real ``Pu
 whose broker is unreachable, so the spool path runs too), ``torch.profiler`` on (CPU
 activities); then the same model wrapped in ``DistributedDataParallel`` (a one-rank gloo
 group: the reducer, its buckets and the backend run, and the agent's timing of DDP's
-all-reduce wait) without and with the agent: one module, a fresh DDP wrapper for each block.
-Each block trains untimed before and after its timed steps for longer than the agent's and
-the publisher's intervals (steady state: nothing deferred to the agent's close). Within a
-round the two sides of each pair take turns going first. Prints median step time of each
-and the overhead ratios with their spread over rounds (quartiles), the CPU the agent's and
-the publisher's threads used per step (thread CPU clocks) and the machine's load; the last
-line is JSON with ``overhead_pct``, ``overhead_ddp_pct``, ``profiler_overhead_pct`` (medians
-of the paired rounds), their quartiles, ``step_ms`` and ``load_1m``. ``--components`` adds a
-table of what each part of the agent costs, measured in isolation.
+all-reduce wait) without and with the agent: one DDP wrapper for both. Each block trains
+untimed for longer than the agent's publishing interval before its timed steps (the rounds
+among them are steady-state ones). A round is symmetric in time (off, agent, profiler,
+agent, off; DDP off, agent, agent, off), and mirrored every other round, so drift that is
+linear over a round cancels in its ratios.
+
+Prints the median step time of each side, the overhead ratios with their spread over rounds
+(quartiles) and standard errors, each side's wait per step (wall minus the training
+thread's CPU: the GIL, the scheduler), the CPU the agent's and the publisher's threads used
+per step (thread CPU clocks), and the overhead measured part by part: the hooks' CPU per
+step (a tiny model, thousands of steps) plus the training thread's extra wait. On a shared
+VM the wall-clock ratio of one round varies by ~1.5 % (state that lasts seconds, not
+per-step jitter), so its median over 100 rounds still has a standard error of ~0.2 %; the
+part-by-part figure has none of that noise. The last line is JSON with ``overhead_pct``,
+``overhead_ddp_pct``, ``profiler_overhead_pct`` (medians of the paired rounds), their
+quartiles and standard errors, ``hooks_us``, ``hooks_ddp_us``, ``direct_overhead_pct``,
+``direct_overhead_ddp_pct``, ``step_ms`` and ``load_1m``. ``--components`` adds a table of
+what each part of the agent costs, measured in isolation.
 
     python bench/overhead.py [--quick] [--components]
 """
@@ -94,7 +103,7 @@ def main() -> None:
     ap.add_argument("--components", action="store_true", help="also time the agent's parts in isolation")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
-    rounds = args.rounds or (16 if args.quick else 40)
+    rounds = args.rounds or (12 if args.quick else 40)
     # 32 timed steps a block: a block's fastest quarter is then 8 steps, not 4 (a steadier
     # figure per round; the standard error of the medians is printed)
     per_block = args.steps or (12 if args.quick else 32)
@@ -113,50 +122,46 @@ def main() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    # One module under DDP for both sides: a fresh DistributedDataParallel wraps it for each
-    # block (the agent's hook stays with the wrapper it was registered on). Two copies of
-    # the model, one per side, differ by up to ~0.4 % in step time on their own (memory
-    # layout), which is the size of what is measured.
-    ddp_model = copy.deepcopy(model)
+    # One DDP model for both sides (the agent's forward hooks on the wrapper are removed with
+    # the agent; its DDP timing patches the class). Two copies of a model differ by up to
+    # ~0.4 % in step time on their own (memory layout), the size of what is measured.
+    ddp_model = DistributedDataParallel(copy.deepcopy(model))
     opt_ddp = torch.optim.AdamW(ddp_model.parameters(), lr=1e-4)
-
-    def ddp() -> nn.Module:
-        """A fresh DDP over ``ddp_model``, past its first two steps (bucket rebuild)."""
-        net = DistributedDataParallel(ddp_model)
-        train(2, net=net, optim=opt_ddp)
-        return net
 
     steps_run = [0]
 
     def train(
         n: int, *, profiler: bool = False, net: nn.Module = model, optim=opt, settle_s: float = 0.0
-    ) -> list[float]:
-        """Step times (ms) of ``n`` steps, after and before ``settle_s`` of untimed steps."""
-        out = []
+    ) -> tuple[list[float], list[float]]:
+        """Wall and training-thread CPU times (ms) of ``n`` steps, after ``settle_s`` of
+        untimed steps."""
+        wall: list[float] = []
+        cpu: list[float] = []
         it = iter(loader)
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profiler else None
         if prof is not None:
             prof.__enter__()
-        for timed in (False, True, False) if settle_s else (True,):
-            t_end = time.perf_counter() + settle_s
-            while (len(out) < n) if timed else (time.perf_counter() < t_end):
-                t0 = time.perf_counter()
-                it = _train_step(net, optim, it, loader)
-                if timed:
-                    out.append((time.perf_counter() - t0) * 1e3)
-                steps_run[0] += 1
-                if prof is not None:
-                    prof.step()
+        t_end = time.perf_counter() + settle_s
+        while len(wall) < n:
+            timed = time.perf_counter() >= t_end
+            t0, c0 = time.perf_counter(), time.thread_time()
+            it = _train_step(net, optim, it, loader)
+            if timed:
+                cpu.append((time.thread_time() - c0) * 1e3)
+                wall.append((time.perf_counter() - t0) * 1e3)
+            steps_run[0] += 1
+            if prof is not None:
+                prof.step()
         if prof is not None:
             prof.__exit__(None, None, None)
-        return out
+        return wall[1:], cpu[1:]
 
     import argus
     from argus.producers.agent import AgentConfig, RankAgent, RankInfo
     from argus.producers.publisher import Publisher
 
     train(10)  # warm-up
-    train(5, net=ddp(), optim=opt_ddp)
+    train(10, net=ddp_model, optim=opt_ddp)
     spool = tempfile.mkdtemp(prefix="argus-overhead-")
     publisher = Publisher(  # as argus.attach builds it
         {"bootstrap.servers": "127.0.0.1:1"},
@@ -166,7 +171,9 @@ def main() -> None:
         background=True,
     )
     info = RankInfo(job="overhead", run=0, rank=0, world=1, local_rank=0, host="bench")
-    times: dict[str, list[float]] = {"off": [], "agent": [], "profiler": [], "ddp_off": [], "ddp_agent": []}
+    sides = ("off", "agent", "profiler", "ddp_off", "ddp_agent")
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    waits: dict[str, list[float]] = {k: [] for k in sides}  # wall - training-thread CPU, per step
     ratios: dict[str, list[float]] = {"agent": [], "profiler": [], "ddp_agent": []}
     hz: dict[str, Any] = {} if args.stack_hz is None else {"stack_hz": args.stack_hz or 1.0}
     cfg = AgentConfig(**hz, stacks=args.stack_hz != 0, heartbeat_s=1.0, cupti=False)
@@ -174,52 +181,57 @@ def main() -> None:
     # CPU ns of the agent's and the publisher's threads, and steps, while an agent ran
     cpu: dict[str, list[int]] = {"agent": [0, 0, 0], "ddp_agent": [0, 0, 0]}
 
-    # The agent publishes finished steps every publish_s and wakes the publisher to send
-    # them: each block trains untimed for longer than that before and after its timed steps,
-    # so the timed steps see the agent in its steady state (the work for the steps before
-    # them, none of it deferred to close()). Every side gets the same blocks.
+    # The agent publishes finished steps every publish_s (at whole seconds) and wakes the
+    # publisher to send them: each block trains untimed for longer than that before its timed
+    # steps, so the rounds among them are steady-state ones (each publishes a round's worth
+    # of steps). What the agent does after the last timed step is not timed whether it runs
+    # in a round or in close(), so nothing trains after them. Every side gets the same blocks.
     settle = cfg.publish_s + 0.1
 
-    def with_agent(kind: str, net: nn.Module, optim: Any) -> list[float]:
+    def run(side: str) -> tuple[list[float], list[float]]:
+        ddp_side = side.startswith("ddp")
+        net, optim = (ddp_model, opt_ddp) if ddp_side else (model, opt)
+        if side == "profiler":
+            return train(per_block, profiler=True, settle_s=settle)
+        if not side.endswith("agent"):
+            return train(per_block, net=net, optim=optim, settle_s=settle)
         agent = RankAgent(publisher, info, cfg)
         agent.install(net, optim)
         a0, p0, s0 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread), steps_run[0]
-        out = train(per_block, net=net, optim=optim, settle_s=settle)[1:]
+        out = train(per_block, net=net, optim=optim, settle_s=settle)
         a1, p1, s1 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread), steps_run[0]
         agent.close()
-        c = cpu[kind]
+        c = cpu[side]
         c[0], c[1], c[2] = c[0] + a1 - a0, c[1] + p1 - p0, c[2] + s1 - s0
         return out
 
+    # Each round is symmetric in time (off, agent, profiler, agent, off; then DDP's off,
+    # agent, agent, off), so a drift that is linear over the round cancels in its ratios; the
+    # mirror order every other round cancels what going first or last does.
+    orders = (
+        ("off", "agent", "profiler", "agent", "off", "ddp_off", "ddp_agent", "ddp_agent", "ddp_off"),
+        ("agent", "off", "profiler", "off", "agent", "ddp_agent", "ddp_off", "ddp_off", "ddp_agent"),
+    )
     for r in range(rounds):
-        # each side goes first in every other round (a block's place in the round cancels)
-        block: dict[str, list[float]] = {}
-        for side in ("off", "agent") if r % 2 == 0 else ("agent", "off"):
-            block[side] = (
-                train(per_block, settle_s=settle)[1:] if side == "off" else with_agent("agent", model, opt)
-            )
-        block["profiler"] = train(per_block, profiler=True, settle_s=settle)[1:]
-        for side in ("ddp_off", "ddp_agent") if r % 2 == 0 else ("ddp_agent", "ddp_off"):
-            net = ddp()
-            block[side] = (
-                train(per_block, net=net, optim=opt_ddp, settle_s=settle)[1:]
-                if side == "ddp_off"
-                else with_agent("ddp_agent", net, opt_ddp)
-            )
-            del net
-        ddp_steps += per_block - 1
-        for k, v in block.items():
-            times[k] += v
-        # paired within the round (slow drift cancels); a block's fastest quartile, because
-        # other load on the machine only ever adds time to a step
+        order = orders[r % 2]
+        low: dict[str, list[float]] = {k: [] for k in sides}
+        for side in order:
+            wall, tcpu = run(side)
+            times[side] += wall
+            waits[side] += [w - c for w, c in zip(wall, tcpu, strict=True)]
+            low[side].append(_low(wall))
+        ddp_steps += 2 * (per_block - 1)
+        # paired within the round; a block's fastest quartile, because other load on the
+        # machine only ever adds time to a step
         for k in ratios:
-            base = _low(block["ddp_off" if k.startswith("ddp") else "off"])
-            ratios[k].append(_low(block[k]) / base - 1)
+            base = low["ddp_off" if k.startswith("ddp") else "off"]
+            ratios[k].append(statistics.mean(low[k]) / statistics.mean(base) - 1)
     stats = publisher.stats()
     publisher.shutdown(2)
     shutil.rmtree(spool, ignore_errors=True)
     _ = argus  # the public API wraps exactly this RankAgent
     med = {k: statistics.median(v) for k, v in times.items()}
+    wait_us = {k: statistics.mean(v) * 1e3 for k, v in waits.items()}
     overhead = statistics.median(ratios["agent"]) * 100
     overhead_ddp = statistics.median(ratios["ddp_agent"]) * 100
     prof_overhead = statistics.median(ratios["profiler"]) * 100
@@ -229,11 +241,12 @@ def main() -> None:
         k: round(1.2533 * statistics.stdev(v) / len(v) ** 0.5 * 100, 3) if len(v) > 1 else 0.0
         for k, v in ratios.items()
     }
-    print(f"{'mode':<10}{'steps':>7}{'median ms':>12}{'p90 ms':>10}{'overhead %':>12}")
+    print(f"{'mode':<10}{'steps':>7}{'median ms':>12}{'p90 ms':>10}{'overhead %':>12}{'wait us':>10}")
     for k, v in times.items():
         p90 = sorted(v)[int(0.9 * len(v))]
         ov = (med[k] / med["ddp_off" if k.startswith("ddp") else "off"] - 1) * 100
-        print(f"{k:<10}{len(v):>7}{med[k]:>12.2f}{p90:>10.2f}{ov:>12.2f}")
+        print(f"{k:<10}{len(v):>7}{med[k]:>12.2f}{p90:>10.2f}{ov:>12.2f}{wait_us[k]:>10.1f}")
+    print("(wait: mean wall minus training-thread CPU per step: the GIL, the scheduler, gloo)")
     print(
         f"overhead, median over {rounds} paired rounds of the fastest-quartile step time: agent {overhead:.2f} %, "
         f"agent on DDP {overhead_ddp:.2f} %, torch.profiler {prof_overhead:.2f} %"
@@ -249,10 +262,25 @@ def main() -> None:
             f"CPU per step ({k}): agent thread {a / n / 1e3:.0f} us, publisher thread {p / n / 1e3:.0f} us "
             f"({(a + p) / n / 1e4 / med['off']:.2f} % of a step)"
         )
+    hooks = hook_costs(info)
+    # What the agent adds to the training thread, each part measured directly: its hooks'
+    # CPU (timed over thousands of steps of a tiny model, where it is not lost in the noise)
+    # plus the thread's extra wait (the agent's and the publisher's threads holding the GIL
+    # or the CPU when it needs them); the other threads' own CPU runs on another core.
+    direct = {
+        k: (hooks[k] + max(0.0, wait_us[k] - wait_us[base])) / 1e3 / med[base] * 100
+        for k, base in (("agent", "off"), ("ddp_agent", "ddp_off"))
+    }
+    print(
+        f"training-thread hooks per step: {hooks['agent']:.1f} us plain, {hooks['ddp_agent']:.1f} us DDP; "
+        f"extra wait per step: {wait_us['agent'] - wait_us['off']:.1f} us plain, "
+        f"{wait_us['ddp_agent'] - wait_us['ddp_off']:.1f} us DDP; the two as a share of a step: "
+        f"{direct['agent']:.3f} % plain, {direct['ddp_agent']:.3f} % DDP"
+    )
     load_after = os.getloadavg()[0]
     print(f"load average (1 min) {load_before:.2f} before, {load_after:.2f} after, {os.cpu_count()} CPUs")
     if args.components:
-        components(info)
+        components(info, hooks)
     dist.destroy_process_group()
     print(f"agent records: steps/stacks/heartbeats spooled={stats['spooled']} dropped={stats['dropped']}")
     print(
@@ -266,12 +294,61 @@ def main() -> None:
                 "profiler_overhead_iqr": iqr["profiler"],
                 "overhead_se": se["agent"],
                 "overhead_ddp_se": se["ddp_agent"],
+                "hooks_us": round(hooks["agent"], 1),
+                "hooks_ddp_us": round(hooks["ddp_agent"], 1),
+                "direct_overhead_pct": round(direct["agent"], 3),
+                "direct_overhead_ddp_pct": round(direct["ddp_agent"], 3),
                 "step_ms": round(med["off"], 2),
                 "ddp_step_ms": round(med["ddp_off"], 2),
                 "load_1m": round(max(load_before, load_after), 2),
             }
         )
     )
+
+
+class _Null:
+    """A sink that drops everything."""
+
+    def publish(self, *_a: Any) -> None:
+        pass
+
+
+def hook_costs(info: Any, reps: int = 7, steps: int = 1000) -> dict[str, float]:
+    """CPU (us) the agent's hooks add to one training step, plain and under DDP: a tiny model
+    (the same hooks fire per step whatever its size), ``steps`` steps with and without an
+    agent whose thread never wakes, median of ``reps`` interleaved pairs."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from argus.producers.agent import AgentConfig, RankAgent
+
+    torch.manual_seed(0)
+    tiny = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    x = torch.randn(4, 8)
+    tloader = torch.utils.data.DataLoader([(x, x)] * 8, batch_size=None)
+    nets = {"agent": tiny, "ddp_agent": DistributedDataParallel(copy.deepcopy(tiny))}
+    quiet = AgentConfig(stacks=False, heartbeat_s=1e6, publish_s=1e6, cupti=False)
+    out: dict[str, float] = {}
+    for kind, net in nets.items():
+        topt = torch.optim.SGD(net.parameters(), lr=1e-4)
+
+        def cpu_per_step(n: int, net: nn.Module = net, topt: Any = topt) -> float:
+            it = iter(tloader)
+            c0 = time.thread_time_ns()
+            for _ in range(n):
+                it = _train_step(net, topt, it, tloader)
+            return (time.thread_time_ns() - c0) / n / 1e3
+
+        cpu_per_step(200)
+        diffs = []
+        for _ in range(reps):
+            off = cpu_per_step(steps)
+            agent = RankAgent(_Null(), info, quiet)
+            agent.install(net, topt)
+            on = cpu_per_step(steps)
+            agent.close()
+            diffs.append(on - off)
+        out[kind] = statistics.median(diffs)
+    return out
 
 
 def _per_call_us(fn: Any, n: int = 2000) -> float:
@@ -282,38 +359,13 @@ def _per_call_us(fn: Any, n: int = 2000) -> float:
     return (time.perf_counter_ns() - t0) / n / 1e3
 
 
-def components(info: Any) -> None:
-    """What each part of the agent costs, timed in isolation (no other load in the loop)."""
+def components(info: Any, hooks: dict[str, float]) -> None:
+    """What each part of the agent costs, timed in isolation (no other load in the loop);
+    ``hooks`` from :func:`hook_costs`."""
     from argus.producers.agent import AgentConfig, RankAgent, RawStep, StackFolder
     from argus.producers.agent._spans import CpuClock, reduce_step
 
-    class Null:
-        def publish(self, *_a: Any) -> None:
-            pass
-
-    tiny = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
-    topt = torch.optim.SGD(tiny.parameters(), lr=1e-4)
-    x = torch.randn(4, 8)
-    tloader = torch.utils.data.DataLoader([(x, x)] * 8, batch_size=None)
-
-    def tiny_steps(n: int) -> float:
-        it = iter(tloader)
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            it = _train_step(tiny, topt, it, tloader)
-        return (time.perf_counter_ns() - t0) / n / 1e3
-
     quiet = AgentConfig(stacks=False, heartbeat_s=1e6, stack_hz=1.0, cupti=False)
-    off, on = [], []
-    tiny_steps(200)
-    for _ in range(7):
-        off.append(tiny_steps(1000))
-        agent = RankAgent(Null(), info, quiet)
-        agent.install(tiny, topt)
-        on.append(tiny_steps(1000))
-        agent.close()
-    hooks = statistics.median(on) - statistics.median(off)
-
     folder = StackFolder()
     me = threading.get_ident()
     spans = [[0, 1_000, 10_000_000, -1], [1, 11_000_000, 40_000_000, -1], [9, 20_000_000, 30_000_000, -1]]
@@ -323,7 +375,7 @@ def components(info: Any) -> None:
         [6, 41_000_000, 41_500_000, 4],
     ]
     raw = RawStep(3, time.time_ns(), 0, 50_000_000, spans)
-    agent = RankAgent(Null(), info, quiet)
+    agent = RankAgent(_Null(), info, quiet)
     ms = reduce_step(raw, CpuClock())
 
     def wake(n: int = 200) -> float:
@@ -343,7 +395,11 @@ def components(info: Any) -> None:
         return box[0] / n / 1e3
 
     rows = [
-        ("training-thread hooks, per step (tiny model: forward, backward, optimizer, loader, gc)", hooks),
+        (
+            "training-thread hooks, per step (tiny model: forward, backward, optimizer, loader, gc)",
+            hooks["agent"],
+        ),
+        ("the same under DDP (its forward and backward timed too)", hooks["ddp_agent"]),
         ("agent thread: one wake-up (sleep on a lock, GIL)", wake()),
         ("agent thread: one stack sample (key of code ids)", _per_call_us(lambda: folder.sample_key(me))),
         (

@@ -115,6 +115,9 @@ and the internal evidence topic are created after, from the app)."""
 
 
 log = logging.getLogger("argus.streams")
+progress = logging.getLogger("argus.streams.progress")
+"""A job's progress worth a line in the worker's log at its default level (``argus worker``
+shows it unless asked for errors only)."""
 
 
 @dataclass(frozen=True)
@@ -543,6 +546,14 @@ class Streams:
             if again and doc["seen_s"] < now - self.cfg.history.max_age_s:
                 continue
             self.idle_sent[key] = (state.last_step, sent)
+            if not again:  # once per pause of the job: the user's cue that its steps are all diagnosed
+                progress.info(
+                    "job %.100s run %d: no new step for %.0f s; diagnosed through step %d",
+                    state.job,
+                    state.run,
+                    now - doc.get("seen_s", now),
+                    state.last_step,
+                )
             deepen = self.history.deepener(state.job, state.run, self.cfg.diagnoser)
             for anomaly in refresh(state, deepen):
                 if again and (anomaly.level != "kernel" or anomaly.id in sent):

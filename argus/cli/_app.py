@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from typing import Any, NoReturn
 
 import typer
@@ -32,7 +34,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# Written to a file or a pipe (``make demo | tee``), rich would wrap tables at 80 columns:
+# there, without COLUMNS, lines may be as long as their content needs, up to 160.
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 err_console = Console(stderr=True, soft_wrap=True)  # an error stays one line in a log
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -189,8 +192,21 @@ def demo(
     t = result.timings
     console.print(
         f"done in {t['total_s']:.0f} s (training {t['train_s']:.0f} s, all diagnosed {t['diagnose_s']:.0f} s, "
-        f"stored {t['stored_s']:.0f} s). Query it: ARGUS_HOME={result.home} argus sql "
+        f"stored {t['stored_s']:.0f} s). Query it: ARGUS_HOME={result.home} {_argus_command()} sql "
         f"\"SELECT cause, suspect, start_step, end_step FROM anomalies FINAL WHERE job = '{result.sim_job}'\""
     )
     if not result.ok:
         fail(_verdict(result), EXIT_MISSED)
+
+
+def _argus_command() -> str:
+    """How to run ``argus`` from the user's shell: the bare name when it is on PATH and is this
+    installation's, else its path beside this interpreter (a venv not activated, as under
+    ``make demo``), else ``python -m argus.cli``."""
+    beside = Path(sys.executable).with_name("argus")
+    found = shutil.which("argus")
+    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
+        return "argus"
+    if beside.exists():
+        return str(beside)
+    return f"{sys.executable} -m argus.cli"

@@ -12,6 +12,18 @@ from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
 __all__: list[str] = []
 
 
+def _logging(loglevel: str) -> dict[str, object]:
+    """Faust's logging setup, plus the jobs' progress lines at INFO unless errors only were asked."""
+    if loglevel.lower() not in ("warn", "warning", "info", "debug"):
+        return {"merge": True}
+    progress = {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
+    return {
+        "merge": True,
+        "handlers": {"progress": {**progress, "level": "INFO"}},
+        "loggers": {"argus.streams.progress": {"level": "INFO", "handlers": ["progress"], "propagate": False}},
+    }
+
+
 @app.command()
 def worker(
     app_id: str = typer.Option("argus-streams", help="Faust app id (the consumer group)"),
@@ -72,7 +84,7 @@ def worker(
     console.print(
         f"worker {app_id}: {s.kafka_bootstrap}, {s.kafka_partitions} partitions, store {s.streams_store}"
     )
-    worker = faust.Worker(faust_app, loglevel=loglevel, quiet=True)
+    worker = faust.Worker(faust_app, loglevel=loglevel, quiet=True, logging_config=_logging(loglevel))
     if not worker.stdout.isatty():
         worker.spinner = None  # its cursor codes would land in a log file
     started = time.monotonic()

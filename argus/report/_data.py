@@ -81,6 +81,9 @@ class ReportData:
     suspects: tuple[Suspect, ...]
     transients: tuple[tuple[int, int], ...] = ()
     """(rank, one-step sightings outside every anomaly of the rank), most first."""
+    steps_span: tuple[datetime, datetime] | None = None
+    """When the job's first step began and its last one ended (``start``/``end`` add the
+    margin for rows stamped on arrival)."""
 
 
 def _known_jobs(store: Store, limit: int = 10) -> list[str]:
@@ -190,6 +193,7 @@ def collect(
         anomalies=run("anomalies"),
         suspects=suspects,
         transients=transients(run("flagged_steps"), run("anomaly_windows")),
+        steps_span=span,
     )
 
 

@@ -162,6 +162,18 @@ def _suspect(s: Suspect) -> str:
     )
 
 
+def _range(data: ReportData) -> str:
+    """The job's own steps' time range, and the queries' wider one when it differs."""
+    queried = f"{esc(_fmt(data.start))} – {esc(_fmt(data.end))} UTC"
+    if data.steps_span is None:
+        return f"time range {queried}"
+    first, last = data.steps_span
+    return (
+        f"steps from {esc(_fmt(first))} to {esc(_fmt(last))} UTC (queried {queried}: rows stamped on "
+        "arrival, such as anomalies and kernels, come later than their steps)"
+    )
+
+
 def _verdict(data: ReportData) -> str:
     rows = data.anomalies.dicts()
     if not rows:
@@ -203,8 +215,7 @@ def render(data: ReportData) -> str:
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>'
         f"<body><main><h1>{esc(title)}</h1>"
-        f'<div class="sub">time range {esc(_fmt(data.start))} – {esc(_fmt(data.end))} UTC · generated '
-        f"{esc(_fmt(data.generated))} UTC</div>",
+        f'<div class="sub">{_range(data)} · generated {esc(_fmt(data.generated))} UTC</div>',
         _verdict(data),
         f'<div class="cards">{cards}</div>',
         "<h2>Step time</h2>",

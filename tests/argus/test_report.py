@@ -162,3 +162,17 @@ def test_transients_are_sightings_outside_the_ranks_anomalies() -> None:
     )
     windows = Table(("id", "ranks", "first", "last"), (("a", [3], 10, 12), ("b", [9, 10], 25, 35)))
     assert transients(flagged, windows) == ((3, 2), (7, 1))
+
+
+def test_report_states_the_jobs_own_time_range_beside_the_queried_one(
+    store: Any, slow_job: tuple[str, str]
+) -> None:
+    job, html = slow_job
+    data = collect(store, job)
+    assert data.steps_span is not None
+    first, last = data.steps_span
+    assert data.start == first - timedelta(minutes=1) and data.end >= last + timedelta(minutes=1)
+    # the fixture's job began 8 minutes ago; its steps, not the queries' slack, head the page
+    assert first.strftime("%Y-%m-%d %H:%M") in html
+    text = " ".join(parse(html).text)
+    assert re.search(r"steps from \S+ \S+ to \S+ \S+ UTC \(queried", text), text[:400]

@@ -70,6 +70,8 @@ def test_a_job_that_ends_mid_fault_gets_its_final_window_and_is_forgotten_withou
     worker.log.flush()
     log = Path(worker.log.name).read_text()
     assert "Traceback" not in log and "Cannot modify table" not in log, log[-2000:]
+    # the user's cue, at the worker's default log level, that the job is diagnosed to its end
+    assert f"job {job} run 0: no new step for" in log and "diagnosed through step 39" in log, log[-2000:]
     # forgotten: the job's state has a tombstone in the table's changelog
     c = Consumer({**kafka_conf, "group.id": f"peek-{time.time_ns()}", "auto.offset.reset": "earliest"})
     c.subscribe([f"{app}-argus-job-state-changelog"])
