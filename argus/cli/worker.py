@@ -20,7 +20,9 @@ def _logging(loglevel: str) -> dict[str, object]:
     return {
         "merge": True,
         "handlers": {"progress": {**progress, "level": "INFO"}},
-        "loggers": {"argus.streams.progress": {"level": "INFO", "handlers": ["progress"], "propagate": False}},
+        "loggers": {
+            "argus.streams.progress": {"level": "INFO", "handlers": ["progress"], "propagate": False}
+        },
     }
 
 
