@@ -10,7 +10,11 @@ all-reduce wait) without and with the agent: one DDP wrapper for both. Each bloc
 untimed for longer than the agent's publishing interval before its timed steps (the rounds
 among them are steady-state ones). A round is symmetric in time (off, agent, profiler,
 agent, off; DDP off, agent, agent, off), and mirrored every other round, so drift that is
-linear over a round cancels in its ratios.
+linear over a round cancels in its ratios. The rounds are split over several processes run
+one after another (``--processes``, default 4): a process's heap layout moves its step time
+by up to ~0.4 % for its whole life (two copies of one model differ that much), and the
+agent's own allocations can move that layout, so one process's median can carry a bias of
+that size whose sign is chance.
 
 Prints the median step time of each side, the overhead ratios with their spread over rounds
 (quartiles) and standard errors, each side's wait per step (wall minus the training
@@ -22,15 +26,16 @@ per-step jitter), so its median over 100 rounds still has a standard error of ~0
 part-by-part figure has none of that noise. The last line is JSON with ``overhead_pct``,
 ``overhead_ddp_pct``, ``profiler_overhead_pct`` (medians of the paired rounds), their
 quartiles and standard errors, ``hooks_us``, ``hooks_ddp_us``, ``direct_overhead_pct``,
-``direct_overhead_ddp_pct``, ``step_ms`` and ``load_1m``. ``--components`` adds a table of
+``direct_overhead_ddp_pct``, ``step_ms``, ``processes`` and ``load_1m``. ``--components`` adds a table of
 what each part of the agent costs, measured in isolation.
 
-    python bench/overhead.py [--quick] [--components]
+    python bench/overhead.py [--quick] [--rounds N] [--processes K] [--components]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import faulthandler
 import json
@@ -38,6 +43,8 @@ import os
 import shutil
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -98,15 +105,81 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=0)
     ap.add_argument("--steps", type=int, default=0, help="timed steps per block (default 32)")
     ap.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="split the rounds over this many processes, one after another (default 4; quick 1)",
+    )
+    ap.add_argument(
         "--stack-hz", type=float, default=None, help="stack sampling rate (0: off; default: the agent's)"
     )
     ap.add_argument("--components", action="store_true", help="also time the agent's parts in isolation")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    load_before = os.getloadavg()[0]
     rounds = args.rounds or (12 if args.quick else 40)
     # 32 timed steps a block: a block's fastest quarter is then 8 steps, not 4 (a steadier
     # figure per round; the standard error of the medians is printed)
     per_block = args.steps or (12 if args.quick else 32)
+    if args.child:
+        print(json.dumps(measure(rounds, per_block, args.stack_hz)))
+        return
+    load_before = os.getloadavg()[0]
+    processes = max(1, min(rounds, args.processes or (1 if args.quick else 4)))
+    if processes == 1:
+        raws = [measure(rounds, per_block, args.stack_hz)]
+    else:
+        # A process's heap layout (where its tensors land) moves its step time by up to
+        # ~0.4 % for its whole life, and an agent's allocations move that layout: rounds from
+        # several processes average it out, as a fleet of ranks does.
+        raws = []
+        for i in range(processes):
+            n = rounds // processes + (i < rounds % processes)
+            cmd = [sys.executable, __file__, "--child", "--rounds", str(n), "--steps", str(per_block)]
+            if args.stack_hz is not None:
+                cmd += ["--stack-hz", str(args.stack_hz)]
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
+            raws.append(json.loads(out.strip().splitlines()[-1]))
+    report(_merge(raws), rounds, processes, load_before, args.components)
+
+
+def _merge(raws: list[dict[str, Any]]) -> dict[str, Any]:
+    """The raw figures of several processes' rounds as one."""
+    out: dict[str, Any] = {}
+    for key in ("times", "waits", "ratios"):
+        out[key] = {k: [x for r in raws for x in r[key][k]] for k in raws[0][key]}
+    out["cpu"] = {k: [sum(r["cpu"][k][i] for r in raws) for i in range(3)] for k in raws[0]["cpu"]}
+    out["ddp_steps"] = sum(r["ddp_steps"] for r in raws)
+    out["spooled"] = sum(r["spooled"] for r in raws)
+    out["dropped"] = {k: sum(r["dropped"].get(k, 0) for r in raws) for r in raws for k in r["dropped"]}
+    return out
+
+
+@contextlib.contextmanager
+def _one_rank_group() -> Iterator[None]:
+    """A one-rank gloo process group (DDP's reducer and backend run for real)."""
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+_INFO = dict(job="overhead", run=0, rank=0, world=1, local_rank=0, host="bench")
+
+
+def measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, Any]:
+    """``rounds`` paired rounds in this process: each side's step times and waits (ms), the
+    rounds' overhead ratios, the agent's and the publisher's thread CPU (ns) and steps."""
+    with _one_rank_group():
+        return _measure(rounds, per_block, stack_hz)
+
+
+def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, Any]:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dim, layers, batch, seq = 128, 2, 16, 80
@@ -115,13 +188,8 @@ def main() -> None:
     data = [(torch.randn(batch, seq, dim), torch.randn(batch, seq, dim)) for _ in range(8)]
     loader = torch.utils.data.DataLoader(data, batch_size=None)
 
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     # One DDP model for both sides (the agent's forward hooks on the wrapper are removed with
     # the agent; its DDP timing patches the class). Two copies of a model differ by up to
     # ~0.4 % in step time on their own (memory layout), the size of what is measured.
@@ -170,13 +238,13 @@ def main() -> None:
         wake_ms=argus.api.PUBLISHER_WAKE_MS,
         background=True,
     )
-    info = RankInfo(job="overhead", run=0, rank=0, world=1, local_rank=0, host="bench")
+    info = RankInfo(**_INFO)
     sides = ("off", "agent", "profiler", "ddp_off", "ddp_agent")
     times: dict[str, list[float]] = {k: [] for k in sides}
     waits: dict[str, list[float]] = {k: [] for k in sides}  # wall - training-thread CPU, per step
     ratios: dict[str, list[float]] = {"agent": [], "profiler": [], "ddp_agent": []}
-    hz: dict[str, Any] = {} if args.stack_hz is None else {"stack_hz": args.stack_hz or 1.0}
-    cfg = AgentConfig(**hz, stacks=args.stack_hz != 0, heartbeat_s=1.0, cupti=False)
+    hz: dict[str, Any] = {} if stack_hz is None else {"stack_hz": stack_hz or 1.0}
+    cfg = AgentConfig(**hz, stacks=stack_hz != 0, heartbeat_s=1.0, cupti=False)
     ddp_steps = 0
     # CPU ns of the agent's and the publisher's threads, and steps, while an agent ran
     cpu: dict[str, list[int]] = {"agent": [0, 0, 0], "ddp_agent": [0, 0, 0]}
@@ -230,6 +298,25 @@ def main() -> None:
     publisher.shutdown(2)
     shutil.rmtree(spool, ignore_errors=True)
     _ = argus  # the public API wraps exactly this RankAgent
+    return {
+        "times": times,
+        "waits": waits,
+        "ratios": ratios,
+        "cpu": cpu,
+        "ddp_steps": ddp_steps,
+        "spooled": stats["spooled"],
+        "dropped": dict(stats["dropped"]),
+    }
+
+
+def report(
+    raw: dict[str, Any], rounds: int, processes: int, load_before: float, with_components: bool
+) -> None:
+    """Print the table, the medians and the last-line JSON of the merged rounds."""
+    times, waits, ratios, cpu = raw["times"], raw["waits"], raw["ratios"], raw["cpu"]
+    from argus.producers.agent import RankInfo
+
+    info = RankInfo(**_INFO)
     med = {k: statistics.median(v) for k, v in times.items()}
     wait_us = {k: statistics.mean(v) * 1e3 for k, v in waits.items()}
     overhead = statistics.median(ratios["agent"]) * 100
@@ -248,7 +335,7 @@ def main() -> None:
         print(f"{k:<10}{len(v):>7}{med[k]:>12.2f}{p90:>10.2f}{ov:>12.2f}{wait_us[k]:>10.1f}")
     print("(wait: mean wall minus training-thread CPU per step: the GIL, the scheduler, gloo)")
     print(
-        f"overhead, median over {rounds} paired rounds of the fastest-quartile step time: agent {overhead:.2f} %, "
+        f"overhead, median over {rounds} paired rounds ({processes} processes) of the fastest-quartile step time: agent {overhead:.2f} %, "
         f"agent on DDP {overhead_ddp:.2f} %, torch.profiler {prof_overhead:.2f} %"
     )
     print(
@@ -256,13 +343,16 @@ def main() -> None:
         + ", ".join(f"{k} {lo:.2f}..{hi:.2f}" for k, (lo, hi) in iqr.items())
     )
     print("standard error of each median (%): " + ", ".join(f"{k} {v:.2f}" for k, v in se.items()))
-    print(f"DDP steps timed with the agent: {ddp_steps}")
+    print(f"DDP steps timed with the agent: {raw['ddp_steps']}")
     for k, (a, p, n) in cpu.items():
         print(
             f"CPU per step ({k}): agent thread {a / n / 1e3:.0f} us, publisher thread {p / n / 1e3:.0f} us "
             f"({(a + p) / n / 1e4 / med['off']:.2f} % of a step)"
         )
-    hooks = hook_costs(info)
+    with _one_rank_group():
+        hooks = hook_costs(info)
+        if with_components:
+            components(info, hooks)
     # What the agent adds to the training thread, each part measured directly: its hooks'
     # CPU (timed over thousands of steps of a tiny model, where it is not lost in the noise)
     # plus the thread's extra wait (the agent's and the publisher's threads holding the GIL
@@ -279,10 +369,7 @@ def main() -> None:
     )
     load_after = os.getloadavg()[0]
     print(f"load average (1 min) {load_before:.2f} before, {load_after:.2f} after, {os.cpu_count()} CPUs")
-    if args.components:
-        components(info, hooks)
-    dist.destroy_process_group()
-    print(f"agent records: steps/stacks/heartbeats spooled={stats['spooled']} dropped={stats['dropped']}")
+    print(f"agent records: steps/stacks/heartbeats spooled={raw['spooled']} dropped={raw['dropped']}")
     print(
         json.dumps(
             {
@@ -300,6 +387,7 @@ def main() -> None:
                 "direct_overhead_ddp_pct": round(direct["ddp_agent"], 3),
                 "step_ms": round(med["off"], 2),
                 "ddp_step_ms": round(med["ddp_off"], 2),
+                "processes": processes,
                 "load_1m": round(max(load_before, load_after), 2),
             }
         )
