@@ -19,7 +19,8 @@ class DiagnoserConfig:
     group's centre at least ``max(min_excess_ms, min_excess_frac * busy)`` (busy: the
     typical rank's compute + data-loader + copy time, which one rank's stall does not
     inflate); it "waits least" when its collective z-score is at most ``-z_neg`` and its
-    deficit at least ``neg_min_frac * busy``. A rank at ``weak_frac`` of a threshold is
+    deficit at least ``neg_min_frac * busy`` and the least excess (in a group of two, scored
+    against the longer wait of the two). A rank at ``weak_frac`` of a threshold is
     weakly flagged (at most ``max_weak`` per step). Ranks of one host slow for one cause
     are one finding from ``host_min_ranks`` on; ranks of one group across hosts from
     ``group_min_frac`` of the group on, in groups of ``group_min_size`` ranks or more.

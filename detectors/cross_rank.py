@@ -15,7 +15,7 @@ import numpy as np
 from argus.schemas import StepBatch
 
 from ._config import DiagnoserConfig
-from ._robust import GroupIndex, group_median_scale, is_identity
+from ._robust import SMALL_GROUP_REL, GroupIndex, group_median_scale, is_identity
 
 __all__ = [
     "CAUSE_METRICS",
@@ -174,6 +174,7 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     med, scale = group_median_scale(
         xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True, one_sided=_ONE_SIDED
     )
+    _pairs_wait(xs, med, scale, gi)
     job_step, job_median, floor = _job_levels(xs, step_ms)
     thr, neg, min_excess = _thresholds(med, scale, cfg)
     rep = np.repeat(np.arange(gi.n_groups), gi.sizes)  # group of every sorted row
@@ -208,14 +209,37 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     )
 
 
+def _pairs_wait(xs: np.ndarray, med: np.ndarray, scale: np.ndarray, gi: GroupIndex) -> None:
+    """Groups of two ranks have no spread of collective time to speak of (a MAD of two is
+    half their difference: no z-score passes 0.7). There the centre is the longer wait (the
+    peer's, which a late rank leaves waiting) and the scale ``SMALL_GROUP_REL`` of it, as
+    for a small group's own work (in place)."""
+    two = np.flatnonzero(gi.sizes == 2)
+    if not len(two):
+        return
+    coll = _IDX["collective_ms"]
+    s = gi.starts[two]
+    longer = np.maximum(xs[coll, s], xs[coll, s + 1])
+    med[coll, two] = longer
+    scale[coll, two] = np.maximum(SMALL_GROUP_REL * longer, _FLOOR[coll])
+
+
+def _lower_median(x: np.ndarray) -> np.ndarray:
+    """Per row, the median of an odd count, the lower of the middle two of an even one: the
+    typical rank, which one slow rank of two does not move (the mean of two would be half
+    the slow rank's)."""
+    k = (x.shape[1] - 1) // 2
+    return np.partition(x, k, axis=1)[:, k]
+
+
 def _job_levels(xs: np.ndarray, step_ms: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """The job's median step wall time and median of every metric (over a strided sample of
-    about 4,096 ranks), and per ``COLLECTIVE_METRICS`` the least collective time of any rank:
+    """The job's median step wall time and (lower) median of every metric (over a strided
+    sample of about 4,096 ranks), and per ``COLLECTIVE_METRICS`` the least collective time of any rank:
     the slowest rank's, which waits for nobody, so transfer and pipeline bubbles without the
     wait for the slowest (every step's heavy tail)."""
     stride = max(1, len(step_ms) // 4096)
     job_step = float(np.median(step_ms[::stride]))
-    job_median = np.median(xs[:, ::stride], axis=1) if len(step_ms) else np.zeros(len(METRICS))
+    job_median = _lower_median(xs[:, ::stride]) if len(step_ms) else np.zeros(len(METRICS))
     floor = xs[_COLL_ROWS].min(axis=1) if len(step_ms) else np.zeros(len(_COLL_ROWS))
     return job_step, job_median, floor
 
@@ -237,7 +261,7 @@ def _thresholds(
         thr[un] = np.inf
     tok, coll = _IDX["tokens"], _IDX["collective_ms"]
     thr[tok] = np.maximum(cfg.z_pos * scale[tok], (cfg.tokens_ratio - 1.0) * med[tok])
-    neg = np.maximum(cfg.z_neg * scale[coll], cfg.neg_min_frac * busy)
+    neg = np.maximum(cfg.z_neg * scale[coll], max(cfg.neg_min_frac * busy, min_excess))
     ck = _IDX["checkpoint_ms"]  # a checkpoint stall is a checkpoint far slower than its peers'
     thr[ck] = np.maximum(thr[ck], (cfg.checkpoint_ratio - 1.0) * med[ck])
     return thr, neg, min_excess

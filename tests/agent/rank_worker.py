@@ -145,8 +145,11 @@ def run(a: argparse.Namespace) -> None:
             prof.__enter__()
         until = a.slow_until if a.slow_until >= 0 else a.steps
         slowed = rank == a.slow_rank and a.slow_from <= step < until
-        net.delay_s = (a.base_ms + (a.slow_ms if slowed else 0.0)) / 1000
+        extra = a.slow_ms / 1000 if slowed else 0.0
+        net.delay_s = a.base_ms / 1000 + (extra if a.slow_in == "forward" else 0.0)
         with argus.step(samples=a.batch):
+            if a.slow_in == "loop" and extra:
+                time.sleep(extra)  # the user's own code between steps' phases: no timer sees it
             loss = model(x).square().mean()
             with torch.profiler.record_function(BACKWARD):
                 loss.backward()
@@ -243,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--slow-ms", type=float, default=60.0)
     ap.add_argument("--slow-from", type=int, default=0, help="the first step slowed")
     ap.add_argument("--slow-until", type=int, default=-1, help="the first step no longer slowed (-1: none)")
+    ap.add_argument(
+        "--slow-in", choices=["forward", "loop"], default="forward", help="where the slowed rank sleeps"
+    )
     ap.add_argument("--profile-from", type=int, default=-1)
     ap.add_argument("--mesh", default="", help="dim names of a mesh handed to attach: dp,tp")
     ap.add_argument("--job", default="agent-test")
