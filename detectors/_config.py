@@ -41,7 +41,9 @@ class DiagnoserConfig:
     rank keeps a confirmed one open; ``persistent_close_after`` for a straggler seen within
     ``persistent_within`` steps of the job's settling: past ``warmup_steps``, or where it
     became ``global_ratio`` times faster for ``min_steps`` steps in a row, once, within
-    its first ``persistent_settle_steps`` steps). A fault confirmed again within ``recur_within`` steps of its anomaly's end (and
+    its first ``persistent_settle_steps`` steps). A sighting of a confirmed fault that adds less than
+    ``faint_frac`` of what its sightings added on average is no sighting of it (noise on the
+    same rank after the fault ended). A fault confirmed again within ``recur_within`` steps of its anomaly's end (and
     within twice its last stretch) continues that anomaly (a flapping rank is one anomaly).
     At most ``max_open`` unconfirmed episodes; an anomaly lists at most ``max_listed`` ranks.
 
@@ -85,6 +87,7 @@ class DiagnoserConfig:
     update_every: int = 5
     global_ratio: float = 1.5
     weak_frac: float = 0.5
+    faint_frac: float = 0.25
     max_weak: int = 4096
     max_listed: int = LIMITS["max_listed_ranks"]
     max_open: int = 256

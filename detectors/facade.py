@@ -455,6 +455,8 @@ def _sightings(
         if key in seen:  # a second finding of the same episode in this step
             e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
             continue
+        if _faint(e, f, sf, cfg):
+            continue
         seen.add(key)
         added = _sight(e, f, sf, cfg)
         if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
@@ -463,6 +465,15 @@ def _sightings(
             e.reported = sf.step
             out.append(_anomaly(state, e))
     return out, seen
+
+
+def _faint(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
+    """Whether a finding is too faint to be more of a confirmed fault: it adds less than
+    ``faint_frac`` of what the fault added per sighting (the noise of a busy host flagging
+    the same rank after the fault ended would otherwise carry its window on)."""
+    if not e.emitted or e.hits < cfg.min_steps or e.added_ms_sum <= 0:
+        return False
+    return step_ms_added(f.step_ms_added, sf.step_ms) < cfg.faint_frac * e.added_ms_sum / e.hits
 
 
 def _episode_of(
