@@ -224,22 +224,22 @@ def _pairs_wait(xs: np.ndarray, med: np.ndarray, scale: np.ndarray, gi: GroupInd
     scale[coll, two] = np.maximum(SMALL_GROUP_REL * longer, _FLOOR[coll])
 
 
-def _lower_median(x: np.ndarray) -> np.ndarray:
-    """Per row, the median of an odd count, the lower of the middle two of an even one: the
-    typical rank, which one slow rank of two does not move (the mean of two would be half
-    the slow rank's)."""
-    k = (x.shape[1] - 1) // 2
-    return np.partition(x, k, axis=1)[:, k]
+def _typical(x: np.ndarray) -> np.ndarray:
+    """Per row, the median over ranks; of two ranks the lower (the mean of two would be half
+    a late rank's, and that rank alone would make the step look like everyone's)."""
+    if x.shape[1] == 2:
+        return x.min(axis=1)
+    return np.median(x, axis=1)
 
 
 def _job_levels(xs: np.ndarray, step_ms: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """The job's median step wall time and (lower) median of every metric (over a strided
-    sample of about 4,096 ranks), and per ``COLLECTIVE_METRICS`` the least collective time of any rank:
+    """The job's median step wall time and median of every metric (over a strided sample of
+    about 4,096 ranks; of two, the lower), and per ``COLLECTIVE_METRICS`` the least collective time of any rank:
     the slowest rank's, which waits for nobody, so transfer and pipeline bubbles without the
     wait for the slowest (every step's heavy tail)."""
     stride = max(1, len(step_ms) // 4096)
     job_step = float(np.median(step_ms[::stride]))
-    job_median = _lower_median(xs[:, ::stride]) if len(step_ms) else np.zeros(len(METRICS))
+    job_median = _typical(xs[:, ::stride]) if len(step_ms) else np.zeros(len(METRICS))
     floor = xs[_COLL_ROWS].min(axis=1) if len(step_ms) else np.zeros(len(_COLL_ROWS))
     return job_step, job_median, floor
 
