@@ -233,10 +233,10 @@ def _typical(x: np.ndarray) -> np.ndarray:
 
 
 def _job_levels(xs: np.ndarray, step_ms: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """The job's median step wall time and median of every metric (over a strided sample of
-    about 4,096 ranks; of two, the lower), and per ``COLLECTIVE_METRICS`` the least collective time of any rank:
-    the slowest rank's, which waits for nobody, so transfer and pipeline bubbles without the
-    wait for the slowest (every step's heavy tail)."""
+    """The job's median step wall time and typical value of every metric (:func:`_typical`,
+    over a strided sample of about 4,096 ranks), and per ``COLLECTIVE_METRICS`` the least
+    collective time of any rank: the slowest rank's, which waits for nobody, so transfer and
+    pipeline bubbles without the wait for the slowest (every step's heavy tail)."""
     stride = max(1, len(step_ms) // 4096)
     job_step = float(np.median(step_ms[::stride]))
     job_median = _typical(xs[:, ::stride]) if len(step_ms) else np.zeros(len(METRICS))
