@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from types import TracebackType
@@ -37,7 +38,7 @@ from typing import Any
 
 from argus.producers.agent import AgentConfig, RankAgent, detect_rank_info, framework_layout
 
-from .config import Settings, load_settings
+from .config import Settings, load_settings, redact_url
 
 __all__ = [
     "StepCallbacks",
@@ -102,6 +103,7 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
         rank_guess = detect_rank_info(job, **layout).rank
         found = framework_layout(model, settings.get("mesh"), rank=rank_guess)
         info = detect_rank_info(job, framework=found, **layout)
+        custom_sink = sink is not None
         if sink is None:
             from argus.producers.publisher import Publisher
 
@@ -119,7 +121,29 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
         _register_fork_handler()
         for layer, reason in agent.absent.items():
             log.info("argus: %s absent: %s", layer, reason)
+        if info.rank == 0 and not conf.quiet:
+            _announce(agent, conf, custom_sink=custom_sink)
         return agent
+
+
+def _announce(agent: RankAgent, conf: Settings, *, custom_sink: bool) -> None:
+    """One line on stderr (rank 0 only, not per rank): what is attached and where its records
+    go, so a user sees that the one line they added works."""
+    info = agent.info
+    if custom_sink:
+        to = f"to {type(agent.sink).__name__}"
+    elif conf.relay_socket:
+        to = f"through the node relay {conf.relay_socket}"
+    else:
+        to = f"to Kafka {redact_url(conf.kafka_bootstrap)}"
+    absent = f"; absent here: {', '.join(sorted(agent.absent))}" if agent.absent else ""
+    with contextlib.suppress(Exception):  # a closed stderr never stops training
+        print(
+            f"argus: attached to job {info.job!r} run {info.run} ({info.world} rank(s)); "
+            f"step records {to}{absent} (ARGUS_QUIET=1 silences this line)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def detach(timeout: float = 10.0) -> dict[str, Any]:

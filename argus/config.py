@@ -110,6 +110,8 @@ class Settings:
     grafana_url: str = ""
     grafana_token: str = field(default="", repr=False)
     job: str = ""
+    quiet: bool = False
+    """The rank agent prints nothing at attach (rank 0 prints one line by default)."""
     relay_socket: str = ""
     """The node relay's Unix socket: served by ``argus node-agent``, used by rank agents
     (step records merged per node; empty: ranks publish to Kafka directly)."""

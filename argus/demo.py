@@ -475,9 +475,13 @@ def _read_findings(home: Path, jobs: Sequence[str]) -> list[Finding]:
     ]
 
 
-def _write_reports(env: dict[str, str], jobs: Sequence[str], out: Path) -> tuple[dict[str, Path], str]:
-    """``argus report --job J -o FILE`` for each job; the files written, or why none were."""
+def _write_reports(
+    env: dict[str, str], jobs: Sequence[str], out: Path, progress: DemoProgress
+) -> tuple[dict[str, Path], str]:
+    """``argus report --job J -o FILE`` for each job (progress: jobs done of all); the files
+    written, or why none were."""
     out.mkdir(parents=True, exist_ok=True)
+    progress.update("report", 0, len(jobs))
     cli = [sys.executable, "-m", "argus.cli"]
     probe = subprocess.run([*cli, "report", "--help"], env=env, capture_output=True, timeout=60, cwd=REPO)
     if probe.returncode != 0:
@@ -496,6 +500,7 @@ def _write_reports(env: dict[str, str], jobs: Sequence[str], out: Path) -> tuple
             err = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
             return written, f"argus report --job {job} failed: {err[-1] if err else r.returncode}"
         written[job] = path
+        progress.update("report", len(written), len(jobs), job)
     return written, ""
 
 
@@ -784,9 +789,7 @@ def run_demo(settings: Settings, progress: DemoProgress, cfg: DemoConfig | None 
     report_error = "skipped"
     jobs = [run.train_job, run.sim_job, run.kernel_job]
     if cfg.reports:
-        progress.update("report", 0, None)
-        reports, report_error = _write_reports(run.env, jobs, run.home / "reports")
-        progress.update("report", 1, 1)
+        reports, report_error = _write_reports(run.env, jobs, run.home / "reports", progress)
     run.lap("report_s")
     findings = _read_findings(run.home, jobs)
     checks = check_findings(

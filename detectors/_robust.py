@@ -55,6 +55,7 @@ def group_median_scale(
     max_sample: int | None = None,
     presorted: bool = False,
     one_sided: np.ndarray | None = None,
+    waits: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-group centre and robust scale of every metric row of ``x`` (shape (m, n)).
 
@@ -65,7 +66,11 @@ def group_median_scale(
     centre nor inflates the scale (the MAD of such a mix is three times the noise's).
     Scales are floored at ``floor_abs`` (per metric or scalar) and at
     ``floor_rel * |centre|``, so a metric that is constant within a group (GC time 0 on
-    every rank) still gives finite z-scores. Returns two (m, n_groups) arrays.
+    every rank) still gives finite z-scores. Rows selected by ``waits`` are waits for
+    peers (collective time): in a group of two, where a MAD is half the two values'
+    difference and no z-score passes 0.7, their centre is the longer wait (the peer's,
+    which a late rank leaves waiting) and their sigma ``SMALL_GROUP_REL`` of it, as for a
+    small group's own work. Returns two (m, n_groups) arrays.
     """
     m = x.shape[0]
     g = gi.n_groups
@@ -80,6 +85,8 @@ def group_median_scale(
         sig = MAD_TO_SIGMA * np.median(np.abs(cube - med[:, :, None]), axis=2)
         if one_sided is not None and one_sided.any():
             med[one_sided], sig[one_sided] = _fast_side(cube[one_sided], axis=2)
+        if waits is not None and size == 2:
+            med[waits], sig[waits] = _pair_waits(cube[waits], axis=2)
     else:
         sig = np.empty((m, g))
         for j, (s, k) in enumerate(zip(gi.starts.tolist(), gi.sizes.tolist(), strict=True)):
@@ -88,6 +95,8 @@ def group_median_scale(
             sig[:, j] = MAD_TO_SIGMA * np.median(np.abs(block - med[:, j, None]), axis=1)
             if one_sided is not None and one_sided.any():
                 med[one_sided, j], sig[one_sided, j] = _fast_side(block[one_sided], axis=1)
+            if waits is not None and k == 2:
+                med[waits, j], sig[waits, j] = _pair_waits(block[waits], axis=1)
     floor = np.maximum(np.broadcast_to(np.asarray(floor_abs, float).reshape(-1, 1), (m, 1)), 0.0)
     scale = np.maximum(np.maximum(sig, floor), floor_rel * np.abs(med))
     return med, scale
@@ -113,6 +122,12 @@ def _fast_side(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     p10, p30 = np.percentile(x, (10.0, 30.0), axis=axis)
     sigma = (p30 - p10) / (_Z30 - _Z10)
     return p30 - _Z30 * sigma, sigma
+
+
+def _pair_waits(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Centre and sigma of waits in groups of two: the longer wait, ``SMALL_GROUP_REL`` of it."""
+    high = x.max(axis=axis)
+    return high, SMALL_GROUP_REL * np.abs(high)
 
 
 def is_identity(order: np.ndarray) -> bool:

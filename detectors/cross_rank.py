@@ -15,7 +15,7 @@ import numpy as np
 from argus.schemas import StepBatch
 
 from ._config import DiagnoserConfig
-from ._robust import SMALL_GROUP_REL, GroupIndex, group_median_scale, is_identity
+from ._robust import GroupIndex, group_median_scale, is_identity
 
 __all__ = [
     "CAUSE_METRICS",
@@ -64,6 +64,7 @@ WORK_METRICS = frozenset({*OWN_WORK, "checkpoint_ms", "tokens"})
 Collective time holds the wait for the slowest, so most ranks of a slowed job are high
 there: its centre stays the median."""
 _ONE_SIDED = np.array([n in WORK_METRICS for n in METRICS])
+_WAITS = np.array([n == "collective_ms" for n in METRICS])
 _LINK_ROWS = np.array([i for i, n in enumerate(METRICS) if n in LINK_METRICS])
 COLLECTIVE_METRICS = ("collective_ms", "all_reduce_ms", "gather_scatter_ms", "all_to_all_ms", "p2p_ms")
 _COLL_ROWS = np.array([METRICS.index(n) for n in COLLECTIVE_METRICS])
@@ -172,9 +173,14 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
     ident = is_identity(gi.order)
     xs = x if ident else x[:, gi.order]  # rows sorted by group; ours to change in place
     med, scale = group_median_scale(
-        xs, gi, floor_abs=_FLOOR, max_sample=cfg.max_sample, presorted=True, one_sided=_ONE_SIDED
+        xs,
+        gi,
+        floor_abs=_FLOOR,
+        max_sample=cfg.max_sample,
+        presorted=True,
+        one_sided=_ONE_SIDED,
+        waits=_WAITS,
     )
-    _pairs_wait(xs, med, scale, gi)
     job_step, job_median, floor = _job_levels(xs, step_ms)
     thr, neg, min_excess = _thresholds(med, scale, cfg)
     rep = np.repeat(np.arange(gi.n_groups), gi.sizes)  # group of every sorted row
@@ -207,21 +213,6 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
         job_median=job_median,
         collective_floor=floor,
     )
-
-
-def _pairs_wait(xs: np.ndarray, med: np.ndarray, scale: np.ndarray, gi: GroupIndex) -> None:
-    """Groups of two ranks have no spread of collective time to speak of (a MAD of two is
-    half their difference: no z-score passes 0.7). There the centre is the longer wait (the
-    peer's, which a late rank leaves waiting) and the scale ``SMALL_GROUP_REL`` of it, as
-    for a small group's own work (in place)."""
-    two = np.flatnonzero(gi.sizes == 2)
-    if not len(two):
-        return
-    coll = _IDX["collective_ms"]
-    s = gi.starts[two]
-    longer = np.maximum(xs[coll, s], xs[coll, s + 1])
-    med[coll, two] = longer
-    scale[coll, two] = np.maximum(SMALL_GROUP_REL * longer, _FLOOR[coll])
 
 
 def _typical(x: np.ndarray) -> np.ndarray:

@@ -223,15 +223,16 @@ class StepResult:
 
 
 def _anomaly(state: JobState, e: Episode) -> Anomaly:
+    seen = max(1, min(e.hits, e.last_seen - e.onset + 1))  # merged sightings never exceed the window
     steps = max(e.hits, 1)
     ev = dict(e.evidence)
-    ev["steps_seen"] = float(e.hits)
+    ev["steps_seen"] = float(seen)
     if e.persistent:
         ev["persistent"] = 1.0
     since = " since the job's start" if e.persistent else ""
     summary = (
         f"{e.cause} at {e.suspect}{since}: decided by {e.decided_by}="
-        f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {e.hits} step(s)"
+        f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {seen} step(s)"
     )
     if e.detail:
         summary += f"; {e.detail}"
@@ -527,6 +528,7 @@ def _confirm(
     e.onset = _onset(e)
     e.persistent = _persistent(e, state, cfg)
     e.severity = _severity(e, cfg)
+    _drop_before_onset(e)
     e.detected_ns = sf.end_ns
     e.reported = sf.step
     if deepen is not None and e.suspect_kind in _DEEP_KINDS:
@@ -785,6 +787,17 @@ def _onset(e: Episode) -> int:
     while i < len(gaps) - 1 and gaps[i] > typical:
         i += 1
     return int(at[i])
+
+
+def _drop_before_onset(e: Episode) -> None:
+    """The sightings before a confirmed episode's onset (blips that were not the fault yet)
+    leave its count, and their share of its cost with them (severity is decided on all)."""
+    before = sum(1 for a in e.hits_at if a < e.onset)
+    if before and e.hits > before:
+        keep = (e.hits - before) / e.hits
+        e.hits -= before
+        e.added_ms_sum *= keep
+        e.gpu_hours *= keep
 
 
 def _persistent(e: Episode, state: JobState, cfg: DiagnoserConfig) -> bool:

@@ -38,6 +38,21 @@ def test_attach_step_detach(tmp_path):
     assert steps[0].records()[0].tokens == 64 and steps[3].records()[0].tokens == 1
 
 
+def test_rank_0_says_once_that_it_attached(tmp_path, capsys):
+    """One line on stderr from rank 0 (not from every rank), none when quiet."""
+    for rank, quiet, lines in ((0, False, 1), (1, False, 0), (0, True, 0)):
+        argus.attach(
+            sink=ListSink(), job="banner", home=str(tmp_path), rank=rank, world=4, quiet=quiet, cupti=False
+        )
+        argus.detach()
+        err = capsys.readouterr().err.splitlines()
+        said = [line for line in err if line.startswith("argus: attached")]
+        assert len(said) == lines, (rank, quiet, err)
+        if said:
+            assert "job 'banner' run" in said[0] and "(4 rank(s))" in said[0]
+            assert "to ListSink" in said[0] and "ARGUS_QUIET=1" in said[0]
+
+
 def test_bad_settings_raise_value_error():
     with pytest.raises(ValueError, match=r"unknown argus\.attach settings"):
         argus.attach(sink=ListSink(), no_such_setting=1)

@@ -37,6 +37,16 @@ def test_group_statistics_equal_and_unequal_groups() -> None:
     eq = GroupIndex.of(np.array([0, 0, 1, 1]))
     med2, scale2 = group_median_scale(np.array([[1.0, 1.0, 5.0, 7.0]]), eq, floor_abs=0.5)
     assert med2.tolist() == [[1.0, 6.0]] and scale2[0, 0] == 0.5
+    # waits in a group of two: the longer wait is the centre, 2 % of it the scale (a MAD of
+    # two values would be half their difference); larger groups keep median and MAD
+    waits = np.array([True])
+    med3, scale3 = group_median_scale(np.array([[10.0, 60.0, 5.0, 7.0]]), eq, floor_abs=0.5, waits=waits)
+    assert med3.tolist() == [[60.0, 7.0]] and np.allclose(scale3, [[1.2, 0.5]])
+    med4, _ = group_median_scale(x, gi, floor_abs=0.0, floor_rel=0.0, waits=waits)
+    assert med4.tolist() == [[25.0, 2.0]]
+    odd = GroupIndex.of(np.array([0, 0, 1, 1, 1]))  # unequal groups: the same rule
+    med5, _ = group_median_scale(np.array([[10.0, 60.0, 5.0, 7.0, 9.0]]), odd, waits=waits)
+    assert med5.tolist() == [[60.0, 7.0]]
 
 
 def test_straggler_is_the_only_flagged_rank_even_with_ranks_missing() -> None:

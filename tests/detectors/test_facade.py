@@ -92,3 +92,15 @@ def test_refresh_sends_an_open_anomaly_as_far_as_it_went_when_the_job_goes_quiet
     (a,) = d.refresh(diag.state)
     assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 15, 26)
     assert d.refresh(diag.state) == []  # nothing new since
+
+
+def test_a_blip_just_before_a_fault_is_neither_its_start_nor_one_of_its_steps() -> None:
+    """A one-step slowdown of the rank 3 steps before its fault: the anomaly starts at the
+    fault and counts the fault's steps only ("seen in" never exceeds the window)."""
+    faults = [
+        Fault(COMPUTE_STRAGGLER, 17, 1, (21,), magnitude=1.4),
+        Fault(COMPUTE_STRAGGLER, 20, 10, (21,), magnitude=1.4),
+    ]
+    (a,) = d.diagnose(batches(40, faults=faults))
+    assert (a.cause, a.start_step, a.end_step) == (COMPUTE_STRAGGLER, 20, 29)
+    assert a.evidence["steps_seen"] == 10 and "seen in 10 step(s)" in a.summary
