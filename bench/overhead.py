@@ -26,7 +26,9 @@ per-step jitter), so its median over 100 rounds still has a standard error of ~0
 part-by-part figure has none of that noise. The last line is JSON with ``overhead_pct``,
 ``overhead_ddp_pct``, ``profiler_overhead_pct`` (medians of the paired rounds), their
 quartiles and standard errors, ``hooks_us``, ``hooks_ddp_us``, ``direct_overhead_pct``,
-``direct_overhead_ddp_pct``, ``step_ms``, ``processes`` and ``load_1m``. ``--components`` adds a table of
+``direct_overhead_ddp_pct``, ``step_ms``, ``processes``, ``noise_sd_pct`` and
+``ddp_noise_sd_pct`` (the spread of a round's two agent-off blocks against each other:
+the noise floor of the run) and ``load_1m``. ``--components`` adds a table of
 what each part of the agent costs, measured in isolation.
 
     python bench/overhead.py [--quick] [--rounds N] [--processes K] [--components]
@@ -145,7 +147,7 @@ def main() -> None:
 def _merge(raws: list[dict[str, Any]]) -> dict[str, Any]:
     """The raw figures of several processes' rounds as one."""
     out: dict[str, Any] = {}
-    for key in ("times", "waits", "ratios"):
+    for key in ("times", "waits", "ratios", "noise"):
         out[key] = {k: [x for r in raws for x in r[key][k]] for k in raws[0][key]}
     out["cpu"] = {k: [sum(r["cpu"][k][i] for r in raws) for i in range(3)] for k in raws[0]["cpu"]}
     out["ddp_steps"] = sum(r["ddp_steps"] for r in raws)
@@ -243,6 +245,8 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
     times: dict[str, list[float]] = {k: [] for k in sides}
     waits: dict[str, list[float]] = {k: [] for k in sides}  # wall - training-thread CPU, per step
     ratios: dict[str, list[float]] = {"agent": [], "profiler": [], "ddp_agent": []}
+    # the run's own noise: a round's two agent-off blocks against each other
+    noise: dict[str, list[float]] = {"off": [], "ddp_off": []}
     hz: dict[str, Any] = {} if stack_hz is None else {"stack_hz": stack_hz or 1.0}
     cfg = AgentConfig(**hz, stacks=stack_hz != 0, heartbeat_s=1.0, cupti=False)
     ddp_steps = 0
@@ -294,6 +298,9 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
         for k in ratios:
             base = low["ddp_off" if k.startswith("ddp") else "off"]
             ratios[k].append(statistics.mean(low[k]) / statistics.mean(base) - 1)
+        for k in noise:
+            first, last = low[k]
+            noise[k].append(first / last - 1)
     stats = publisher.stats()
     publisher.shutdown(2)
     shutil.rmtree(spool, ignore_errors=True)
@@ -302,6 +309,7 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
         "times": times,
         "waits": waits,
         "ratios": ratios,
+        "noise": noise,
         "cpu": cpu,
         "ddp_steps": ddp_steps,
         "spooled": stats["spooled"],
@@ -343,6 +351,17 @@ def report(
         + ", ".join(f"{k} {lo:.2f}..{hi:.2f}" for k, (lo, hi) in iqr.items())
     )
     print("standard error of each median (%): " + ", ".join(f"{k} {v:.2f}" for k, v in se.items()))
+    # Two blocks with the agent off, seconds apart, differ by this much on this machine (a
+    # paired round's ratio, two blocks against two, has about 1/sqrt(2) of it): the noise
+    # floor of this run, whatever the agent does.
+    noise_sd = {
+        k: round(statistics.stdev(v) * 100, 2) if len(v) > 1 else 0.0 for k, v in raw["noise"].items()
+    }
+    print(
+        f"noise: two agent-off blocks of one round differ by sd {noise_sd['off']:.2f} % "
+        f"(DDP {noise_sd['ddp_off']:.2f} %), a paired round's ratio by about "
+        f"{noise_sd['off'] / 2**0.5:.2f} % from noise alone"
+    )
     print(f"DDP steps timed with the agent: {raw['ddp_steps']}")
     for k, (a, p, n) in cpu.items():
         print(
@@ -388,6 +407,8 @@ def report(
                 "step_ms": round(med["off"], 2),
                 "ddp_step_ms": round(med["ddp_off"], 2),
                 "processes": processes,
+                "noise_sd_pct": noise_sd["off"],
+                "ddp_noise_sd_pct": noise_sd["ddp_off"],
                 "load_1m": round(max(load_before, load_after), 2),
             }
         )
