@@ -218,9 +218,7 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
 def _typical(x: np.ndarray) -> np.ndarray:
     """Per row, the median over ranks; of two ranks the lower (the mean of two would be half
     a late rank's, and that rank alone would make the step look like everyone's)."""
-    if x.shape[1] == 2:
-        return x.min(axis=1)
-    return np.median(x, axis=1)
+    return np.asarray(x.min(axis=1) if x.shape[1] == 2 else np.median(x, axis=1))
 
 
 def _job_levels(xs: np.ndarray, step_ms: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
