@@ -86,7 +86,7 @@ def metric_families(metrics: StreamMetrics, lags: Mapping[str, int]) -> dict[str
         ),
         "argus_worker_anomalies_total": (
             "counter",
-            "anomalies published, by root cause",
+            "anomaly records published, by root cause (an open anomaly is sent again as its window grows)",
             {(("cause", k),): v for k, v in metrics.anomalies.items()},
         ),
         "argus_worker_dead_letters_total": (
@@ -123,7 +123,8 @@ def summary(metrics: StreamMetrics) -> str:
     return (
         f"{metrics.records} rank-step records in {metrics.messages} messages, "
         f"{sum(metrics.steps.values())} steps completed{counts(metrics.steps)}, "
-        f"{sum(metrics.anomalies.values())} anomalies{counts(metrics.anomalies)}, "
+        f"{sum(metrics.anomalies.values())} anomaly records{counts(metrics.anomalies)} "
+        "(versions: an open anomaly is sent again as its window grows), "
         f"{metrics.heartbeats} heartbeats, {sum(metrics.dead_letters.values())} dead letters"
         f"{counts(metrics.dead_letters)}"
     )

@@ -79,11 +79,13 @@ def _phase_rows(data: ReportData) -> list[tuple[str, dict[str, float]]]:
 
     typical = {p: statistics.median(float(r[p] or 0.0) for r in per_rank.values()) for p in [*named, "step"]}
     rows = [(f"typical rank (median of {len(per_rank):,})", parts(typical))]
-    shown = [s.rank for s in data.suspects]
-    shown += [int(r) for r in data.slow_ranks.column("rank")[:3] if int(r) not in shown]
-    for rank in shown:
+    suspects = list(dict.fromkeys(s.rank for s in data.suspects))
+    busier = {  # the busiest ranks beside the suspects, if busier than the median at all
+        int(r["rank"]): float(r["z"]) for r in data.slow_ranks.dicts()[:3] if float(r["z"] or 0.0) > 0
+    }
+    for rank in [*suspects, *(r for r in busier if r not in suspects)]:
         if rank in per_rank:
-            tag = "suspect" if rank in {s.rank for s in data.suspects} else "slow"
+            tag = "suspect" if rank in suspects else f"busy-time z {busier[rank]:+.1f}"
             rows.append((f"rank {rank} ({tag})", parts(per_rank[rank])))
     return rows
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from argus.report import UnknownJobError, build_report, collect, render
+from argus.report._html import _phase_rows
 from argus.sinks.grafana.queries import REPORT
 
 from ..sinks.test_grafana import STRAGGLER, load_job
@@ -67,6 +68,11 @@ def test_report_names_the_suspect_its_class_and_cost(store: Any, slow_job: tuple
     assert f"{top['gpu_hours_lost']:.3g}" in text and f"{top['step_ms_added']:.4g} ms" in text
     assert "compute_ms_z=" in text  # the evidence
     assert data.slow_ranks.dicts()[0]["rank"] == STRAGGLER
+    # the phase chart: the typical rank, the suspect, and only ranks busier than the median
+    labels = [label for label, _ in _phase_rows(data)]
+    assert labels[1] == f"rank {STRAGGLER} (suspect)", labels
+    z = {int(r["rank"]): float(r["z"]) for r in data.slow_ranks.dicts()}
+    assert all(z[int(label.split()[1])] > 0 for label in labels[2:]), (labels, z)
 
 
 def test_report_has_every_plot_and_no_network(slow_job: tuple[str, str]) -> None:
