@@ -223,16 +223,15 @@ class StepResult:
 
 
 def _anomaly(state: JobState, e: Episode) -> Anomaly:
-    seen = max(1, min(e.hits, e.last_seen - e.onset + 1))  # merged sightings never exceed the window
     steps = max(e.hits, 1)
     ev = dict(e.evidence)
-    ev["steps_seen"] = float(seen)
+    ev["steps_seen"] = float(e.hits)
     if e.persistent:
         ev["persistent"] = 1.0
     since = " since the job's start" if e.persistent else ""
     summary = (
         f"{e.cause} at {e.suspect}{since}: decided by {e.decided_by}="
-        f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {seen} step(s)"
+        f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {e.hits} step(s)"
     )
     if e.detail:
         summary += f"; {e.detail}"
