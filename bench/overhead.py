@@ -1,35 +1,31 @@
 """Always-on overhead of the rank agent on a real PyTorch training loop (CPU).
 
-A small transformer trained in steps of ~45 ms, in rounds of interleaved blocks so drift
-cancels: agent off, agent on (framework hooks, stack sampler at its default rate, step
+A small transformer trained in steps of ~50 ms, plain and wrapped in
+``DistributedDataParallel`` (a one-rank gloo group: the reducer, its buckets and the backend
+run, and the agent's timing of DDP's all-reduce wait; one DDP wrapper for both sides). One
+agent runs for the whole process (framework hooks, stack sampler at its default rate, step
 records, stack samples and heartbeats every second published through a real ``Publisher``
-whose broker is unreachable, so the spool path runs too), ``torch.profiler`` on (CPU
-activities); then the same model wrapped in ``DistributedDataParallel`` (a one-rank gloo
-group: the reducer, its buckets and the backend run, and the agent's timing of DDP's
-all-reduce wait) without and with the agent: one DDP wrapper for both. Each block trains
-untimed for longer than the agent's publishing interval before its timed steps (the rounds
-among them are steady-state ones). A round is symmetric in time (off, agent, profiler,
-agent, off; DDP off, agent, agent, off), and mirrored every other round, so drift that is
-linear over a round cancels in its ratios. The rounds are split over several processes run
-one after another (``--processes``, default 4): a process's heap layout moves its step time
-by up to ~0.4 % for its whole life (two copies of one model differ that much), and the
-agent's own allocations can move that layout, so one process's median can carry a bias of
-that size whose sign is chance.
+whose broker is unreachable, so the spool path runs too) and is switched on or off before
+every timed step, untimed: on, its hooks on the step's model and its thread free; off, no
+hook, and the thread's work skipped. A round is four steps side by side, off/on/on/off or
+its mirror, plain then DDP: the host's noise lasts seconds (a step's time correlates 0.66
+with the next one's), so neighbouring steps cancel most of it, where blocks of steps a few
+seconds apart differed by 5-17 % on this VM. ``torch.profiler`` is compared in blocks (off,
+on, off) every few rounds: entering and leaving it costs too much to switch per step. The
+rounds are split over several processes run one after another (``--processes``, default
+4): a process's heap layout moves its step time by up to ~0.4 % for its whole life.
 
 Prints the median step time of each side, the overhead ratios with their spread over rounds
 (quartiles) and standard errors, each side's wait per step (wall minus the training
 thread's CPU: the GIL, the scheduler), the CPU the agent's and the publisher's threads used
-per step (thread CPU clocks), and the overhead measured part by part: the hooks' CPU per
-step (a tiny model, thousands of steps) plus the training thread's extra wait. On a shared
-VM the wall-clock ratio of one round varies by ~1.5 % (state that lasts seconds, not
-per-step jitter), so its median over 100 rounds still has a standard error of ~0.2 %; the
-part-by-part figure has none of that noise. The last line is JSON with ``overhead_pct``,
-``overhead_ddp_pct``, ``profiler_overhead_pct`` (medians of the paired rounds), their
-quartiles and standard errors, ``hooks_us``, ``hooks_ddp_us``, ``direct_overhead_pct``,
-``direct_overhead_ddp_pct``, ``step_ms``, ``processes``, ``noise_sd_pct`` and
-``ddp_noise_sd_pct`` (the spread of a round's two agent-off blocks against each other:
-the noise floor of the run) and ``load_1m``. ``--components`` adds a table of
-what each part of the agent costs, measured in isolation.
+per agent step (thread CPU clocks), and the overhead measured part by part: the hooks' CPU
+per step (a tiny model, thousands of steps) plus the training thread's extra wait. The last
+line is JSON with ``overhead_pct``, ``overhead_ddp_pct``, ``profiler_overhead_pct``
+(medians of the paired rounds), their quartiles and standard errors, ``hooks_us``,
+``hooks_ddp_us``, ``direct_overhead_pct``, ``direct_overhead_ddp_pct``, ``step_ms``,
+``processes``, ``noise_sd_pct`` and ``ddp_noise_sd_pct`` (the spread of a round's two off
+steps against each other: the noise floor of the run) and ``load_1m``. ``--components``
+adds a table of what each part of the agent costs, measured in isolation.
 
     python bench/overhead.py [--quick] [--rounds N] [--processes K] [--components]
 """
@@ -40,6 +36,7 @@ import argparse
 import contextlib
 import copy
 import faulthandler
+import gc
 import json
 import os
 import shutil
@@ -79,12 +76,6 @@ def _train_step(net: nn.Module, optim: Any, batches: Iterator[Any], loader: Any)
     return batches
 
 
-def _low(v: list[float]) -> float:
-    """Mean of the fastest quarter of a block's step times."""
-    s = sorted(v)[: max(1, len(v) // 4)]
-    return sum(s) / len(s)
-
-
 def _quartiles(v: list[float]) -> tuple[float, float]:
     q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
     return q[0], q[2]
@@ -105,7 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=0, help="timed steps per block (default 32)")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps per torch.profiler block (default 8)")
     ap.add_argument(
         "--processes",
         type=int,
@@ -118,10 +109,8 @@ def main() -> None:
     ap.add_argument("--components", action="store_true", help="also time the agent's parts in isolation")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    rounds = args.rounds or (12 if args.quick else 40)
-    # 32 timed steps a block: a block's fastest quarter is then 8 steps, not 4 (a steadier
-    # figure per round; the standard error of the medians is printed)
-    per_block = args.steps or (12 if args.quick else 32)
+    rounds = args.rounds or (300 if args.quick else 2400)
+    per_block = args.steps or 8  # torch.profiler's blocks
     if args.child:
         print(json.dumps(measure(rounds, per_block, args.stack_hz)))
         return
@@ -171,6 +160,7 @@ def _one_rank_group() -> Iterator[None]:
         dist.destroy_process_group()
 
 
+PROFILER_EVERY = 8  # rounds (torch.profiler's figure is there to compare with, not the test)
 _INFO = dict(job="overhead", run=0, rank=0, world=1, local_rank=0, host="bench")
 
 
@@ -201,34 +191,59 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
     steps_run = [0]
 
     def train(
-        n: int, *, profiler: bool = False, net: nn.Module = model, optim=opt, settle_s: float = 0.0
+        n: int, *, profiler: bool = False, net: nn.Module = model, optim: Any = opt
     ) -> tuple[list[float], list[float]]:
-        """Wall and training-thread CPU times (ms) of ``n`` steps, after ``settle_s`` of
-        untimed steps."""
+        """Wall and training-thread CPU times (ms) of ``n`` steps."""
         wall: list[float] = []
         cpu: list[float] = []
         it = iter(loader)
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profiler else None
         if prof is not None:
             prof.__enter__()
-        t_end = time.perf_counter() + settle_s
-        while len(wall) < n:
-            timed = time.perf_counter() >= t_end
+        for _ in range(n):
             t0, c0 = time.perf_counter(), time.thread_time()
             it = _train_step(net, optim, it, loader)
-            if timed:
-                cpu.append((time.thread_time() - c0) * 1e3)
-                wall.append((time.perf_counter() - t0) * 1e3)
+            cpu.append((time.thread_time() - c0) * 1e3)
+            wall.append((time.perf_counter() - t0) * 1e3)
             steps_run[0] += 1
             if prof is not None:
                 prof.step()
         if prof is not None:
             prof.__exit__(None, None, None)
-        return wall[1:], cpu[1:]
+            # The profiler leaves reference cycles (~80 objects holding its results): the
+            # next block that allocates would collect them, ~10 ms of its steps.
+            del prof
+            gc.collect()
+        return wall, cpu
 
     import argus
     from argus.producers.agent import AgentConfig, RankAgent, RankInfo
     from argus.producers.publisher import Publisher
+
+    class Held(RankAgent):
+        """The agent whose thread the bench can hold: while ``gate`` is taken, the thread's
+        work (a stack sample, a heartbeat, a publishing round) is skipped, as if the agent
+        were not there; taking the gate waits for the work in hand."""
+
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, **kw)
+            self.gate = threading.Lock()
+
+        def _sample_stack(self) -> None:
+            if self.gate.acquire(blocking=False):
+                try:
+                    super()._sample_stack()
+                finally:
+                    self.gate.release()
+
+        def tick(self, publish: bool = True) -> None:
+            if not self.gate.acquire(blocking=False):
+                self._last_heartbeat = time.monotonic()  # skipped too, not due at once again
+                return
+            try:
+                super().tick(publish)
+            finally:
+                self.gate.release()
 
     train(10)  # warm-up
     train(10, net=ddp_model, optim=opt_ddp)
@@ -245,62 +260,79 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
     times: dict[str, list[float]] = {k: [] for k in sides}
     waits: dict[str, list[float]] = {k: [] for k in sides}  # wall - training-thread CPU, per step
     ratios: dict[str, list[float]] = {"agent": [], "profiler": [], "ddp_agent": []}
-    # the run's own noise: a round's two agent-off blocks against each other
+    # the run's own noise: a round's two off steps against each other
     noise: dict[str, list[float]] = {"off": [], "ddp_off": []}
     hz: dict[str, Any] = {} if stack_hz is None else {"stack_hz": stack_hz or 1.0}
     cfg = AgentConfig(**hz, stacks=stack_hz != 0, heartbeat_s=1.0, cupti=False)
-    ddp_steps = 0
     # CPU ns of the agent's and the publisher's threads, and steps, while an agent ran
-    cpu: dict[str, list[int]] = {"agent": [0, 0, 0], "ddp_agent": [0, 0, 0]}
+    # (and the two threads' clocks when the step began)
+    cpu: dict[str, list[int]] = {"agent": [0, 0, 0, 0, 0], "ddp_agent": [0, 0, 0, 0, 0]}
 
-    # The agent publishes finished steps every publish_s (at whole seconds) and wakes the
-    # publisher to send them: each block trains untimed for longer than that before its timed
-    # steps, so the rounds among them are steady-state ones (each publishes a round's worth
-    # of steps). What the agent does after the last timed step is not timed whether it runs
-    # in a round or in close(), so nothing trains after them. Every side gets the same blocks.
-    settle = cfg.publish_s + 0.1
+    # One agent for the process, switched before every timed step (untimed): on, its hooks
+    # on the step's model and its thread free; off, no hook and the thread held. The host's
+    # noise lasts seconds (a step's time correlates 0.66 with the next one's and still 0.25
+    # with the 16th), so steps side by side cancel most of it: a round is four steps,
+    # off/on/on/off or its mirror, and a ratio of their times. Before either kind of step the
+    # switch does the same work (uninstall, install; and uninstall again for an off step).
+    # The thread does per second of agent steps what it does per second of a real run: it
+    # samples at its rate, and a publishing round that falls due while it is held is skipped,
+    # so the next one carries its steps. Its wake-ups while held (~10 a second, a few us
+    # each) fall on the off steps.
+    agent = Held(publisher, info, cfg)
+    agent.install()
+    agent.gate.acquire()
+    free: list[str] = []  # the side whose step the thread is free for
 
-    def run(side: str) -> tuple[list[float], list[float]]:
-        ddp_side = side.startswith("ddp")
-        net, optim = (ddp_model, opt_ddp) if ddp_side else (model, opt)
-        if side == "profiler":
-            return train(per_block, profiler=True, settle_s=settle)
+    def switch(side: str, net: nn.Module, optim: Any) -> None:
+        if free:
+            agent.gate.acquire()  # once the work in hand is done
+            a1, p1 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread)
+            c = cpu[free.pop()]
+            c[0], c[1] = c[0] + a1 - c[3], c[1] + p1 - c[4]
+        agent.hooks.uninstall()
+        agent.install_hooks(net, optim)
         if not side.endswith("agent"):
-            return train(per_block, net=net, optim=optim, settle_s=settle)
-        agent = RankAgent(publisher, info, cfg)
-        agent.install(net, optim)
-        a0, p0, s0 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread), steps_run[0]
-        out = train(per_block, net=net, optim=optim, settle_s=settle)
-        a1, p1, s1 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread), steps_run[0]
-        agent.close()
+            agent.hooks.uninstall()
+            return
+        agent._open = (time.time_ns(), time.perf_counter_ns())  # steps before are not its
+        agent.recorder.take()
         c = cpu[side]
-        c[0], c[1], c[2] = c[0] + a1 - a0, c[1] + p1 - p0, c[2] + s1 - s0
-        return out
+        c[2], c[3], c[4] = c[2] + 1, _cpu_ns(agent._thread), _cpu_ns(publisher._thread)
+        free.append(side)
+        agent.gate.release()
 
-    # Each round is symmetric in time (off, agent, profiler, agent, off; then DDP's off,
-    # agent, agent, off), so a drift that is linear over the round cancels in its ratios; the
-    # mirror order every other round cancels what going first or last does.
-    orders = (
-        ("off", "agent", "profiler", "agent", "off", "ddp_off", "ddp_agent", "ddp_agent", "ddp_off"),
-        ("agent", "off", "profiler", "off", "agent", "ddp_agent", "ddp_off", "ddp_off", "ddp_agent"),
-    )
+    def step(side: str) -> float:
+        net, optim = (ddp_model, opt_ddp) if side.startswith("ddp") else (model, opt)
+        switch(side, net, optim)
+        (wall,), (tcpu,) = train(1, net=net, optim=optim)
+        times[side].append(wall)
+        waits[side].append(wall - tcpu)
+        return wall
+
+    def block(side: str) -> float:
+        """The mean time of ``per_block`` steps after an untimed one (the profiler's rounds)."""
+        switch("off", model, opt)
+        wall, tcpu = train(per_block + 1, profiler=side == "profiler")
+        if side == "profiler":  # the off steps are the rounds' (their blocks only pair)
+            times[side] += wall[1:]
+            waits[side] += [w - c for w, c in zip(wall[1:], tcpu[1:], strict=True)]
+        return statistics.mean(wall[1:])
+
+    orders = (("off", "agent", "agent", "off"), ("agent", "off", "off", "agent"))
     for r in range(rounds):
-        order = orders[r % 2]
-        low: dict[str, list[float]] = {k: [] for k in sides}
-        for side in order:
-            wall, tcpu = run(side)
-            times[side] += wall
-            waits[side] += [w - c for w, c in zip(wall, tcpu, strict=True)]
-            low[side].append(_low(wall))
-        ddp_steps += 2 * (per_block - 1)
-        # paired within the round; a block's fastest quartile, because other load on the
-        # machine only ever adds time to a step
-        for k in ratios:
-            base = low["ddp_off" if k.startswith("ddp") else "off"]
-            ratios[k].append(statistics.mean(low[k]) / statistics.mean(base) - 1)
-        for k in noise:
-            first, last = low[k]
-            noise[k].append(first / last - 1)
+        for kind in ("", "ddp_"):
+            t: dict[str, list[float]] = {"off": [], "agent": []}
+            for side in orders[r % 2]:
+                t[side].append(step(kind + side))
+            ratios[kind + "agent"].append(statistics.mean(t["agent"]) / statistics.mean(t["off"]) - 1)
+            noise[kind + "off"].append(t["off"][0] / t["off"][1] - 1)
+        if r % PROFILER_EVERY == 0:
+            # torch.profiler in blocks (entering and leaving it costs ~100 ms): off, on, off
+            off0, on, off1 = block("off"), block("profiler"), block("off")
+            ratios["profiler"].append(on / ((off0 + off1) / 2) - 1)
+    ddp_steps = 2 * rounds
+    switch("off", model, opt)
+    agent.close()
     stats = publisher.stats()
     publisher.shutdown(2)
     shutil.rmtree(spool, ignore_errors=True)
@@ -343,7 +375,7 @@ def report(
         print(f"{k:<10}{len(v):>7}{med[k]:>12.2f}{p90:>10.2f}{ov:>12.2f}{wait_us[k]:>10.1f}")
     print("(wait: mean wall minus training-thread CPU per step: the GIL, the scheduler, gloo)")
     print(
-        f"overhead, median over {rounds} paired rounds ({processes} processes) of the fastest-quartile step time: agent {overhead:.2f} %, "
+        f"overhead, median over {rounds} paired rounds ({processes} processes) of the mean step time: agent {overhead:.2f} %, "
         f"agent on DDP {overhead_ddp:.2f} %, torch.profiler {prof_overhead:.2f} %"
     )
     print(
@@ -351,19 +383,18 @@ def report(
         + ", ".join(f"{k} {lo:.2f}..{hi:.2f}" for k, (lo, hi) in iqr.items())
     )
     print("standard error of each median (%): " + ", ".join(f"{k} {v:.2f}" for k, v in se.items()))
-    # Two blocks with the agent off, seconds apart, differ by this much on this machine (a
-    # paired round's ratio, two blocks against two, has about 1/sqrt(2) of it): the noise
-    # floor of this run, whatever the agent does.
+    # The two off steps of a round differ by this much on this machine (a round's ratio,
+    # two steps against two, has about 1/sqrt(2) of it): the noise floor of this run.
     noise_sd = {
         k: round(statistics.stdev(v) * 100, 2) if len(v) > 1 else 0.0 for k, v in raw["noise"].items()
     }
     print(
-        f"noise: two agent-off blocks of one round differ by sd {noise_sd['off']:.2f} % "
+        f"noise: the two agent-off steps of one round differ by sd {noise_sd['off']:.2f} % "
         f"(DDP {noise_sd['ddp_off']:.2f} %), a paired round's ratio by about "
         f"{noise_sd['off'] / 2**0.5:.2f} % from noise alone"
     )
     print(f"DDP steps timed with the agent: {raw['ddp_steps']}")
-    for k, (a, p, n) in cpu.items():
+    for k, (a, p, n, *_) in cpu.items():
         print(
             f"CPU per step ({k}): agent thread {a / n / 1e3:.0f} us, publisher thread {p / n / 1e3:.0f} us "
             f"({(a + p) / n / 1e4 / med['off']:.2f} % of a step)"

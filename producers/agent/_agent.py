@@ -190,6 +190,16 @@ class RankAgent:
     # -- set-up ------------------------------------------------------------------------
     def install(self, model: Any = None, optimizer: Any = None) -> None:
         """Hook torch (what the config enables and this machine has) and start the thread."""
+        self.install_hooks(model, optimizer)
+        if self.config.cupti:
+            self._start_cupti()
+        self._open = (time.time_ns(), time.perf_counter_ns())
+        self._thread = threading.Thread(target=self._run, name="argus-agent", daemon=True)
+        self._thread.start()
+
+    def install_hooks(self, model: Any = None, optimizer: Any = None) -> None:
+        """The torch hooks alone (``hooks.uninstall()`` undoes them); a layer that cannot be
+        hooked here is noted in ``absent``."""
         c = self.config
         steps: list[tuple[bool, str, Any]] = [
             (model is not None, "forward", lambda: self.hooks.install_model(model)),
@@ -210,11 +220,6 @@ class RankAgent:
             except Exception as exc:  # torch missing or changed: that layer steps aside
                 self.absent[name] = f"{type(exc).__name__}: {exc}"
                 log.warning("argus: %s hooks unavailable: %s", name, exc)
-        if c.cupti:
-            self._start_cupti()
-        self._open = (time.time_ns(), time.perf_counter_ns())
-        self._thread = threading.Thread(target=self._run, name="argus-agent", daemon=True)
-        self._thread.start()
 
     def _start_cupti(self) -> None:
         from ..collectors.cupti import CuptiCollector, cupti_available, cupti_version_mismatch
