@@ -668,10 +668,17 @@ def _simulate(run: _Session) -> dict[str, tuple[Label, ...]]:
     publisher = Publisher(run.conf, block_when_full=True)
     note = f"{cfg.sim_ranks:,} ranks ({layout.dp}×{layout.tp}×{layout.pp}), {len(faults)} faults"
     published = [0]
+    total = cfg.sim_steps + cfg.kernel_steps
 
-    def sim_step(n: int) -> None:
+    def sim_step(n: int, note: str = note) -> None:
         published[0] += n
-        run.progress.update("simulate", published[0], cfg.sim_steps, note)
+        run.progress.update("simulate", published[0], total, note)
+
+    def kernel_step(n: int) -> None:
+        sim_step(
+            n,
+            f"then {cfg.kernel_ranks} ranks with kernel sketches and stacks, {len(cfg.kernel_faults)} faults",
+        )
 
     sim = publish_simulation(
         publisher.publish,
@@ -694,6 +701,7 @@ def _simulate(run: _Session) -> dict[str, tuple[Label, ...]]:
         rate=cfg.kernel_rate,
         checkpoint_every=0,
         kernels=True,
+        progress=kernel_step,
     )
     try:
         publisher.drain(60)

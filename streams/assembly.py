@@ -97,6 +97,18 @@ class _Timeline:
 _Held = list[tuple[StepBatch, Any]]  # a step's parts, each with its caller's token
 
 
+COMPLETIONS = {
+    "all_ranks": "every rank in",
+    "peers_done": "every rank a later step had",
+    "settled": "the job moved on",
+    "timeout": "ranks missing after the wait",
+    "late": "arrived after its step was diagnosed",
+    "far_future": "stamped too far ahead",
+    "absurd_rank": "impossible rank",
+}
+"""How a step completes (``CompleteStep.reason``, ``argus_worker_steps_total``'s label), in words."""
+
+
 @dataclass(frozen=True)
 class CompleteStep:
     """A whole step: the concatenated batch, the ranks that never came, and the caller's
@@ -105,7 +117,7 @@ class CompleteStep:
     batch: StepBatch
     missing: tuple[int, ...]
     tokens: tuple[Any, ...]
-    reason: str  # all_ranks | peers_done | settled | timeout | overflow | late | far_future | absurd_rank
+    reason: str  # a key of COMPLETIONS
     rejected: tuple[Any, ...] = ()
     """Tokens of parts that claim only implausible ranks (to dead-letter, then acknowledge)."""
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .assembly import COMPLETIONS
+
 __all__ = ["LATENCY_BUCKETS_S", "Family", "LatencyHistogram", "StreamMetrics", "metric_families", "summary"]
 
 Family = tuple[str, str, dict[tuple[tuple[str, str], ...], Any]]
@@ -117,12 +119,15 @@ def metric_families(metrics: StreamMetrics, lags: Mapping[str, int]) -> dict[str
 def summary(metrics: StreamMetrics) -> str:
     """One line of what a worker did, for its log when it stops."""
 
-    def counts(c: Counter[str]) -> str:
-        return f" ({', '.join(f'{k} {n}' for k, n in sorted(c.items()))})" if c else ""
+    def counts(c: Counter[str], words: dict[str, str] | None = None) -> str:
+        if not c:
+            return ""
+        gloss = words or {}
+        return f" ({', '.join(f'{k} {n}' + (f' [{gloss[k]}]' if k in gloss else '') for k, n in sorted(c.items()))})"
 
     return (
         f"{metrics.records} rank-step records in {metrics.messages} messages, "
-        f"{sum(metrics.steps.values())} steps completed{counts(metrics.steps)}, "
+        f"{sum(metrics.steps.values())} steps completed{counts(metrics.steps, COMPLETIONS)}, "
         f"{sum(metrics.anomalies.values())} anomaly records{counts(metrics.anomalies)} "
         "(versions: an open anomaly is sent again as its window grows), "
         f"{metrics.heartbeats} heartbeats, {sum(metrics.dead_letters.values())} dead letters"

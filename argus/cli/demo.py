@@ -30,7 +30,7 @@ EXIT_MISSED = 1
 _TASKS = {
     "broker": "Kafka broker",
     "train": "real training (torch.distributed, gloo)",
-    "simulate": "simulated job published",
+    "simulate": "simulated jobs published (steps)",
     "diagnose": "steps diagnosed by the stream worker",
     "sink": "sink → ClickHouse",
     "report": "HTML reports (argus report)",
@@ -191,8 +191,8 @@ def demo(
         console.print(f"[yellow]{result.report_error}[/]")
     t = result.timings
     console.print(
-        f"done in {t['total_s']:.0f} s (training {t['train_s']:.0f} s, all diagnosed {t['diagnose_s']:.0f} s, "
-        f"stored {t['stored_s']:.0f} s). Query it: ARGUS_HOME={result.home} {_argus_command()} sql "
+        f"done in {t['total_s']:.0f} s (after the start: training over at {t['train_s']:.0f} s, all diagnosed at "
+        f"{t['diagnose_s']:.0f} s, stored at {t['stored_s']:.0f} s). Query it: ARGUS_HOME={result.home} {_argus_command()} sql "
         f"\"SELECT cause, suspect, start_step, end_step FROM anomalies FINAL WHERE job = '{result.sim_job}'\""
     )
     if not result.ok:

@@ -148,7 +148,7 @@ def collect(
         store: a migrated store.
         job: the job id, any string (it reaches SQL only percent-encoded or bound).
         now: the report's clock (default: the current time); the time range ends at
-            ``max(now, last step) + margin`` so that rows stamped on arrival (kernels,
+            ``max(now, last step + margin)`` so that rows stamped on arrival (kernels,
             anomalies) are inside it.
         margin: slack around the job's time range (default one minute).
 
@@ -161,7 +161,7 @@ def collect(
     margin = timedelta(minutes=1) if margin is None else margin
     generated = (now or datetime.now(UTC)).astimezone(UTC)
     start = span[0] - margin
-    end = max(span[1], generated) + margin
+    end = max(span[1] + margin, generated)  # nothing is stamped after the report is made
     step_span = max((span[1] - span[0]).total_seconds(), 1.0)
     run = _Runner(store, job, start, end, max(1, int(step_span // 120) + 1))
     summary_rows = run("job_summary").dicts()

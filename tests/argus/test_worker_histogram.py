@@ -45,3 +45,24 @@ def test_served_as_a_histogram_prometheus_parses() -> None:
     assert samples[("argus_worker_step_completion_seconds_bucket", "+Inf")] == 3
     assert samples[("argus_worker_step_completion_seconds_count", None)] == 3
     assert abs(samples[("argus_worker_step_completion_seconds_sum", None)] - 3.2) < 1e-9
+
+
+def test_the_stop_line_says_in_words_how_steps_completed() -> None:
+    import inspect
+    import re
+    from collections import Counter
+
+    from argus.streams import assembly
+    from argus.streams.metrics import StreamMetrics, summary
+
+    # every reason the assembler gives a step has its words
+    given = set(re.findall(r'"(\w+)"\)', inspect.getsource(assembly)))
+    assert given >= {"all_ranks", "peers_done", "timeout", "late"}
+    assert given <= set(assembly.COMPLETIONS), given - set(assembly.COMPLETIONS)
+    m = StreamMetrics()
+    m.steps = Counter(all_ranks=70, peers_done=10)
+    line = summary(m)
+    assert (
+        "80 steps completed (all_ranks 70 [every rank in], peers_done 10 [every rank a later step had])"
+        in line
+    )
