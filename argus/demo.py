@@ -676,8 +676,7 @@ def _simulate(run: _Session) -> dict[str, tuple[Label, ...]]:
 
     def kernel_step(n: int) -> None:
         sim_step(
-            n,
-            f"then {cfg.kernel_ranks} ranks with kernel sketches and stacks, {len(cfg.kernel_faults)} faults",
+            n, f"{note}; then {cfg.kernel_ranks} ranks with kernel sketches, {len(cfg.kernel_faults)} faults"
         )
 
     sim = publish_simulation(

@@ -364,8 +364,9 @@ def apply_findings(
     ``min_steps`` steps, gaps up to ``close_after`` bridged) or, for a one-off stall, once
     it cost at least ``min_cost_frac`` of a step; otherwise it closes as a transient. On a
     step the whole job is far slower than its baseline (evaluation, checkpoint, warm-up),
-    rank findings are not sightings. A rank already part of an open host or link episode
-    adds to it, so a host fault stays one anomaly. An episode that starts with the job is
+    rank findings open no episode, but a confirmed one still open goes on (its rank still
+    stands out). A rank already part of an open host or link episode adds to it, so a host
+    fault stays one anomaly. An episode that starts with the job is
     a persistent straggler: one anomaly of severity ``warn``, closed only after
     ``persistent_close_after`` steps without a sighting.
     """
@@ -403,8 +404,9 @@ def _job_level(
     findings = list(sf.findings)
     glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
     state.global_run = state.global_run + 1 if glob else 0
-    if glob:
-        findings = [f for f in findings if f.level != "cross_rank"]
+    if glob:  # no new rank episode; a confirmed one its rank still stands out in goes on
+        groups = _group_index(state)
+        findings = [f for f in findings if f.level != "cross_rank" or _confirmed_open(state, f, groups)]
     # an evaluation or a checkpoint is a few global steps; the whole job slow for longer is news
     sustained = state.global_run > 2 * cfg.min_steps
     if step >= cfg.warmup_steps and (sustained or not glob) and not _explained(state, findings, verdict):
@@ -414,6 +416,13 @@ def _job_level(
     if not glob:
         _follow_baseline(state, sf, verdict, cfg)
     return verdict, findings, glob
+
+
+def _confirmed_open(state: JobState, f: Finding, groups: Mapping[tuple[str, int], str]) -> bool:
+    """Whether ``f`` is a sighting of an open, confirmed episode (on a step every rank is slow,
+    a straggler that still stands out among them is still that fault: its window goes on)."""
+    e = state.episodes.get(_route(f, groups))
+    return e is not None and e.emitted
 
 
 def _follow_baseline(

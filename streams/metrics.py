@@ -123,7 +123,7 @@ def summary(metrics: StreamMetrics) -> str:
         if not c:
             return ""
         gloss = words or {}
-        return f" ({', '.join(f'{k} {n}' + (f' [{gloss[k]}]' if k in gloss else '') for k, n in sorted(c.items()))})"
+        return f" ({', '.join(f'{k} {n}' + (f': {gloss[k]}' if k in gloss else '') for k, n in sorted(c.items()))})"
 
     return (
         f"{metrics.records} rank-step records in {metrics.messages} messages, "

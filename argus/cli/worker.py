@@ -96,4 +96,5 @@ def worker(
         console.print(  # one line in a log, however long
             f"worker {app_id}: stopped after {time.monotonic() - started:.1f} s: {summary(metrics)}",
             soft_wrap=True,
+            markup=False,  # the counts are data, not rich markup
         )

@@ -139,6 +139,12 @@ def _pick_suspects(suspects: Table, slow_ranks: Table) -> list[tuple[int, str, f
     return picked[:MAX_SUSPECTS]
 
 
+def _next_second(t: datetime) -> datetime:
+    """``t`` rounded up to a whole second."""
+    whole = t.replace(microsecond=0)
+    return whole if whole == t else whole + timedelta(seconds=1)
+
+
 def collect(
     store: Store, job: str, *, now: datetime | None = None, margin: timedelta | None = None
 ) -> ReportData:
@@ -148,9 +154,9 @@ def collect(
         store: a migrated store.
         job: the job id, any string (it reaches SQL only percent-encoded or bound).
         now: the report's clock (default: the current time); the time range ends at
-            ``max(now, last step + margin)`` so that rows stamped on arrival (kernels,
-            anomalies) are inside it.
-        margin: slack around the job's time range (default one minute).
+            ``max(now, last step)`` so that rows stamped on arrival (kernels, anomalies)
+            are inside it.
+        margin: slack before the job's first step (default one minute).
 
     Raises:
         UnknownJobError: the store has no steps of ``job``.
@@ -159,9 +165,10 @@ def collect(
     if span is None:
         raise UnknownJobError(job, _known_jobs(store))
     margin = timedelta(minutes=1) if margin is None else margin
-    generated = (now or datetime.now(UTC)).astimezone(UTC)
+    # to the whole second, as the queries' time filter reads its bounds
+    generated = _next_second((now or datetime.now(UTC)).astimezone(UTC))
     start = span[0] - margin
-    end = max(span[1] + margin, generated)  # nothing is stamped after the report is made
+    end = _next_second(max(span[1], generated))  # rows are stamped on arrival, none after the report
     step_span = max((span[1] - span[0]).total_seconds(), 1.0)
     run = _Runner(store, job, start, end, max(1, int(step_span // 120) + 1))
     summary_rows = run("job_summary").dicts()

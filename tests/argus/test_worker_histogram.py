@@ -63,6 +63,5 @@ def test_the_stop_line_says_in_words_how_steps_completed() -> None:
     m.steps = Counter(all_ranks=70, peers_done=10)
     line = summary(m)
     assert (
-        "80 steps completed (all_ranks 70 [every rank in], peers_done 10 [every rank a later step had])"
-        in line
+        "80 steps completed (all_ranks 70: every rank in, peers_done 10: every rank a later step had)" in line
     )

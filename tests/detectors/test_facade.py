@@ -104,3 +104,19 @@ def test_a_blip_just_before_a_fault_is_neither_its_start_nor_one_of_its_steps() 
     (a,) = d.diagnose(batches(40, faults=faults))
     assert (a.cause, a.start_step, a.end_step) == (COMPUTE_STRAGGLER, 20, 29)
     assert a.evidence["steps_seen"] == 10 and "seen in 10 step(s)" in a.summary
+
+
+def test_a_straggler_stays_one_window_through_steps_every_rank_is_slow() -> None:
+    """Rank 21 slow from step 20 to 45; at steps 38-45 every rank's work also rises 1.8x (the
+    host's other load, an evaluation-like stretch): no rank episode opens on such steps, but
+    the confirmed straggler, still standing out, goes on to its real end."""
+    bs = batches(60, faults=[Fault(COMPUTE_STRAGGLER, 20, 26, (21,), magnitude=1.6)])
+    for b in bs[38:46]:
+        c = b.columns
+        extra = np.zeros(len(c["end_ns"]))
+        for col in ("forward_ms", "backward_ms", "optimizer_ms"):
+            extra += 0.8 * c[col]
+            c[col] *= 1.8
+        c["end_ns"] += (extra.max() * 1e6).astype(np.int64)
+    (a,) = d.diagnose(bs)
+    assert (a.cause, a.suspect, a.start_step, a.end_step) == (COMPUTE_STRAGGLER, "rank:21", 20, 45)
