@@ -19,7 +19,9 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
-	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]"
+	@# PYTHONWARNINGS: setuptools warns on every editable install that a folder named like the
+	@# package may shadow it (argus/ is that package, on purpose); errors still print
+	@PYTHONWARNINGS=ignore $(BIN)/python -m pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]"
 	@touch $@
 	@echo "setup: $(VENV) ready"
 
@@ -38,7 +40,7 @@ lint: setup
 	$(BIN)/mypy argus
 
 demo: setup kafka-up
-	$(BIN)/argus demo
+	$(BIN)/argus demo $(if $(DEMO_PORT),--port $(DEMO_PORT))
 
 bench-quick: setup kafka-up
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[bench]"  # HTA, psutil for the benches

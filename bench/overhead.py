@@ -50,6 +50,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+# Kineto (torch.profiler) logs an ERROR line on a machine without a GPU; nothing is wrong
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
 import torch
 from torch import nn
 
@@ -368,14 +371,18 @@ def report(
         k: round(1.2533 * statistics.stdev(v) / len(v) ** 0.5 * 100, 3) if len(v) > 1 else 0.0
         for k, v in ratios.items()
     }
-    print(f"{'mode':<10}{'steps':>7}{'median ms':>12}{'p90 ms':>10}{'overhead %':>12}{'wait us':>10}")
+    print(f"{'mode':<10}{'steps':>7}{'median ms':>12}{'p90 ms':>10}{'vs off %':>10}{'wait us':>10}")
     for k, v in times.items():
         p90 = sorted(v)[int(0.9 * len(v))]
         ov = (med[k] / med["ddp_off" if k.startswith("ddp") else "off"] - 1) * 100
-        print(f"{k:<10}{len(v):>7}{med[k]:>12.2f}{p90:>10.2f}{ov:>12.2f}{wait_us[k]:>10.1f}")
-    print("(wait: mean wall minus training-thread CPU per step: the GIL, the scheduler, gloo)")
+        print(f"{k:<10}{len(v):>7}{med[k]:>12.2f}{p90:>10.2f}{ov:>10.2f}{wait_us[k]:>10.1f}")
     print(
-        f"overhead, median over {rounds} paired rounds ({processes} processes) of the mean step time: agent {overhead:.2f} %, "
+        "(vs off: the medians of all steps, unpaired, a rough guide; the overhead is the paired"
+        " figure below. wait: mean wall minus training-thread CPU per step: the GIL, the scheduler, gloo)"
+    )
+    print(
+        f"OVERHEAD, the median over {rounds} paired rounds ({processes} process{'es' * (processes > 1)}) "
+        f"of neighbouring steps: agent {overhead:.2f} %, "
         f"agent on DDP {overhead_ddp:.2f} %, torch.profiler {prof_overhead:.2f} %"
     )
     print(

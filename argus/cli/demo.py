@@ -50,22 +50,33 @@ class _RichProgress:
         self.bar.update(self.ids[task], completed=done, total=total, note=note)
 
 
-def _diagnosis_table(result: DemoResult) -> Table:
+def _diagnosis_table(result: DemoResult, width: int = 200) -> Table:
+    """The findings read back; under 130 columns without the evidence and kernel columns, and
+    each job by its kind (folded into 80 columns, every cell would be a few letters wide)."""
+    wide = width >= 130
     table = Table(title="diagnosis (read back from ClickHouse)", show_lines=False)
-    for col in ("job", "window", "suspect", "root cause", "kernel / frame", "severity", "evidence", "cost"):
-        table.add_column(col, overflow="fold")
+    cols = ["job", "window" if wide else "steps", "suspect", "root cause"]
+    cols += ["kernel / frame", "severity", "evidence", "cost"] if wide else ["severity", "+ms/step"]
+    for col in cols:
+        table.add_column(
+            col, overflow="fold", min_width=len(col), no_wrap=col != "suspect" and (wide or col != "evidence")
+        )
     for f in result.findings:
         top = sorted(f.evidence.items(), key=lambda kv: -abs(kv[1]))[:3]
-        table.add_row(
-            f.job,
-            f"steps {f.start_step}–{f.end_step}",
-            f.suspect,
-            f.cause,
-            ", ".join(named_kernels(f)[:2]),  # what the kernel level named (slowest first)
-            f.severity,
-            ", ".join(f"{k} {v:.3g}" for k, v in top),
-            f"+{f.step_ms_added:.1f} ms/step, {f.gpu_hours_lost:.3g} GPU·h",
+        cost = (
+            f"+{f.step_ms_added:.1f} ms/step, {f.gpu_hours_lost:.3g} GPU·h"
+            if wide
+            else f"{f.step_ms_added:.1f}"
         )
+        job = f.job if wide else f.job.split("-")[1]  # demo-train-20261124-... → train
+        window = f"{f.start_step}–{f.end_step}"
+        row = [job, f"steps {window}" if wide else window, f.suspect, f.cause]
+        if wide:
+            kernels = ", ".join(named_kernels(f)[:2])  # what the kernel level named (slowest first)
+            row += [kernels, f.severity, ", ".join(f"{k} {v:.3g}" for k, v in top), cost]
+        else:
+            row += [f.severity, cost]
+        table.add_row(*row)
     return table
 
 
@@ -183,7 +194,7 @@ def demo(
         fail(str(exc))
     except DemoError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
-    console.print(_diagnosis_table(result))
+    console.print(_diagnosis_table(result, console.width))
     console.print(_check_table(result))
     for job, path in result.reports.items():
         console.print(f"report for [bold]{job}[/]: {path}")

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -71,6 +72,12 @@ def tsv_escape(value: Any) -> str:
     elif isinstance(value, dict):
         value = "{" + ",".join(f"{_literal(k)}:{_literal(v)}" for k, v in value.items()) + "}"
     return str(value).translate(_TSV_ESCAPES)
+
+
+def _shown(value: Any) -> Any:
+    """A value for the terminal table: a float to 6 decimals (34.876359, not the binary noise
+    of 34.876358675000006); TSV, CSV and JSON keep every digit."""
+    return round(value, 6) if isinstance(value, float) and math.isfinite(value) else value
 
 
 def _literal(value: Any) -> str:
@@ -195,6 +202,6 @@ def sql(
 
         table = Table(*names, caption=f"{len(rows)} row(s)")
         for r in rows:
-            table.add_row(*(tsv_escape(v) for v in r))
+            table.add_row(*(tsv_escape(_shown(v)) for v in r))
         console.print(table)
     out.flush()

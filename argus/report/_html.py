@@ -183,9 +183,9 @@ def _verdict(data: ReportData) -> str:
     top = max(rows, key=lambda r: float(r["gpu_hours_lost"] or 0.0))
     return (
         f'<div class="verdict"><b>{esc(top["suspect"])}</b> — <b>{esc(top["cause"])}</b>: adds '
-        f"<b>{esc(_fmt(top['step_ms_added']))} ms</b> to every step of the job; "
-        f"<b>{esc(_fmt(top['gpu_hours_lost']))} GPU-hours</b> lost so far (steps {esc(top['start_step'])}–"
-        f"{esc(top['end_step'])}). {esc(top['summary'])}</div>"
+        f"<b>{esc(_fmt(top['step_ms_added']))} ms</b> to each step of the job from step "
+        f"{esc(top['start_step'])} to {esc(top['end_step'])}; "
+        f"<b>{esc(_fmt(top['gpu_hours_lost']))} GPU-hours</b> lost. {esc(top['summary'])}</div>"
     )
 
 

@@ -81,3 +81,12 @@ def test_doctor_with_kafka_down_gives_kafka_one_line_and_the_fitting_hint(tmp_pa
     assert "rdkafka" not in text and "%3|" not in text
     assert install_kind() == "source"  # this checkout
     assert "make kafka-up" in next(ln for ln in rows if ln.split("│")[1].strip() == "Kafka")
+
+
+def test_the_terminal_table_shows_floats_without_binary_noise_and_tsv_keeps_them(home: Path) -> None:
+    query = "SELECT toFloat64(34.876358675000006) AS x"
+    table = run(["sql", query, "-f", "table"], home, COLUMNS="100")
+    assert table.returncode == 0, table.stderr
+    assert "34.876359" in table.stdout and "34.876358675" not in table.stdout
+    tsv = run(["sql", query, "-f", "tsv"], home)
+    assert tsv.stdout.splitlines()[1] == "34.876358675000006"

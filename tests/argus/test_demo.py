@@ -85,6 +85,27 @@ def test_the_check_table_marks_extras_and_narrow_windows() -> None:
     assert result.ok and "✓" in console.export_text() and "✘" not in console.export_text()
 
 
+def test_the_diagnosis_table_reads_on_an_80_column_terminal() -> None:
+    from rich.console import Console
+
+    from argus.cli.demo import _diagnosis_table
+
+    found = (finding("demo-train-20261124-001200", "masked_compute_straggler", "rank:2", 10, 39, (2,)),)
+    result = _result(check_findings(found, {"demo-train-20261124-001200": [SLOW]}), found)
+    narrow = Console(width=80, record=True)
+    narrow.print(_diagnosis_table(result, narrow.width))
+    text = narrow.export_text()
+    for whole in ("train", "10–39", "rank:2", "masked_compute_straggler", "+ms/step", "10.0"):
+        assert whole in text, text
+    table = text.splitlines()[1:]
+    assert len(table) == 5 and all(line.rstrip()[-1] in "┓┃┩│┘" for line in table), text  # one row, whole
+    assert "evidence" not in text
+    wide = Console(width=200, record=True)
+    wide.print(_diagnosis_table(result, wide.width))
+    text = wide.export_text()
+    assert "evidence" in text and "demo-train-20261124-001200" in text and "steps 10–39" in text
+
+
 def _running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
