@@ -366,9 +366,9 @@ def apply_findings(
     step the whole job is far slower than its baseline (evaluation, checkpoint, warm-up),
     rank findings open no episode, but a confirmed one still open goes on (its rank still
     stands out). A rank already part of an open host or link episode adds to it, so a host
-    fault stays one anomaly. An episode that starts with the job is
-    a persistent straggler: one anomaly of severity ``warn``, closed only after
-    ``persistent_close_after`` steps without a sighting.
+    fault stays one anomaly. An episode that starts with the job is a persistent straggler:
+    one anomaly of severity ``warn``, closed only after ``persistent_close_after`` steps
+    without a sighting.
     """
     cfg = config or DiagnoserConfig()
     verdict, findings, glob = _job_level(state, sf, cfg)
