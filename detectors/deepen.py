@@ -87,8 +87,9 @@ def deepen_ranks(
             if frames:
                 explained = True
                 top = frames[0]
+                # the agent samples the training thread's stack on a timer, running or waiting
                 lines.append(
-                    f"on-CPU in {top.frame[:160]}: {top.share:.0%} of samples, peers {top.peer_share:.0%}"
+                    f"in {top.frame[:160]}: {top.share:.0%} of stack samples, peers {top.peer_share:.0%}"
                 )
         if not seen:
             continue
