@@ -29,11 +29,11 @@ EXIT_MISSED = 1
 
 _TASKS = {
     "broker": "Kafka broker",
-    "train": "real training (torch.distributed, gloo)",
-    "simulate": "simulated jobs published (steps)",
-    "diagnose": "steps diagnosed by the stream worker",
+    "train": "training (gloo)",
+    "simulate": "simulated steps",
+    "diagnose": "steps diagnosed",
     "sink": "sink → ClickHouse",
-    "report": "HTML reports (argus report)",
+    "report": "HTML reports",
 }
 
 
@@ -48,6 +48,12 @@ class _RichProgress:
         if task not in self.ids:
             self.ids[task] = self.bar.add_task(_TASKS.get(task, task), total=total, note=note)
         self.bar.update(self.ids[task], completed=done, total=total, note=note)
+
+
+def _kind(job: str) -> str:
+    """A demo job by its kind (``demo-train-20261124-001200`` → ``train``), any other as is."""
+    parts = job.split("-")
+    return parts[1] if len(parts) > 2 and parts[0] == "demo" else job
 
 
 def _diagnosis_table(result: DemoResult, width: int = 200) -> Table:
@@ -68,7 +74,7 @@ def _diagnosis_table(result: DemoResult, width: int = 200) -> Table:
             if wide
             else f"{f.step_ms_added:.1f}"
         )
-        job = f.job if wide else f.job.split("-")[1]  # demo-train-20261124-... → train
+        job = f.job if wide else _kind(f.job)
         window = f"{f.start_step}–{f.end_step}"
         row = [job, f"steps {window}" if wide else window, f.suspect, f.cause]
         if wide:
@@ -83,20 +89,23 @@ def _diagnosis_table(result: DemoResult, width: int = 200) -> Table:
 _OK, _BAD = "[green]✓[/]", "[red]✘[/]"
 
 
-def _check_table(result: DemoResult) -> Table:
+def _check_table(result: DemoResult, width: int = 200) -> Table:
     """One row per injected fault (found with its class and window IoU, or not), then one
-    ✘ row per anomaly that matches no injected fault (extra) or only with another class."""
-    table = Table(
-        "", "job", "injected", "suspect", "steps", "found", "IoU", title="injected on purpose vs found"
-    )
+    ✘ row per anomaly that matches no injected fault (extra) or only with another class.
+    What was found names only what differs from the injected fault; under 130 columns each
+    job goes by its kind (``train``)."""
+    table = Table(title="injected on purpose vs found")
+    for col in ("", "job", "injected", "suspect", "steps", "found", "IoU"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("injected", "steps", "IoU"))
     for check in result.checks:
+        job = check.job if width >= 130 else _kind(check.job)
         for j, lab in enumerate(check.labels):
             best = check.scoring.of_label(j)
             hit = best[0] if best and best[0].right else None
             if hit is None:
                 table.add_row(
                     _BAD,
-                    check.job,
+                    job,
                     lab.kind,
                     lab.suspect,
                     f"{lab.first_step}–{lab.last_step}",
@@ -106,10 +115,12 @@ def _check_table(result: DemoResult) -> Table:
                 continue
             f = check.findings[hit.anomaly]
             mark = _OK if hit.iou >= result.min_iou else _BAD
-            found = f"{f.cause} {f.suspect} (steps {f.start_step}–{f.end_step})"
+            same = f.cause == lab.kind and f.suspect == lab.suspect
+            steps = f"{f.start_step}–{f.end_step}"
+            found = f"same, steps {steps}" if same else f"{f.cause} {f.suspect} (steps {steps})"
             table.add_row(
                 mark,
-                check.job,
+                job,
                 lab.kind,
                 lab.suspect,
                 f"{lab.first_step}–{lab.last_step}",
@@ -123,7 +134,7 @@ def _check_table(result: DemoResult) -> Table:
             f = check.findings[i]
             table.add_row(
                 f"{_BAD} {why}",
-                check.job,
+                job,
                 "—",
                 "—",
                 "—",
@@ -195,7 +206,7 @@ def demo(
     except DemoError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     console.print(_diagnosis_table(result, console.width))
-    console.print(_check_table(result))
+    console.print(_check_table(result, console.width))
     for job, path in result.reports.items():
         console.print(f"report for [bold]{job}[/]: {path}")
     if result.report_error:

@@ -88,7 +88,7 @@ def test_the_check_table_marks_extras_and_narrow_windows() -> None:
 def test_the_diagnosis_table_reads_on_an_80_column_terminal() -> None:
     from rich.console import Console
 
-    from argus.cli.demo import _diagnosis_table
+    from argus.cli.demo import _check_table, _diagnosis_table
 
     found = (finding("demo-train-20261124-001200", "masked_compute_straggler", "rank:2", 10, 39, (2,)),)
     result = _result(check_findings(found, {"demo-train-20261124-001200": [SLOW]}), found)
@@ -104,6 +104,15 @@ def test_the_diagnosis_table_reads_on_an_80_column_terminal() -> None:
     wide.print(_diagnosis_table(result, wide.width))
     text = wide.export_text()
     assert "evidence" in text and "demo-train-20261124-001200" in text and "steps 10–39" in text
+    # the check table: the job by its kind, what was found by what differs from the fault
+    job = "demo-train-20261124-001200"
+    found = (finding(job, "compute_straggler", "rank:2", 10, 39, (2,)),)
+    result = _result(check_findings(found, {job: [SLOW]}), found)
+    narrow = Console(width=80, record=True)
+    narrow.print(_check_table(result, narrow.width))
+    text = narrow.export_text()
+    assert "✓" in text and "train" in text and "same, steps 10–39" in text, text
+    assert "…" not in text and all(len(line) <= 80 for line in text.splitlines()), text
 
 
 def _running(pid: int) -> bool:
