@@ -142,7 +142,6 @@ def _merge(raws: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("times", "waits", "ratios", "noise"):
         out[key] = {k: [x for r in raws for x in r[key][k]] for k in raws[0][key]}
     out["cpu"] = {k: [sum(r["cpu"][k][i] for r in raws) for i in range(3)] for k in raws[0]["cpu"]}
-    out["ddp_steps"] = sum(r["ddp_steps"] for r in raws)
     out["spooled"] = sum(r["spooled"] for r in raws)
     out["dropped"] = {k: sum(r["dropped"].get(k, 0) for r in raws) for r in raws for k in r["dropped"]}
     return out
@@ -191,8 +190,6 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
     ddp_model = DistributedDataParallel(copy.deepcopy(model))
     opt_ddp = torch.optim.AdamW(ddp_model.parameters(), lr=1e-4)
 
-    steps_run = [0]
-
     def train(
         n: int, *, profiler: bool = False, net: nn.Module = model, optim: Any = opt
     ) -> tuple[list[float], list[float]]:
@@ -208,7 +205,6 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
             it = _train_step(net, optim, it, loader)
             cpu.append((time.thread_time() - c0) * 1e3)
             wall.append((time.perf_counter() - t0) * 1e3)
-            steps_run[0] += 1
             if prof is not None:
                 prof.step()
         if prof is not None:
@@ -268,8 +264,7 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
     hz: dict[str, Any] = {} if stack_hz is None else {"stack_hz": stack_hz or 1.0}
     cfg = AgentConfig(**hz, stacks=stack_hz != 0, heartbeat_s=1.0, cupti=False)
     # CPU ns of the agent's and the publisher's threads, and steps, while an agent ran
-    # (and the two threads' clocks when the step began)
-    cpu: dict[str, list[int]] = {"agent": [0, 0, 0, 0, 0], "ddp_agent": [0, 0, 0, 0, 0]}
+    cpu: dict[str, list[int]] = {"agent": [0, 0, 0], "ddp_agent": [0, 0, 0]}
 
     # One agent for the process, switched before every timed step (untimed): on, its hooks
     # on the step's model and its thread free; off, no hook and the thread held. The host's
@@ -284,14 +279,16 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
     agent = Held(publisher, info, cfg)
     agent.install()
     agent.gate.acquire()
-    free: list[str] = []  # the side whose step the thread is free for
+    # the side whose step the thread is free for, and its and the publisher's clocks then
+    free: list[tuple[str, int, int]] = []
 
     def switch(side: str, net: nn.Module, optim: Any) -> None:
         if free:
             agent.gate.acquire()  # once the work in hand is done
-            a1, p1 = _cpu_ns(agent._thread), _cpu_ns(publisher._thread)
-            c = cpu[free.pop()]
-            c[0], c[1] = c[0] + a1 - c[3], c[1] + p1 - c[4]
+            was, a0, p0 = free.pop()
+            c = cpu[was]
+            c[0] += _cpu_ns(agent._thread) - a0
+            c[1] += _cpu_ns(publisher._thread) - p0
         agent.hooks.uninstall()
         agent.install_hooks(net, optim)
         if not side.endswith("agent"):
@@ -299,9 +296,8 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
             return
         agent._open = (time.time_ns(), time.perf_counter_ns())  # steps before are not its
         agent.recorder.take()
-        c = cpu[side]
-        c[2], c[3], c[4] = c[2] + 1, _cpu_ns(agent._thread), _cpu_ns(publisher._thread)
-        free.append(side)
+        cpu[side][2] += 1
+        free.append((side, _cpu_ns(agent._thread), _cpu_ns(publisher._thread)))
         agent.gate.release()
 
     def step(side: str) -> float:
@@ -333,7 +329,6 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
             # torch.profiler in blocks (entering and leaving it costs ~100 ms): off, on, off
             off0, on, off1 = block("off"), block("profiler"), block("off")
             ratios["profiler"].append(on / ((off0 + off1) / 2) - 1)
-    ddp_steps = 2 * rounds
     switch("off", model, opt)
     agent.close()
     stats = publisher.stats()
@@ -346,7 +341,6 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
         "ratios": ratios,
         "noise": noise,
         "cpu": cpu,
-        "ddp_steps": ddp_steps,
         "spooled": stats["spooled"],
         "dropped": dict(stats["dropped"]),
     }
@@ -400,8 +394,8 @@ def report(
         f"(DDP {noise_sd['ddp_off']:.2f} %), a paired round's ratio by about "
         f"{noise_sd['off'] / 2**0.5:.2f} % from noise alone"
     )
-    print(f"DDP steps timed with the agent: {raw['ddp_steps']}")
-    for k, (a, p, n, *_) in cpu.items():
+    print(f"DDP steps timed with the agent: {len(times['ddp_agent'])}")
+    for k, (a, p, n) in cpu.items():
         print(
             f"CPU per step ({k}): agent thread {a / n / 1e3:.0f} us, publisher thread {p / n / 1e3:.0f} us "
             f"({(a + p) / n / 1e4 / med['off']:.2f} % of a step)"

@@ -64,9 +64,7 @@ def _diagnosis_table(result: DemoResult, width: int = 200) -> Table:
     cols = ["job", "window" if wide else "steps", "suspect", "root cause"]
     cols += ["kernel / frame", "severity", "evidence", "cost"] if wide else ["severity", "+ms/step"]
     for col in cols:
-        table.add_column(
-            col, overflow="fold", min_width=len(col), no_wrap=col != "suspect" and (wide or col != "evidence")
-        )
+        table.add_column(col, overflow="fold", min_width=len(col), no_wrap=col != "suspect")
     for f in result.findings:
         top = sorted(f.evidence.items(), key=lambda kv: -abs(kv[1]))[:3]
         cost = (
