@@ -280,8 +280,10 @@ def _build(writer: SchemaInfo, raw: Any, *, check: bool) -> Any:
     """The record from fastavro's dict, checked; a :class:`SchemaError` is returned, not raised."""
     try:
         record = writer.record_type.from_avro(raw)
-    except (TypeError, ValueError, KeyError) as exc:
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
         return ValidationError(f"{writer.name}: {exc}")
+    except MemoryError:  # sizes come from the bytes present; this is the last guard
+        return DecodeError(f"{writer.name}: its sizes claim more memory than this process has")
     if check:
         try:
             validate(record)

@@ -250,8 +250,20 @@ class StepBatch(ColumnarRecord):
 
     @classmethod
     def from_avro(cls, data: Mapping[str, Any]) -> StepBatch:
-        """Build the batch from any schema version's dict (v1/v2: arrays, v3: packed)."""
-        n = int(data["rows"]) if "rows" in data else len(data["rank"])
+        """Build the batch from any schema version's dict (v1/v2: arrays, v3: packed).
+
+        The row count comes from the bytes present, never from a claim: the ``rank``
+        column's length (v3's ``rows`` must agree with it, or ValueError), so a message of a
+        few bytes claiming 2**40 rows allocates nothing.
+        """
+        n = len(data["rank"])
+        if "rows" in data:
+            rank = data["rank"]
+            if not isinstance(rank, bytes) or len(rank) % 8:
+                raise ValueError(f"rank column of {len(rank)} bytes is not packed 8-byte entries")
+            n //= 8
+            if data["rows"] != n:
+                raise ValueError(f"rows={data['rows']} but the columns hold {n} rows")
         columns: dict[str, np.ndarray] = {}
         for name in STEP_COLUMNS:
             value = data.get(name)

@@ -301,3 +301,56 @@ def test_a_rank_out_of_range_has_no_step_row_writer() -> None:
     rec, _ = _row(0)
     with pytest.raises(ValidationError):
         schemas.StepRowWriter(dataclasses.replace(rec, host="h" * 300))
+
+
+def test_a_claimed_row_count_allocates_nothing_and_is_rejected() -> None:
+    """Issue 34, item 2: an 816-byte StepBatch claiming 2**40 rows over empty columns made
+    the decoder allocate columns of the claimed size (MemoryError, the sink crash-looped;
+    at 10**8 rows 1.6 GB). Sizes come from the bytes present."""
+    import tracemalloc
+
+    from tests.security.bombs import CLAIM, row_claim
+
+    for rows in (CLAIM, 10**8):
+        message = row_claim(rows)
+        tracemalloc.start()
+        try:
+            with pytest.raises(SchemaError, match=f"rows={rows}"):
+                decode(message)
+            (bad,) = decode_many([message])
+            assert isinstance(bad, SchemaError)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20
+
+
+@pytest.mark.parametrize("rows", [-3, 0, 2, 1 << 40])
+def test_a_row_count_the_columns_do_not_hold_is_rejected(rows: int) -> None:
+    """Issue 34, item 2: ``rows`` of -3 or 2**40 over one row of consistent columns was
+    accepted as a 1-row batch."""
+    from tests.security.bombs import row_claim
+
+    message = row_claim(rows, keep_rows=1)
+    with pytest.raises(SchemaError, match="rows="):
+        decode(message)
+    assert isinstance(decode_many([message, encode(step_batch(1))])[0], SchemaError)
+    assert decode(row_claim(1, keep_rows=1)).step == 3
+
+
+def test_no_claimed_size_bomb_escapes_the_error_tree() -> None:
+    """Issue 34, item 2: a size claim of 2**40 in every schema (a row count, a string, bytes,
+    an array) is a SchemaError, read without allocating from the claim."""
+    import tracemalloc
+
+    from tests.security.bombs import bombs
+
+    for _topic, what, message in bombs():
+        tracemalloc.start()
+        try:
+            (got,) = decode_many([message])
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert isinstance(got, SchemaError), what
+        assert peak < 1 << 20, what
