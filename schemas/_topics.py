@@ -13,6 +13,7 @@ __all__ = [
     "STEPS",
     "STEP_FINDINGS",
     "STEP_SUMMARIES",
+    "TOPIC_SCHEMAS",
     "job_key",
     "rank_key",
     "step_key",
@@ -40,6 +41,22 @@ DEAD_LETTER = "argus.dead-letter"
 """DeadLetter: bad input with the reason, never dropped silently."""
 
 ALL_TOPICS = (STEPS, KERNELS, STACKS, GPU_SAMPLES, HEARTBEATS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER)
+
+TOPIC_SCHEMAS: dict[str, frozenset[str]] = {
+    STEPS: frozenset({"step_batch"}),
+    KERNELS: frozenset({"kernel_sketch", "kernel_names"}),
+    STACKS: frozenset({"stack_sample"}),
+    GPU_SAMPLES: frozenset({"gpu_sample"}),
+    HEARTBEATS: frozenset({"heartbeat", "heartbeat_batch"}),
+    STEP_FINDINGS: frozenset({"step_findings", "job_order"}),
+    STEP_SUMMARIES: frozenset({"step_summary"}),
+    ANOMALIES: frozenset({"anomaly"}),
+    DEAD_LETTER: frozenset({"dead_letter"}),
+}
+"""The records each topic carries, by schema name (``SCHEMAS[id].name``); a record of any
+other schema on a topic is forged or misrouted and is dead-lettered, never stored: every
+rank may write ``argus.steps``, only the stream workers ``argus.anomalies``
+(docs/operations.md, "Who writes which topic")."""
 
 
 def step_key(job: str, step: int) -> bytes:

@@ -45,7 +45,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,15 +58,18 @@ from argus.schemas import (
     DEAD_LETTER,
     GPU_SAMPLES,
     KERNELS,
+    SCHEMAS,
     STACKS,
     STEP_SUMMARIES,
     STEPS,
+    TOPIC_SCHEMAS,
     DeadLetter,
     KernelNames,
     KernelSketch,
     SchemaError,
     StepBatch,
     decode_many,
+    peek_schema_id,
 )
 
 from ._errors import QueryError, SinkError, StoreLockedError, StoreUnavailableError
@@ -122,7 +125,7 @@ class KafkaSink:
         open_store: Callable[[], Store],
         kafka_config: dict[str, Any],
         *,
-        topics: Iterable[str] = SINK_TOPICS,
+        topics: Iterable[str] | Mapping[str, str] = SINK_TOPICS,
         group: str = "argus-sink",
         batch_rows: int = 5000,
         batch_seconds: float = 1.0,
@@ -134,6 +137,11 @@ class KafkaSink:
     ) -> None:
         if batch_rows <= 0 or batch_seconds <= 0 or stall_s <= 0:
             raise ValueError("batch_rows, batch_seconds and stall_s must be positive")
+        # Each topic consumed stands for an Argus topic, whose records alone it may store.
+        self._carries = dict(topics) if isinstance(topics, Mapping) else {t: t for t in topics}
+        unknown = sorted(t for t in self._carries.values() if t not in TOPIC_SCHEMAS)
+        if unknown:
+            raise ValueError(f"not Argus topics (name the one each stands for): {unknown}")
         self._open_store = open_store
         self._store: Store | None = None
         self.stats = SinkStats()
@@ -168,7 +176,7 @@ class KafkaSink:
             }
         )
         self._consumer = Consumer(conf, logger=logging.getLogger("argus.sink.kafka"))
-        self._consumer.subscribe(list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._consumer.subscribe(list(self._carries), on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _stored_names(self, key: tuple[str, int, int]) -> dict[int, str]:
         """A rank's kernel names from the store (after a restart the dictionary is not resent)."""
@@ -248,7 +256,15 @@ class KafkaSink:
         self._reap()
         messages, self._backlog = self._backlog, []
         messages.extend(self._consumer.consume(num_messages=self._max_poll, timeout=timeout))
-        usable = [msg for msg in messages if self._usable(msg)]
+        usable = []
+        for msg in messages:
+            if not self._usable(msg):
+                continue
+            misplaced = self._misplaced(msg)
+            if misplaced is None:
+                usable.append(msg)
+            else:  # never decoded: a forged record costs its header
+                self._accept(msg, self._dead(msg, "wrong_topic", misplaced))
         # One decode for the whole consumer batch: its StepBatches are checked in one pass.
         for msg, record in zip(usable, decode_many([m.value() or b"" for m in usable]), strict=True):
             self._accept(msg, record)
@@ -270,6 +286,20 @@ class KafkaSink:
             raise SinkError(f"Kafka consumer failed: {err}")
         log.warning("Kafka: %s", err)
         return False
+
+    def _misplaced(self, msg: Message) -> str | None:
+        """Why the message's record does not belong on its topic (a known schema of a record
+        the topic does not carry: an Anomaly on argus.steps is forged), or None."""
+        try:
+            info = SCHEMAS.get(peek_schema_id(msg.value() or b""))
+        except SchemaError:
+            return None  # not a record at all: the decoder names why
+        allowed = TOPIC_SCHEMAS[self._carries[str(msg.topic())]]
+        if info is None or info.name in allowed:
+            return None
+        return (
+            f"a {info.record_type.__name__} on {msg.topic()}, which carries only {', '.join(sorted(allowed))}"
+        )
 
     def _accept(self, msg: Message, record: Any) -> None:
         topic, partition, offset = str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)

@@ -24,7 +24,11 @@ from argus.producers.simulator import ClusterSimulator, HangScenario, HangSimula
 from argus.schemas import (
     ANOMALIES,
     DEAD_LETTER,
+    GPU_SAMPLES,
     HEARTBEATS,
+    KERNELS,
+    STACKS,
+    STEP_SUMMARIES,
     STEPS,
     Anomaly,
     StepBatch,
@@ -106,7 +110,9 @@ def test_poison_on_every_topic_while_healthy_jobs_run(kafka_conf, store, worker_
     assert expected[victim]
 
     sink_group = f"sink-{unique}"
-    sink_topics = [STEPS, DEAD_LETTER, *topics.values()]
+    carries = {"kernels": KERNELS, "stacks": STACKS, "gpu": GPU_SAMPLES, "summaries": STEP_SUMMARIES}
+    carries |= {"anomalies": ANOMALIES, "dead": DEAD_LETTER}
+    sink_topics = {STEPS: STEPS, DEAD_LETTER: DEAD_LETTER, **{topics[k]: carries[k] for k in topics}}
     skip_to_end(kafka_conf, sink_group, [STEPS, DEAD_LETTER])
     sink = KafkaSink(
         lambda: Borrowed(store), kafka_conf, topics=sink_topics, group=sink_group, batch_seconds=0.3

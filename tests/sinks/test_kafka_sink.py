@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -12,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from argus.kafka_admin import ensure_topics
-from argus.schemas import Anomaly, StepBatch, encode, step_key
+from argus.schemas import ANOMALIES, STEPS, Anomaly, StepBatch, encode, step_key
 from argus.sinks import StoreUnavailableError, to_arrow
 from argus.sinks.kafka_sink import KafkaSink
 from argus.sinks.store import dedup_settings
@@ -125,9 +126,15 @@ def test_records_arrive_exactly_once_with_dead_letters(kafka_conf, store, unique
         0.1,
         T0,
     )
-    produce(kafka_conf, topic, [*recs, anomaly], extra=[b"garbage", b"\x00\x00\x00\x03\xe7xx"])
+    produce(kafka_conf, topic, recs, extra=[b"garbage", b"\x00\x00\x00\x03\xe7xx"])
+    pages = make_topic(kafka_conf, f"t-anomalies-{unique}")
+    produce(kafka_conf, pages, [anomaly])
     sink = KafkaSink(
-        lambda: Borrowed(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.2
+        lambda: Borrowed(store),
+        kafka_conf,
+        topics={topic: STEPS, pages: ANOMALIES},
+        group=f"g-{unique}",
+        batch_seconds=0.2,
     )
     try:
         assert drain(sink, store, job, 400) == 400
@@ -149,7 +156,7 @@ def test_records_arrive_exactly_once_with_dead_letters(kafka_conf, store, unique
 
     # A second sink in the same group finds nothing left to do: offsets were committed.
     again = KafkaSink(
-        lambda: Borrowed(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.2
+        lambda: Borrowed(store), kafka_conf, topics={topic: STEPS}, group=f"g-{unique}", batch_seconds=0.2
     )
     try:
         for _ in range(10):
@@ -171,7 +178,9 @@ def test_an_unfinished_insert_is_replayed_without_duplicates(kafka_conf, store, 
     died_after_insert(kafka_conf, store, topic, group, recs, 9)
     assert count(store, "steps", job) == 80
 
-    sink = KafkaSink(lambda: Borrowed(store), kafka_conf, topics=[topic], group=group, batch_seconds=0.2)
+    sink = KafkaSink(
+        lambda: Borrowed(store), kafka_conf, topics={topic: STEPS}, group=group, batch_seconds=0.2
+    )
     try:
         assert drain(sink, store, job, 240) == 240
     finally:
@@ -193,7 +202,7 @@ def test_store_outage_is_retried_until_it_returns(kafka_conf, store, unique) -> 
     sink = KafkaSink(
         lambda: Borrowed(store, lambda: time.monotonic() < down_until and refuse()),
         kafka_conf,
-        topics=[topic],
+        topics={topic: STEPS},
         group=f"g-{unique}",
         batch_seconds=0.2,
         max_backoff_s=0.5,
@@ -234,7 +243,7 @@ def test_a_replay_cut_by_other_chunks_ends_at_the_recorded_offset_and_rollups_co
     sink = KafkaSink(
         lambda: Borrowed(store),
         kafka_conf,
-        topics=[topic],
+        topics={topic: STEPS},
         group=group,
         batch_rows=1,
         batch_seconds=0.001,
@@ -273,7 +282,7 @@ def test_a_batch_the_store_rejects_is_split_and_the_bad_record_dead_lettered(
     bad = _days_apart(f"bad-{unique}", 101)
     produce(kafka_conf, topic, [*good[:5], bad, *good[5:]])
     sink = KafkaSink(
-        lambda: Borrowed(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.5
+        lambda: Borrowed(store), kafka_conf, topics={topic: STEPS}, group=f"g-{unique}", batch_seconds=0.5
     )
     try:
         assert drain(sink, store, job, 80) == 80
@@ -294,7 +303,11 @@ def test_a_stop_ends_the_retries_of_an_unavailable_store(kafka_conf, store, uniq
     topic = make_topic(kafka_conf, f"t-down-{unique}", partitions=1)
     produce(kafka_conf, topic, batches(f"down-{unique}", 3))
     sink = KafkaSink(
-        lambda: Borrowed(store, refuse), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.1
+        lambda: Borrowed(store, refuse),
+        kafka_conf,
+        topics={topic: STEPS},
+        group=f"g-{unique}",
+        batch_seconds=0.1,
     )
     stop = threading.Event()
     runner = threading.Thread(target=sink.run, args=(stop,))
@@ -317,7 +330,7 @@ def test_a_deadline_ends_the_retries_with_an_error(kafka_conf, store, unique) ->
     sink = KafkaSink(
         lambda: Borrowed(store, refuse),
         kafka_conf,
-        topics=[topic],
+        topics={topic: STEPS},
         group=f"g-{unique}",
         batch_seconds=0.1,
         max_backoff_s=0.2,
@@ -336,7 +349,7 @@ def test_a_megabyte_of_garbage_is_dead_lettered_with_a_prefix_and_its_size(kafka
     p.produce(topic, key=b"junk", value=b"\x00\x00\x00\x00\x0b" + b"\xab" * 1_000_000)
     assert p.flush(30) == 0
     sink = KafkaSink(
-        lambda: Borrowed(store), kafka_conf, topics=[topic], group=f"g-{unique}", batch_seconds=0.1
+        lambda: Borrowed(store), kafka_conf, topics={topic: STEPS}, group=f"g-{unique}", batch_seconds=0.1
     )
     try:
         deadline = time.monotonic() + 60
@@ -370,7 +383,7 @@ def test_health_follows_the_group_the_polling_and_the_store(kafka_conf, store, u
     sink = KafkaSink(
         lambda: Borrowed(store, lambda: store_down.is_set() and refuse()),
         kafka_conf,
-        topics=[topic],
+        topics={topic: STEPS},
         group=f"g-{unique}",
         batch_seconds=0.2,
         max_backoff_s=0.3,
@@ -425,7 +438,7 @@ def test_an_insert_that_hangs_fails_liveness(kafka_conf, store, unique) -> None:
     sink = KafkaSink(
         lambda: Borrowed(store, hang),
         kafka_conf,
-        topics=[topic],
+        topics={topic: STEPS},
         group=f"g-{unique}",
         batch_seconds=0.2,
         stall_s=5,
@@ -443,3 +456,93 @@ def test_an_insert_that_hangs_fails_liveness(kafka_conf, store, unique) -> None:
     finally:
         release.set()
         sink.close()
+
+
+def _marked(record: Any, mark: str) -> Any:
+    """The record with ``mark`` where its table keeps who it is (job, host or topic)."""
+    for name in ("job", "host", "topic"):
+        if hasattr(record, name):
+            if isinstance(record, StepBatch):
+                return StepBatch(mark, record.run, record.step, record.columns)
+            return dataclasses.replace(record, **{name: mark})
+    raise AssertionError(type(record).__name__)
+
+
+_MARK_COLUMN = {"gpu_samples": "host", "dead_letters": "topic"}
+
+
+def test_each_topic_stores_only_its_own_records_and_size_bombs_are_dead_lettered(
+    kafka_conf, store, unique
+) -> None:
+    """Issue 34, items 4 and 2: the sink picked the table from the record's type, not its
+    topic (an Anomaly on argus.steps, which every rank may write, was stored as a page, a
+    StepSummary on argus.kernels, a DeadLetter on argus.gpu...). Every record type is sent
+    on every topic the sink reads, with a claimed-size bomb per topic: each topic stores
+    its own records, every other one and every bomb is dead-lettered, the sink lives."""
+    from argus.schemas import SCHEMAS, TOPIC_SCHEMAS
+    from argus.sinks.kafka_sink import SINK_TOPICS
+    from argus.sinks.rows import TABLE_OF
+    from tests.records import RECORDS, WORKER_RECORDS
+    from tests.security.bombs import bombs
+
+    kinds = [step_batch(4, step=7), *RECORDS, *WORKER_RECORDS]
+    schema_of = {info.record_type: info.name for info in SCHEMAS.values()}
+    carries = {make_topic(kafka_conf, f"t-forge{i}-{unique}"): argus for i, argus in enumerate(SINK_TOPICS)}
+    p = Producer({**kafka_conf, "enable.idempotence": True, "linger.ms": 5})
+    own = forged = bombed = 0
+    expected: dict[str, int] = {}
+    for i, (topic, argus) in enumerate(carries.items()):
+        mark = f"fg{i}-{unique}"
+        for record in kinds:
+            p.produce(topic, key=mark.encode(), value=encode(_marked(record, mark), check=False))
+            if schema_of[type(record)] in TOPIC_SCHEMAS[argus]:
+                own += 1
+                table, rows = to_arrow([_marked(record, mark)])
+                expected[f"{table}:{mark}"] = expected.get(f"{table}:{mark}", 0) + rows.num_rows
+            else:
+                forged += 1
+        for bomb_topic, _what, message in bombs():
+            if bomb_topic == argus:
+                p.produce(topic, key=mark.encode(), value=message)
+                bombed += 1
+    assert p.flush(30) == 0
+    total = len(carries) * len(kinds) + bombed
+    sink = KafkaSink(
+        lambda: Borrowed(store), kafka_conf, topics=carries, group=f"g-{unique}", batch_seconds=0.2
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while sink.stats.messages < total and time.monotonic() < deadline:
+            sink.poll(0.3)
+        sink.flush_all()
+    finally:
+        sink.close()
+    stored: dict[str, int] = {}
+    for table in sorted(set(TABLE_OF.values())):
+        column = _MARK_COLUMN.get(table, "job")
+        for mark, n in store.query_rows(
+            f"SELECT {column}, count() FROM {table} WHERE {column} LIKE {{m:String}} GROUP BY {column}",
+            {"m": f"fg%-{unique}"},
+        ):
+            stored[f"{table}:{mark}"] = n
+    forged_stored = sum(n - expected.get(k, 0) for k, n in stored.items() if n > expected.get(k, 0))
+    reasons = dict(
+        store.query_rows(
+            "SELECT reason, count() FROM dead_letters WHERE topic LIKE {t:String} GROUP BY reason",
+            {"t": f"t-forge%-{unique}"},
+        )
+    )
+    report(
+        "forged + size bombs",
+        sent=total,
+        received=sink.stats.messages,
+        hostile_records=forged + bombed,
+        dead_lettered=sink.stats.dead_letters,
+        forged_stored=forged_stored,
+        bombs=bombed,
+        own_records=own,
+    )
+    assert sink.stats.messages == total
+    assert stored == expected
+    assert reasons.get("wrong_topic") == forged
+    assert sum(reasons.values()) == forged + bombed == sink.stats.dead_letters
