@@ -44,6 +44,7 @@ from ._hangs import HANG_LOST, HANG_SCENARIOS, HangLabel, HangScenario, HangSimu
 from ._kernels import KERNEL_NAMES, kernel_names
 from ._layout import Layout
 from ._noise import CLEAN, REALISTIC, Noise
+from ._space import PATHS, SHAPES, WHO, Background, SpaceFault, SpaceJob, SpaceLog, draw_job
 from ._stacks import STACKS
 
 __all__ = [
@@ -61,11 +62,15 @@ __all__ = [
     "LINK_DEGRADATION",
     "MASKED_COMPUTE_STRAGGLER",
     "ONE_OFF_KINDS",
+    "PATHS",
     "PIPELINE_BUBBLE",
     "PIPELINE_STAGE_IMBALANCE",
     "REALISTIC",
     "SEQUENCE_LENGTH_IMBALANCE",
+    "SHAPES",
     "STACKS",
+    "WHO",
+    "Background",
     "ClusterSimulator",
     "Fault",
     "HangLabel",
@@ -76,6 +81,10 @@ __all__ = [
     "Noise",
     "PhaseTimes",
     "SimStep",
+    "SpaceFault",
+    "SpaceJob",
+    "SpaceLog",
+    "draw_job",
     "kernel_names",
     "random_fault",
 ]
