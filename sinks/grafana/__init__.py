@@ -10,6 +10,7 @@ from .provisioning import (
     dashboard_json,
     datasource,
     export,
+    notifications,
     pipeline_dashboard_json,
     rendered_files,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "datasource",
     "expand",
     "export",
+    "notifications",
     "percent_encode",
     "pipeline_dashboard_json",
     "push",

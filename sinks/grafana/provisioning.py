@@ -8,6 +8,7 @@ builders; the ClickHouse query (no SDK builder exists for that plugin) is a smal
     folder/provisioning/dashboards/argus.yaml      file provider for the JSON
     folder/provisioning/datasources/argus.yaml     the ClickHouse datasource (server, TLS, secrets from env)
     folder/provisioning/alerting/argus.yaml        unified alerting rules
+    folder/provisioning/alerting/notifications.yaml  contact points, notification policies, mute timing
 
 docker-compose and the Helm chart mount these files; ``argus grafana push`` sends the same
 objects to a running Grafana (``api_alert_rules``: the HTTP API's field names).
@@ -47,6 +48,7 @@ __all__ = [
     "dashboard_json",
     "datasource",
     "export",
+    "notifications",
     "pipeline_dashboard_json",
     "rendered_files",
 ]
@@ -57,25 +59,51 @@ DS_VAR = "datasource"
 PROM_VAR = "prometheus"
 FOLDER = "Argus"
 ALERT_DASHBOARD = "argus-job"
+INTERVAL = "1m"  # the rule group's evaluation interval
 ALERT_PANEL = "anomalies"  # the panel an alert links to (its id is the panel's position)
 _DS = dm.DataSourceRef(type_val=DATASOURCE_TYPE, uid="${" + DS_VAR + "}")
 _PROM = dm.DataSourceRef(type_val="prometheus", uid="${" + PROM_VAR + "}")
 _FORMAT = {"timeseries": 0, "table": 1}  # the plugin's Format enum: 0 time series, 1 table
 
 
+DOCS_URL = "https://github.com/argus-gpu/argus/blob/main/docs/on-call.md"
+"""docs/on-call.md as people read it: every page's ``runbook_url`` is an anchor in it."""
+INTEGRATIONS = ("webhook", "slack", "pagerduty", "email")
+ONCALL = "argus-oncall"
+PLATFORM = "argus-platform"
+MAINTENANCE = "argus-maintenance"
+
+
 @dataclass(frozen=True)
 class GrafanaOptions:
     """Site settings baked into the exported files.
 
-    ``runbook_base_url`` prefixes every alert's ``runbook_url`` (Slack and PagerDuty need an
-    absolute link). The default is left for Grafana's provisioning to expand from its own
-    environment (``${ARGUS_GRAFANA_URL}``); ``argus grafana push`` uses the Grafana it pushes to.
-    ``datasource_uid`` is the ClickHouse datasource's uid (the dashboards' variable defaults
-    to it; the rules query it).
+    ``base_url``: the Grafana people open (absolute: Slack and PagerDuty need absolute
+    links); every alert's ``dashboard_url`` starts with it. ``docs_url``: where
+    docs/on-call.md is read; every ``runbook_url`` is an anchor in it. Both are written into
+    the files as they are: released Grafana (11.x, 12.x) does not expand variables in a
+    provisioned rule's annotations. ``datasource_uid``: the ClickHouse datasource (the
+    dashboards' variable defaults to it; the rules query it). ``integrations``: what the
+    contact points send to (``webhook``, ``slack``, ``pagerduty``, ``email``; each reads its
+    URL, key or address from Grafana's environment). ``team_routes``: ``(team, contact point)``
+    pairs: pages of that team's jobs go to that contact point (which you provision).
     """
 
     datasource_uid: str = DATASOURCE_UID
-    runbook_base_url: str = "${ARGUS_GRAFANA_URL}"
+    base_url: str = "http://localhost:3000"
+    docs_url: str = DOCS_URL
+    integrations: tuple[str, ...] = ("webhook",)
+    team_routes: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, url in (("base_url", self.base_url), ("docs_url", self.docs_url)):
+            if not url.startswith(("http://", "https://")) or "${" in url:
+                raise ValueError(f"{name} must be an absolute http(s) URL, got {url!r}")
+        unknown = set(self.integrations) - set(INTEGRATIONS)
+        if unknown or not self.integrations:
+            raise ValueError(
+                f"integrations: one or more of {', '.join(INTEGRATIONS)} (got {self.integrations})"
+            )
 
 
 class _ClickHouseQuery(cogvariants.Dataquery):
@@ -260,14 +288,16 @@ def pipeline_dashboard_json() -> dict[str, Any]:
     return _dashboard_dict(builder)
 
 
-def _runbook(rule: AlertRule, base: str) -> str:
+def _dashboard_url(rule: AlertRule, base: str) -> str:
+    """The job's (or its suspect rank's) dashboard from 15 minutes before the anomaly to now."""
     base = base.rstrip("/")
-    if rule.drilldown == "rank":
-        return (
-            f"{base}/d/argus-rank/argus-rank-drill-down?var-job={{{{ $labels.job }}}}"
-            f"&var-rank={{{{ $labels.rank }}}}"
-        )
-    return f"{base}/d/argus-job/argus-job-overview?var-job={{{{ $labels.job }}}}"
+    job = "var-job={{ urlquery $labels.job }}"
+    when = "from={{ $labels.from_ms }}&to=now"
+    overview = f"{base}/d/argus-job/argus-job-overview?{job}&{when}"
+    if rule.drilldown == "rank":  # a rank suspect: its drill-down; a host or link: the job
+        rank = f"{base}/d/argus-rank/argus-rank-drill-down?{job}&var-rank={{{{ $labels.rank }}}}&{when}"
+        return f"{{{{ if $labels.rank }}}}{rank}{{{{ else }}}}{overview}{{{{ end }}}}"
+    return overview
 
 
 def _queries(rule: AlertRule, options: GrafanaOptions) -> list[cogbuilder.Builder[alm.Query]]:
@@ -275,7 +305,7 @@ def _queries(rule: AlertRule, options: GrafanaOptions) -> list[cogbuilder.Builde
     return [
         al.Query("A")
         .datasource_uid(options.datasource_uid)
-        .relative_time_range(alm.RelativeTimeRange(from_val=600, to=0))
+        .relative_time_range(alm.RelativeTimeRange(from_val=rule.window_s, to=0))
         .model(model),
         al.Query("B")
         .datasource_uid("__expr__")
@@ -329,13 +359,13 @@ def _sdk_rule(rule: AlertRule, options: GrafanaOptions, *, folder_uid: str, grou
         .condition("C")
         .queries(_queries(rule, options))
         .no_data_state("OK")
-        .exec_err_state("Error")
         .for_val(rule.pending)
         .annotations(
             {
                 "summary": rule.summary,
                 "description": rule.description,
-                "runbook_url": _runbook(rule, options.runbook_base_url),
+                "runbook_url": f"{options.docs_url}#{rule.runbook}",
+                "dashboard_url": _dashboard_url(rule, options.base_url),
             }
         )
         .labels({"severity": rule.severity, "source": "argus"})
@@ -345,6 +375,9 @@ def _sdk_rule(rule: AlertRule, options: GrafanaOptions, *, folder_uid: str, grou
         .org_id(1)
     )
     out: dict[str, Any] = _as_dict(builder.build())
+    # KeepLast (Grafana 11.1+; the SDK's enum predates it): a failed query (ClickHouse
+    # unreachable) neither opens nor resolves a page; the pipeline's PrometheusRule reports it
+    out["execErrState"] = "KeepLast"
     for q in out["data"]:  # the SDK leaves the expression's refId to us
         q["model"]["refId"] = q["refId"]
     return out
@@ -381,7 +414,7 @@ def alert_rules(options: GrafanaOptions | None = None) -> dict[str, Any]:
         )
     return {
         "apiVersion": 1,
-        "groups": [{"orgId": 1, "name": "argus", "folder": FOLDER, "interval": "30s", "rules": rules}],
+        "groups": [{"orgId": 1, "name": "argus", "folder": FOLDER, "interval": INTERVAL, "rules": rules}],
     }
 
 
@@ -395,6 +428,85 @@ def api_alert_rules(options: GrafanaOptions, *, folder_uid: str) -> list[dict[st
         body["annotations"]["__panelId__"] = str(_panel_id(ALERT_DASHBOARD, ALERT_PANEL))
         out.append(body)
     return out
+
+
+_INTEGRATION_SETTINGS: dict[str, tuple[str, dict[str, Any]]] = {
+    # type, settings; secrets and addresses from Grafana's environment ($VAR, or $__file{path}),
+    # which file provisioning expands in contact points and policies (values.JSONValue)
+    "webhook": ("webhook", {"url": "$ARGUS_ALERT_WEBHOOK_URL", "httpMethod": "POST"}),
+    "slack": ("slack", {"url": "$ARGUS_SLACK_WEBHOOK_URL"}),
+    "pagerduty": ("pagerduty", {"integrationKey": "$ARGUS_PAGERDUTY_KEY", "severity": "critical"}),
+    "email": ("email", {"addresses": "$ARGUS_ALERT_EMAIL", "singleEmail": True}),
+}
+"""Each integration a contact point can have: Grafana's type and its settings."""
+
+GROUP_BY = ["alertname", "job"]
+
+
+def _contact_point(name: str, options: GrafanaOptions) -> dict[str, Any]:
+    receivers = []
+    for kind in options.integrations:
+        typ, settings = _INTEGRATION_SETTINGS[kind]
+        receivers.append({"uid": f"{name}-{kind}", "type": typ, "settings": dict(settings)})
+    return {"orgId": 1, "name": name, "receivers": receivers}
+
+
+def notifications(options: GrafanaOptions | None = None) -> dict[str, Any]:
+    """Contact points, the notification policy tree and the maintenance mute timing (file v1).
+
+    Routing: ``severity=page`` from Argus goes to ``argus-oncall`` (or the contact point of
+    its ``team``, ``team_routes``), ``severity=ticket`` (fleet-level findings) and everything
+    else to ``argus-platform``. Grouped by alert and job: one notification per job and rule,
+    however many anomalies it holds; a page repeats hourly while it fires, a ticket daily.
+    Both skip the ``argus-maintenance`` mute timing (declared maintenance windows: edit its
+    time intervals; the shipped one lies in the year 2000, so it mutes nothing). This tree
+    replaces the organization's notification policy tree when Grafana loads the file.
+    """
+    options = options or GrafanaOptions()
+    team_routes = [
+        {"receiver": receiver, "object_matchers": [["team", "=", team]]}
+        for team, receiver in options.team_routes
+    ]
+    page: dict[str, Any] = {
+        "receiver": ONCALL,
+        "object_matchers": [["source", "=", "argus"], ["severity", "=", "page"]],
+        "group_wait": "30s",
+        "group_interval": "5m",
+        "repeat_interval": "1h",
+        "mute_time_intervals": [MAINTENANCE],
+    }
+    if team_routes:
+        page["routes"] = team_routes
+    ticket = {
+        "receiver": PLATFORM,
+        "object_matchers": [["severity", "=", "ticket"]],
+        "group_wait": "5m",
+        "group_interval": "30m",
+        "repeat_interval": "24h",
+        "mute_time_intervals": [MAINTENANCE],
+    }
+    return {
+        "apiVersion": 1,
+        "contactPoints": [_contact_point(ONCALL, options), _contact_point(PLATFORM, options)],
+        "policies": [
+            {
+                "orgId": 1,
+                "receiver": PLATFORM,
+                "group_by": GROUP_BY,
+                "group_wait": "30s",
+                "group_interval": "5m",
+                "repeat_interval": "4h",
+                "routes": [page, ticket],
+            }
+        ],
+        "muteTimes": [
+            {
+                "orgId": 1,
+                "name": MAINTENANCE,
+                "time_intervals": [{"years": ["2000"], "location": "UTC"}],
+            }
+        ],
+    }
 
 
 def datasource(options: GrafanaOptions | None = None) -> dict[str, Any]:
@@ -457,6 +569,7 @@ def rendered_files(options: GrafanaOptions | None = None) -> dict[str, str]:
         ("provisioning/dashboards/argus.yaml", _provider()),
         ("provisioning/datasources/argus.yaml", datasource(options)),
         ("provisioning/alerting/argus.yaml", alert_rules(options)),
+        ("provisioning/alerting/notifications.yaml", notifications(options)),
     ):
         files[path] = header + yaml.safe_dump(doc, sort_keys=False, width=120)
     return files

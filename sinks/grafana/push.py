@@ -35,11 +35,11 @@ def push(url: str, token: str, *, timeout: float = 10.0, options: GrafanaOptions
 
     Alert rules go through the alerting provisioning API, whose duration key is
     ``keep_firing_for`` and whose dashboard link is the annotation pair
-    ``__dashboardUid__``/``__panelId__``. Runbook links default to ``url`` itself.
+    ``__dashboardUid__``/``__panelId__``. Dashboard links default to ``url`` itself.
     """
     from grafana_client.client import GrafanaClientError, GrafanaException
 
-    options = options or GrafanaOptions(runbook_base_url=url)
+    options = options or GrafanaOptions(base_url=url)
     api = _api(url, token, timeout)
     result = PushResult()
     step = "connect"

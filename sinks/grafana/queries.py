@@ -64,7 +64,19 @@ class Dashboard:
 
 @dataclass(frozen=True)
 class AlertRule:
-    """A unified-alerting rule: SQL returning one numeric column per labelled series."""
+    """A unified-alerting rule: SQL returning one row per alert instance, its string columns
+    the instance's labels (its identity: fixed for the life of what it reports) and one
+    numeric column, ``value``, compared with ``fire_above`` (``recover_below`` while it fires).
+
+    ``window_s`` is the query's ``relativeTimeRange`` (how far back ``$__timeFilter`` looks);
+    ``pending`` Grafana's ``for``, ``keep_firing`` its ``keepFiringFor``; ``runbook`` the
+    anchor of docs/on-call.md the page links to (may use ``{{ $labels.x }}``).
+
+    Labels come only from what every version of an anomaly shares (id, job, cause, suspect,
+    onset; a straggler's ``time``, its confirmation): the store keeps just the latest version
+    of an id after a merge (ReplacingMergeTree on ``job, id``), and a label that changes is a
+    new alert instance, a second page.
+    """
 
     uid: str
     title: str
@@ -77,7 +89,9 @@ class AlertRule:
     summary: str
     description: str
     severity: str = "page"
-    drilldown: str = "job"  # runbook link: "job" overview, or "rank" drill-down (needs a rank label)
+    drilldown: str = "job"  # dashboard link: "job" overview, or "rank" drill-down (needs a rank label)
+    window_s: int = 600
+    runbook: str = ""
 
 
 def _rank_averages(key: str, title: str, columns: tuple[str, ...]) -> Panel:
@@ -128,15 +142,19 @@ GROUP BY t ORDER BY t""",
             "busy_heatmap",
             "Busy time per rank and minute (step time minus collective wait, ms)",
             "heatmap",
-            f"""SELECT t, intDiv(rank, greatest(1, intDiv(top_rank, 256))) AS rank_group, max(busy) AS busy_ms
+            f"""SELECT t, toString(g) AS rank_group, busy_ms
 FROM (
-    SELECT toStartOfInterval(minute, INTERVAL greatest($__interval_s, 60) second) AS t, rank,
-           sum(busy_sum) / sum(steps) AS busy, max(rank) OVER () AS top_rank
-    FROM steps_rank_minutely WHERE {JOB} AND $__timeFilter(minute)
-    GROUP BY t, rank)
-GROUP BY t, rank_group ORDER BY t, rank_group""",
+    SELECT t, intDiv(rank, greatest(1, intDiv(top_rank, 256))) AS g, max(busy) AS busy_ms
+    FROM (
+        SELECT toStartOfInterval(minute, INTERVAL greatest($__interval_s, 60) second) AS t, rank,
+               sum(busy_sum) / sum(steps) AS busy, max(rank) OVER () AS top_rank
+        FROM steps_rank_minutely WHERE {JOB} AND $__timeFilter(minute)
+        GROUP BY t, rank)
+    GROUP BY t, g)
+ORDER BY t, g""",
             "A straggler is a bright row: it computes while its peers wait for it in collectives. One column "
-            "per minute (the per-rank rollup); above 256 ranks, rows are rank groups (the busiest rank of each).",
+            "per minute (the per-rank rollup); above 256 ranks, rows are rank groups (the busiest rank of each). "
+            "The group is a string: the ClickHouse plugin makes string columns series labels, one row each.",
             width=24,
             height=10,
         ),
@@ -247,12 +265,14 @@ GROUP BY name ORDER BY total_ms DESC LIMIT 20""",
             f"""SELECT length(prefix) - 1 AS level, sum(count) AS value,
        sumIf(count, length(prefix) = length(frames)) AS self, prefix[-1] AS label
 FROM (
-    SELECT splitByChar(';', stack) AS frames, count,
+    SELECT arrayConcat(['all'], splitByChar(';', stack)) AS frames, count,
            arrayJoin(arrayMap(i -> arraySlice(frames, 1, i), range(1, length(frames) + 1))) AS prefix
     FROM stacks WHERE {JOB} AND {RANK} AND $__timeFilter(time)
 )
 GROUP BY prefix ORDER BY prefix""",
-            "Nested-set rows in depth-first order, as Grafana's flame graph panel reads them.",
+            "Nested-set rows in depth-first order, as Grafana's flame graph panel reads them, under one "
+            "root ('all'): a stack cut at the agent's max_depth starts below its real root, and the panel "
+            "draws a single tree only.",
         ),
         Panel(
             "gpu",
@@ -339,8 +359,9 @@ PIPELINE = Dashboard(
             "lag",
             "Consumer lag (messages)",
             "timeseries",
-            "{{topic}}=sum by (topic) (argus_worker_consumer_lag)",
-            "Messages the stream workers have not processed yet, per topic.",
+            "{{topic}}=max by (topic) (argus_worker_consumer_lag)",
+            "Messages the stream workers have not processed yet, per topic. Every worker reports its whole "
+            "consumer group's lag, so the panel takes the largest report, not the sum over workers.",
         ),
         Panel(
             "throughput",
@@ -381,58 +402,97 @@ PIPELINE = Dashboard(
 )
 """Argus's own health (Prometheus queries, one ``legend=expr`` per line); not a ClickHouse dashboard."""
 
+TEAM = "if(position(job, '/') > 0, splitByChar('/', job)[1], 'platform')"
+"""The team a job belongs to: the part of its name before the first ``/`` (``llm/pretrain-70b``
+is team ``llm``), else ``platform``: the notification policy routes pages by it."""
+
+ACTIVE_S = 180
+"""A slow-rank anomaly pages while its suspect was last seen slow at most this long ago (the
+time of its latest version's ``end_step`` in ``step_summaries``)."""
+RESENT_S = 150
+"""A hang or lost-rank anomaly pages while its latest version is at most this old: the worker
+re-sends it every 60 s while the job is stalled (``streams.hangs.HangTracker.update_s``)."""
+SCAN_S = 86_400
+"""How far back a rule looks for an anomaly's versions: its labels come from its first version,
+so an incident pages as one instance for up to a day."""
+
+
+def _hang_rule_sql(cause: str) -> str:
+    """One row per stored hang-level anomaly of ``cause`` in the scan window, 1 while the worker
+    still re-sends it. ``from_ms``: 15 minutes before the stall began (its latest version's time
+    less its ``stalled_s``, to the minute), where the dashboard link starts."""
+    return f"""SELECT job, {TEAM} AS team, id AS anomaly, any(cause) AS cause, any(suspect) AS suspect,
+       toString((intDiv(toUInt64(toUnixTimestamp(max(time)) - max(evidence['stalled_s'])), 60) * 60 - 900) * 1000)
+           AS from_ms,
+       toFloat64(max(time) >= $__toTime - INTERVAL {RESENT_S} SECOND) AS stalled
+FROM anomalies WHERE anomalies.level = 'hang' AND anomalies.cause = '{cause}' AND $__timeFilter(time)
+GROUP BY job, id ORDER BY job, anomaly LIMIT 1000"""
+
+
 ALERTS = (
     AlertRule(
         uid="argus-slow-rank",
         title="Argus: slow rank",
-        sql="""SELECT job, cause, suspect, toString(onset) AS onset, ranks, splitByChar(',', ranks)[1] AS rank,
-       toFloat64(versions) AS paging
-FROM (SELECT id, any(job) AS job, any(cause) AS cause, any(suspect) AS suspect, min(start_step) AS onset,
-             arrayStringConcat(arraySlice(argMax(anomalies.ranks, (time, end_step)), 1, 8), ',') AS ranks,
-             argMax(severity, (time, end_step)) AS latest_severity,
-             argMax(level, (time, end_step)) AS latest_level, count() AS versions
-      FROM anomalies WHERE $__timeFilter(time) GROUP BY id)
-WHERE latest_severity = 'page' AND latest_level != 'hang'
-ORDER BY job, onset, suspect LIMIT 100""",
-        value="paging",
-        fire_above=0.0,
+        sql=f"""SELECT a.job AS job, {TEAM.replace("job", "a.job")} AS team, a.id AS anomaly, a.cause AS cause,
+       a.suspect AS suspect, if(startsWith(a.suspect, 'rank:'), substring(a.suspect, 6), '') AS rank,
+       toString(a.onset) AS onset, a.from_ms AS from_ms,
+       toFloat64(s.seen >= $__toTime - INTERVAL {ACTIVE_S} SECOND) AS slow
+FROM (SELECT id, any(job) AS job, any(run) AS run, any(cause) AS cause, any(suspect) AS suspect,
+             min(start_step) AS onset, max(end_step) AS last_step,
+             toString(toUnixTimestamp64Milli(min(time)) - 900000) AS from_ms,
+             argMax(severity, (end_step, time)) AS latest_severity
+      FROM anomalies WHERE $__timeFilter(time) AND level != 'hang' GROUP BY id) AS a
+LEFT JOIN (SELECT job, run, step, max(time) AS seen FROM step_summaries
+           WHERE time > $__toTime - INTERVAL 600 SECOND AND time <= $__toTime GROUP BY job, run, step) AS s
+       ON s.job = a.job AND s.run = a.run AND s.step = a.last_step
+WHERE a.latest_severity = 'page'
+ORDER BY job, onset, suspect LIMIT 1000""",
+        value="slow",
+        fire_above=0.5,
         recover_below=0.5,
         pending="0s",
         keep_firing="5m",
         drilldown="rank",
+        window_s=SCAN_S,
+        runbook="{{ $labels.cause }}",
         summary="Job {{ $labels.job }}: {{ $labels.cause }} at {{ $labels.suspect }} since step {{ $labels.onset }}",
         description="An anomaly the stream worker stored with severity page (sustained, worth a person: "
-        "transients and persistent stragglers are not pages), its latest version within the rule's window. "
-        "Ranks: {{ $labels.ranks }}. The evidence and cost are in the anomaly (Argus / Anomalies, argus report); "
-        "this rule does not re-derive them.",
+        "transients and persistent stragglers are not pages) whose suspect was seen slow within the last "
+        f"{ACTIVE_S // 60} minutes. Its ranks, evidence and cost are in the anomaly (dashboard link, "
+        "argus report); this rule does not re-derive them.",
     ),
     AlertRule(
-        uid="argus-missing-ranks",
-        title="Argus: ranks missing",
-        sql="""SELECT job, toFloat64(max(length(missing))) AS missing
-FROM step_summaries WHERE $__timeFilter(time) GROUP BY job HAVING missing > 0""",
-        value="missing",
-        fire_above=0.0,
+        uid="argus-lost-rank",
+        title="Argus: rank lost",
+        sql=_hang_rule_sql("lost_rank"),
+        value="stalled",
+        fire_above=0.5,
         recover_below=0.5,
-        pending="1m",
-        keep_firing="2m",
-        summary="Job {{ $labels.job }}: {{ $values.B }} rank(s) stopped reporting steps",
-        description="A rank whose step records stop is hung or lost; see the job's anomalies for which one.",
+        pending="0s",
+        keep_firing="1m",
+        window_s=SCAN_S,
+        runbook="lost_rank",
+        summary="Job {{ $labels.job }}: {{ $labels.suspect }} lost while the job stalls",
+        description="The worker stored a lost_rank anomaly: heartbeats of the suspect "
+        "stopped (process down, host silent) and no step completes; it re-sends it every minute while "
+        "that lasts, and the page clears once it stops. Which collective its peers wait in, and what it "
+        "last did: the dashboard link (Hangs and lost ranks).",
     ),
     AlertRule(
         uid="argus-hang",
         title="Argus: job hangs",
-        sql="""SELECT job, cause, suspect, argMax(summary, time) AS detail, max(evidence['stalled_s']) AS stalled_s
-FROM anomalies WHERE level = 'hang' AND $__timeFilter(time)
-GROUP BY job, cause, suspect ORDER BY stalled_s DESC LIMIT 100""",
-        value="stalled_s",
-        fire_above=0.0,
+        sql=_hang_rule_sql("hang"),
+        value="stalled",
+        fire_above=0.5,
         recover_below=0.5,
         pending="0s",
-        keep_firing="2m",
-        summary="Job {{ $labels.job }} hangs ({{ $labels.cause }}): {{ $labels.suspect }} — {{ $labels.detail }}",
-        description="No step completed for longer than the job's threshold. The stream worker re-sends the "
-        "anomaly every minute while the hang lasts, so the rule clears once steps resume.",
+        keep_firing="1m",
+        window_s=SCAN_S,
+        runbook="hang",
+        summary="Job {{ $labels.job }} hangs: {{ $labels.suspect }}",
+        description="No step completed for longer than the job's threshold; the worker re-sends the hang "
+        "anomaly every minute while it lasts, and the page clears once it stops. The collective, its group "
+        "and what the suspect does instead: the dashboard link (Hangs and lost ranks).",
     ),
 )
 
