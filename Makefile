@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 EXTRAS ?= agent,cli,nvml,torch,detect,streams,sinks,dev
 export ARGUS_HOME ?= $(CURDIR)/.argus
 
-.PHONY: setup kafka-up kafka-down test lint demo bench-quick clean helm helm-lint helm-files wheel-check version-sync
+.PHONY: setup kafka-up kafka-down test lint demo bench-quick clean helm helm-lint helm-files wheel-check version-sync gpu-wheels
 
 # helm for the chart's lint/template and tests/deploy/test_helm.py, built once with Go into a cache
 ARGUS_CACHE ?= $(HOME)/.cache/argus
@@ -46,6 +46,18 @@ bench-quick: setup kafka-up
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[bench]"  # HTA, psutil for the benches
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
 
+# Every bench at a tiny size, about a minute in all (CI, after `make test`): a bench that no
+# longer runs fails; its figures are not checked. One line per bench: seconds, its JSON's start.
+.PHONY: bench-smoke
+bench-smoke: setup kafka-up
+	@$(BIN)/python -c "import hta, psutil, scipy" 2>/dev/null || \
+	  $(BIN)/python -m pip install -q --disable-pip-version-check -e ".[bench]"  # HTA, psutil
+	@for b in bench/*.py; do \
+	  t0=$${EPOCHREALTIME/./}; \
+	  out=$$($(BIN)/python $$b --smoke 2>&1) || { echo "$$out" | tail -40; echo "bench-smoke: $$b failed"; exit 1; }; \
+	  printf '%-26s %6.1f s  %.90s\n' "$$b" "$$(( $${EPOCHREALTIME/./} - t0 ))e-6" "$$(echo "$$out" | tail -1)"; \
+	done
+
 helm: $(HELM)
 
 $(HELM):
@@ -75,6 +87,19 @@ helm-files:
 	rm -rf helm/argus/files/grafana && mkdir -p helm/argus/files/grafana/alerting
 	cp -r deploy/grafana/dashboards helm/argus/files/grafana/dashboards
 	cp deploy/grafana/provisioning/alerting/*.yaml helm/argus/files/grafana/alerting/
+
+# The wheels scripts/gpu-check.sh installs on a GPU machine that reaches no index (Python 3.12,
+# manylinux x86-64; torch, nvidia-ml-py and NVIDIA's CUPTI library are there already). cupti-python
+# must match the CUDA major and minor of that machine's torch and driver (13.0 by default).
+GPU_WHEELS := .gpu-wheels
+GPU_CUPTI ?= cupti-python>=13.0,<13.1
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+gpu-wheels:
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PYTHON) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp $(foreach p,$(GPU_PLATFORMS),--platform $(p)) -d $(GPU_WHEELS) \
+	  fastavro "backports.zstd" "$(GPU_CUPTI)"
+	@du -sh $(GPU_WHEELS) && ls $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) .argus .pytest_cache .mypy_cache .ruff_cache

@@ -37,6 +37,7 @@ __all__ = [
     "KIND_MEMCPY",
     "KIND_MEMSET",
     "KIND_SYNCHRONIZATION",
+    "Activity",
     "ActivityArrays",
     "CuptiCollector",
     "activity_arrays",
@@ -226,9 +227,11 @@ class CuptiCollector:
         return self.buffer_bytes, 0
 
     def _completed(self, activities: list[Any]) -> None:
-        # CUPTI's thread: keep only the fields we need (the objects may refer to the buffer)
+        # CUPTI's thread. cupti-python's records are views into the activity buffer, which
+        # CUPTI reuses once this returns: copy the fields we read now.
+        kept = [c for c in map(_copy, activities) if c is not None]
         with self._lock:
-            self._records.extend(activities)
+            self._records.extend(kept)
 
     def start(self) -> None:
         """Register the buffer callbacks and enable the activity kinds."""
@@ -290,6 +293,19 @@ class CuptiCollector:
             out.append(self.encoder.encode(step, stats))
         return out
 
+    def buffer_dropped(self) -> int | None:
+        """Records CUPTI dropped because no activity buffer was free (None: it cannot say)."""
+        if self._cupti is None:
+            return None
+        import ctypes
+
+        n = ctypes.c_size_t(0)
+        try:
+            self._cupti.activity_get_num_dropped_records(0, 0, ctypes.addressof(n))
+        except Exception:
+            return None
+        return int(n.value)
+
     def stop(self) -> None:
         """Flush everything and disable the activity kinds."""
         if self._cupti is None:
@@ -297,6 +313,52 @@ class CuptiCollector:
         self._cupti.activity_flush_all(1)
         for k in self.KINDS:
             self._cupti.activity_disable(getattr(self._cupti.ActivityKind, k))
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """The fields of one CUPTI activity record that :func:`activity_arrays` reads, copied
+    out of CUPTI's buffer (absent fields are 0 / empty)."""
+
+    kind: int
+    name: str = ""
+    start: int = 0
+    end: int = 0
+    stream_id: int = 0
+    correlation_id: int = 0
+    copy_kind: int = 0
+    bytes: int = 0
+    external_kind: int = 0
+    external_id: int = 0
+
+
+_WANTED = (KIND_CONCURRENT_KERNEL, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_SYNCHRONIZATION)
+
+
+def _copy(r: Any) -> Activity | None:
+    """A plain copy of one record's fields (None for a kind :func:`activity_arrays` ignores)."""
+    kind = int(r.kind)
+    if kind == KIND_EXTERNAL_CORRELATION:
+        return Activity(
+            kind,
+            correlation_id=int(r.correlation_id),
+            external_kind=int(r.external_kind),
+            external_id=int(r.external_id),
+        )
+    if kind not in _WANTED:
+        return None
+    if kind == KIND_SYNCHRONIZATION:
+        return Activity(kind, start=int(r.start), end=int(r.end), correlation_id=int(r.correlation_id))
+    return Activity(
+        kind,
+        name=str(r.name) if kind in (KIND_CONCURRENT_KERNEL, KIND_KERNEL) else "",
+        start=int(r.start),
+        end=int(r.end),
+        stream_id=int(r.stream_id),
+        correlation_id=int(r.correlation_id),
+        copy_kind=int(r.copy_kind) if kind == KIND_MEMCPY else 0,
+        bytes=int(r.bytes) if kind in (KIND_MEMCPY, KIND_MEMSET) else 0,
+    )
 
 
 def _take(a: ActivityArrays, rows: np.ndarray) -> ActivityArrays:

@@ -1,0 +1,74 @@
+"""The GPU layer on a real GPU (run by scripts/gpu-check.sh): CUPTI sketches, CUDA-event phase
+timing, NVML and a straggler, each through bench/gpu.py's parts at a small size.
+
+Skipped where torch sees no CUDA device. Speed is not asserted here (bench/gpu.py measures the
+overhead); these check that each layer works on the device and what it reports is right.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+]
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu.py"
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("argus_bench_gpu", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def gpu() -> Any:
+    return _bench()
+
+
+def test_cupti_sketches_match_the_same_records(gpu):
+    size = dataclasses.replace(gpu.SIZES["quick"], steps=12)
+    res = gpu.part_cupti(size, "cuda")
+    assert "error" not in res, res
+    assert res["counts_totals_exact"], res
+    assert res["steps_compared"] >= 8, res
+    assert res["kernels_per_step"] >= 50, res
+    assert res["kernels_compared"] > 0, res
+    assert res["sketch_p99_err_max"] <= 0.01, res
+    assert res["cupti_dropped"] in (0, None), res
+
+
+def test_cuda_event_phases_agree_with_torch_profiler(gpu):
+    size = dataclasses.replace(gpu.SIZES["quick"], steps=12)
+    res = gpu.part_events(size, "cuda")
+    assert res["agent_gpu_clock"], res
+    assert res["event_vs_profiler_pct"] <= 10, res
+
+
+def test_nvml_reads_the_node_agents_fields_under_load(gpu):
+    size = dataclasses.replace(gpu.SIZES["quick"], nvml_s=4.0)
+    res = gpu.part_nvml(size, "cuda")
+    assert res["nvml"], res
+    ok = {k for k, f in res["fields"].items() if f["ok"]}
+    assert {"utilization", "sm_clock_mhz", "power_mw", "temp_c"} <= ok, res
+    assert res["fields"]["utilization"]["max"] > 0, res  # the matmul load shows
+
+
+def test_a_gpu_straggler_is_named_with_kernel_evidence(gpu, tmp_path):
+    size = dataclasses.replace(gpu.SIZES["quick"], straggler_steps=45)
+    res = gpu.part_straggler(size, "cuda", tmp_path)
+    assert "error" not in res, res
+    assert res["gpu_straggler_named"], res
