@@ -114,7 +114,7 @@ class Size:
 
 
 SIZES = {
-    "full": Size(16384, 1024, 12, 16, 1024, 8, 60, 16, 30, 80, 30.0),
+    "full": Size(16384, 1024, 12, 16, 1024, 8, 60, 12, 25, 60, 30.0),
     "quick": Size(8192, 512, 6, 8, 512, 8, 30, 6, 15, 60, 10.0),
     "smoke": Size(512, 64, 2, 4, 32, 2, 6, 1, 2, 24, 1.0),
 }
@@ -601,7 +601,7 @@ def part_straggler(size: Size, device: str, out: Path) -> dict[str, Any]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    files = [out / f"straggler-rank{r}.pkl" for r in range(2)]
+    files = [Path(tempfile.mkdtemp(prefix="argus-gpu-straggler-")) / f"rank{r}.pkl" for r in range(2)]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1")
     procs = [
         subprocess.Popen(
