@@ -110,10 +110,11 @@ class StepFindings(Record):
 class JobOrder(Record):
     """An order about one job run from a worker's timer to its temporal stage, sent on the
     step-findings topic keyed by job (so it is applied in order with the job's steps, where
-    the job's table rows may be written): ``expire`` forgets a run silent for the job TTL."""
+    the job's table rows may be written): ``expire`` forgets a run silent for the job TTL;
+    ``release`` diagnoses the steps it holds that waited long enough (no later step came)."""
 
     job: str
     run: int
     action: str
 
-    ACTIONS: ClassVar[frozenset[str]] = frozenset({"expire"})
+    ACTIONS: ClassVar[frozenset[str]] = frozenset({"expire", "release"})

@@ -64,6 +64,7 @@ from typing import Any
 
 import faust
 from aiokafka.errors import MessageSizeTooLargeError
+from faust.exceptions import ProducerSendError
 from faust.types import TopicT
 
 from argus.detectors import DiagnoserConfig, HangConfig, JobState, apply_findings, check_shape, refresh
@@ -97,7 +98,7 @@ from .deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, rekey
 from .hangs import HangTracker
 from .intake import BatchIntake, RawInput, intake_group
 from .metrics import StreamMetrics
-from .ordering import Reorderer
+from .ordering import Gaps, Reorderer, add_gap, take_late
 from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
 
 __all__ = [
@@ -137,7 +138,10 @@ class StreamConfig:
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
     diagnoser: DiagnoserConfig = field(default_factory=DiagnoserConfig)
     job_ttl_s: float = 6 * 3600.0
-    max_held_steps: int = 64
+    max_held_steps: int = 1024
+    """Steps of a job held (waiting for an earlier one) at most before the gap is given up."""
+    max_held_bytes: int = 16 * 2**20
+    """Bytes of a job's held steps' findings at most before the gap is given up."""
     reorder_wait_s: float = 30.0
     start_wait_s: float = 5.0
     session_timeout_s: float = 15.0
@@ -270,7 +274,10 @@ class Streams:
         )
         self.assembler = StepAssembler(cfg.assembly)
         self.reorderer = Reorderer(
-            max_held=cfg.max_held_steps, max_wait_s=cfg.reorder_wait_s, start_wait_s=cfg.start_wait_s
+            max_held=cfg.max_held_steps,
+            max_held_bytes=cfg.max_held_bytes,
+            max_wait_s=cfg.reorder_wait_s,
+            start_wait_s=cfg.start_wait_s,
         )
         self.hangs = HangTracker(
             cfg.hang,
@@ -297,6 +304,7 @@ class Streams:
         )
         self.history = EvidenceHistory(cfg.history)
         self.reading = False  # the assemble agent is inside a batch of parts
+        self.pending_pops: list[bytes] = []  # held steps diagnosed, out of their table with the state
         # job state key -> the last step the idle refresh sent its anomalies for, and the ids
         # it sent at the kernel level
         self.idle_sent: dict[bytes, tuple[int | None, set[str]]] = {}
@@ -431,8 +439,11 @@ class Streams:
         """The step's findings; None after a job order (applied here) or bad input."""
         try:
             record = decode(bytes(event.value or b""))
-            if isinstance(record, JobOrder):  # from expire_jobs, the only action
-                self.expire(_state_key(record.job, record.run))
+            if isinstance(record, JobOrder):  # from a timer: expire_jobs or refresh_idle_jobs
+                if record.action == "release":
+                    await self.release_held(record)
+                else:
+                    self.expire(_state_key(record.job, record.run))
                 return None
             if not isinstance(record, StepFindings):
                 raise DecodeError(f"expected StepFindings or JobOrder, got {type(record).__name__}")
@@ -444,15 +455,35 @@ class Streams:
 
     async def diagnose_step(self, event: Any, sf: StepFindings) -> None:
         """Diagnose the step, and every held step it lets go, in order; then write the job's
-        state (after the anomalies it produced are delivered)."""
+        state (after the anomalies it produced are delivered). A step that comes after the
+        diagnosis went past it (given up waiting for) still gets its summary."""
         state_key = _state_key(sf.job, sf.run)
         doc = _doc(self.job_states.get(state_key))
         state = JobState.from_dict(doc["state"]) if doc else JobState.new(sf.job, sf.run, self.cfg.diagnoser)
         # Steps that arrived before an earlier one wait in their own table (one small write
-        # each); the job's state lists them.
+        # each); the job's state lists them, and the ranges of steps given up on.
         held: set[int] = set(doc.get("held", ()))
-        if sf.step <= state.last_step or sf.step in held:
-            return  # a duplicate (replayed after a restart): already diagnosed or held
+        gaps: Gaps = doc.get("gaps", [])
+        held_bytes = int(doc.get("held_bytes", 0))
+        if sf.step in held:
+            self.metrics.summaries["duplicate"] += 1  # replayed after a restart: summarized when released
+            return
+        if sf.step <= state.last_step:
+            if not take_late(gaps, sf.step):
+                self.metrics.summaries["duplicate"] += 1  # replayed after a restart: summarized already
+                return
+            # Its job went on without it: too late for the temporal diagnosis, not for its summary.
+            await self.summarized(sf, await self.send_summary(sf), "late")
+            log.warning(
+                "job %.100s run %d: step %d came after the diagnosis went past it (at step %d): "
+                "summary sent, not in the job's temporal diagnosis",
+                sf.job,
+                sf.run,
+                sf.step,
+                state.last_step,
+            )
+            self.write_state(state_key, state, held, gaps, held_bytes)
+            return
         if state.last_step >= 0 and sf.step > state.last_step + self.cfg.assembly.max_steps_ahead:
             # Held, it would be released "in order" once it waited long enough, and every
             # real step after it would then look old.
@@ -462,32 +493,104 @@ class Streams:
             return
         if doc and not self.reorderer.knows(state_key):
             log.info("job %s: resumed from the table at step %d, %d held", sf.job, state.last_step, len(held))
+        raw = bytes(event.value or b"")
+        self.reorderer.hold(state_key, held, sf.step, time.monotonic())
+        held_bytes = await self.release_in_order(
+            state_key, state, held, gaps, held_bytes + len(raw), sf, len(raw)
+        )
+        if sf.step in held:
+            self.held_findings[_held_key(state_key, sf.step)] = raw
+        self.write_state(state_key, state, held, gaps, held_bytes)
+
+    async def release_held(self, order: JobOrder) -> None:
+        """A timer's order (``release``): diagnose the job's held steps that waited long
+        enough, with no new step to let them go (the job ended or hangs after a gap)."""
+        state_key = _state_key(order.job, order.run)
+        doc = _doc(self.job_states.get(state_key))
+        if not doc or not doc.get("held"):
+            return
+        state = JobState.from_dict(doc["state"])
+        held, gaps = set(doc["held"]), doc.get("gaps", [])
+        self.reorderer.hold(state_key, held, min(held), time.monotonic())  # restored steps start waiting
+        held_bytes = await self.release_in_order(state_key, state, held, gaps, int(doc.get("held_bytes", 0)))
+        self.write_state(state_key, state, held, gaps, held_bytes)
+
+    async def release_in_order(
+        self,
+        state_key: bytes,
+        state: JobState,
+        held: set[int],
+        gaps: Gaps,
+        held_bytes: int,
+        new: StepFindings | None = None,
+        new_bytes: int = 0,
+    ) -> int:
+        """Diagnose the held steps the reorderer lets go (``new``, the step just read and
+        counted in ``held_bytes`` with its ``new_bytes``, among them or held with them), in
+        order; the held bytes left. Released steps leave the
+        held-findings table once the state that diagnosed them is written (by the caller)."""
         now = time.monotonic()
-        self.reorderer.hold(state_key, held, sf.step, now)
         released: list[int] = []
-        while (nxt := self.reorderer.release(state_key, held, state.last_step, now)) is not None:
-            released.append(nxt)
-            found = sf if nxt == sf.step else self.held_step(state_key, nxt, sf.job)
+        while (nxt := self.reorderer.release(state_key, held, state.last_step, now, held_bytes)) is not None:
+            if nxt > state.last_step + 1:
+                self.give_up(state, gaps, nxt)
+            if new is not None and nxt == new.step:
+                found: StepFindings | None = new
+                held_bytes -= new_bytes
+            else:
+                released.append(nxt)
+                found, size = self.held_step(state_key, nxt, state.job)
+                held_bytes -= size
             if found is not None:
                 await self.apply(state, found)
-        if sf.step in held:
-            self.held_findings[_held_key(state_key, sf.step)] = bytes(event.value or b"")
-        self.job_states[state_key] = json.dumps(
-            {"state": state.to_dict(), "held": sorted(held), "seen_s": time.time()}
-        ).encode()
-        for step in released:
-            if step != sf.step:
-                self.held_findings.pop(_held_key(state_key, step), None)
+            else:  # lost from the table: the next release must not count it as a gap
+                state.last_step = nxt
+        self.pending_pops.extend(_held_key(state_key, step) for step in released)
+        return max(0, held_bytes) if held else 0
 
-    def held_step(self, state_key: bytes, step: int, job: str) -> StepFindings | None:
-        """A held step's findings (the message as it came, checked when it came)."""
-        held_raw = self.held_findings.get(_held_key(state_key, step))
+    def write_state(
+        self, state_key: bytes, state: JobState, held: set[int], gaps: Gaps, held_bytes: int
+    ) -> None:
+        """The job's state document into its table, then the held steps it diagnosed out of
+        theirs (inside stream iteration)."""
+        doc = {"state": state.to_dict(), "held": sorted(held), "gaps": gaps, "seen_s": time.time()}
+        if held_bytes:
+            doc["held_bytes"] = held_bytes
+        self.job_states[state_key] = json.dumps(doc).encode()
+        for key in self.pending_pops:
+            self.held_findings.pop(key, None)
+        self.pending_pops.clear()
+
+    def give_up(self, state: JobState, gaps: Gaps, nxt: int) -> None:
+        """The diagnosis goes on at ``nxt`` without the steps before it that never came: they
+        become a gap (their summaries are sent if they come); counted and logged, except
+        before a job's first step (a job resumed mid-run has no earlier steps)."""
+        first = state.last_step + 1
+        for lo, hi in add_gap(gaps, first, nxt - 1):
+            log.info("job %.100s run %d: steps %d-%d no longer awaited", state.job, state.run, lo, hi)
+        if state.last_step < 0:
+            return
+        self.metrics.steps_given_up += nxt - first
+        log.warning(
+            "job %.100s run %d: steps %d-%d not in after waiting; diagnosis goes on at step %d "
+            "(a step of those that comes later gets its summary, not the temporal diagnosis)",
+            state.job,
+            state.run,
+            first,
+            nxt - 1,
+            nxt,
+        )
+
+    def held_step(self, state_key: bytes, step: int, job: str) -> tuple[StepFindings | None, int]:
+        """A held step's findings (the message as it came, checked when it came) and its size."""
+        held_raw = self.held_findings.get(_held_key(state_key, step)) or b""
         try:
-            found: StepFindings = decode(held_raw or b"", expect=StepFindings)
+            found: StepFindings = decode(held_raw, expect=StepFindings)
         except SchemaError as exc:  # missing, or held by an older build (JSON)
+            self.metrics.summaries["lost"] += 1
             log.warning("job %s: held step %d not in the table (%s); skipped", job, step, exc.reason)
-            return None
-        return found
+            return None, len(held_raw)
+        return found, len(held_raw)
 
     async def apply(self, state: JobState, found: StepFindings) -> None:
         """One step's findings into the job's state; its summary and anomalies sent and
@@ -495,25 +598,43 @@ class Streams:
         deepen = self.history.deepener(found.job, found.run, self.cfg.diagnoser)
         result = apply_findings(state, found, self.cfg.diagnoser, deepen=deepen)
         summary = await self.send_summary(found)
-        for anomaly in result.anomalies:
-            if await self.send_anomaly(anomaly) is not None:
+        sent = [(a, await self.send_anomaly(a)) for a in result.anomalies]
+        await self.summarized(found, summary, "diagnosed")
+        for anomaly, fut in sent:
+            if fut is not None and await self.delivered(
+                fut, f"anomaly {anomaly.id} of job {anomaly.job:.100}"
+            ):
                 self.metrics.anomalies[anomaly.cause] += 1
-        if result.anomalies:
-            await self.app.producer.flush()
-        elif summary is not None:
-            await summary
 
     async def send_summary(self, found: StepFindings) -> Any:
-        """Send the step's summary, once per diagnosed step (a step read twice by the
-        cross-rank stage, after a rebalance, is a duplicate here and never reaches this);
-        its delivery future, or None when it cannot be encoded or sent (logged, counted)."""
+        """Send the step's summary: its delivery future, or None when it cannot be encoded or
+        sent (logged, counted ``failed``). Once per step: a step read twice by the
+        cross-rank stage, after a rebalance, is a duplicate here and never reaches this."""
         try:
             value = encode(found.summary, check=False)  # checked when its findings were read
             return await self.topics.summaries.send(key=job_key(found.job), value=value, headers=self.origin)
-        except (SchemaError, MessageSizeTooLargeError, TypeError, ValueError) as exc:
+        except (SchemaError, MessageSizeTooLargeError, ProducerSendError, TypeError, ValueError) as exc:
             self.metrics.dead_letters["invalid_output"] += 1
+            self.metrics.summaries["failed"] += 1
             log.error("summary of step %d of %.100s not sent: %s", found.step, found.job, str(exc)[:300])
             return None
+
+    async def summarized(self, found: StepFindings, fut: Any, outcome: str) -> None:
+        """Wait for a summary's delivery; count the step by ``outcome`` (a key of
+        :data:`SUMMARY_OUTCOMES`), or as ``failed`` (logged) when it was not delivered."""
+        if fut is not None:
+            ok = await self.delivered(fut, f"summary of step {found.step} of {found.job:.100}")
+            self.metrics.summaries[outcome if ok else "failed"] += 1
+
+    @staticmethod
+    async def delivered(fut: Any, what: str) -> bool:
+        """Wait for a send's delivery; False (logged) when the broker did not take it."""
+        try:
+            await fut
+        except Exception as exc:  # KafkaError, or Faust's wrapping of one
+            log.error("%s not delivered: %r", what, exc)
+            return False
+        return True
 
     def expire(self, state_key: bytes) -> None:
         """Forget a job run silent for ``job_ttl_s`` (inside stream iteration: table writes)."""
@@ -534,13 +655,18 @@ class Streams:
         """Timer: a job that stopped sending steps (ended, or hangs) has its open anomalies
         sent with their windows and costs as far as they went, not as when last sent; and,
         while its kernel sketches may still come (``history.max_age_s``), each confirmed
-        anomaly the kernel level has not explained gets another try, sent once explained."""
+        anomaly the kernel level has not explained gets another try, sent once explained.
+        Steps it holds (waiting for an earlier one) no later step will let go: the temporal
+        stage is ordered to release those that waited long enough."""
         now = time.time()
         for key, raw in list(self.job_states.items()):
             doc = _doc(raw)
             if not doc or doc.get("seen_s", 0) > now - self.cfg.idle_refresh_s:
                 continue
             state = JobState.from_dict(doc["state"])
+            if doc.get("held"):
+                order = JobOrder(state.job, state.run, "release")
+                await self.topics.findings.send(key=job_key(order.job), value=encode(order))
             last_step, sent = self.idle_sent.get(key, (None, set()))
             again = last_step == state.last_step
             if again and doc["seen_s"] < now - self.cfg.history.max_age_s:

@@ -14,13 +14,31 @@ from typing import Any
 
 from .assembly import COMPLETIONS
 
-__all__ = ["LATENCY_BUCKETS_S", "Family", "LatencyHistogram", "StreamMetrics", "metric_families", "summary"]
+__all__ = [
+    "LATENCY_BUCKETS_S",
+    "SUMMARY_OUTCOMES",
+    "Family",
+    "LatencyHistogram",
+    "StreamMetrics",
+    "metric_families",
+    "summary",
+]
 
 Family = tuple[str, str, dict[tuple[tuple[str, str], ...], Any]]
 """One metric family: kind ("counter", "gauge", "histogram"), help, {label pairs: value}."""
 
 LATENCY_BUCKETS_S = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
 """Bucket bounds of ``argus_worker_step_completion_seconds`` (first part in to findings out)."""
+
+SUMMARY_OUTCOMES = {
+    "diagnosed": "diagnosed in order, summary sent",
+    "late": "came after the diagnosis went past it, summary sent",
+    "duplicate": "summarized already, none sent",
+    "failed": "summary not sent, see the log",
+    "lost": "findings not found in the held-steps table, see the log",
+}
+"""What became of each step's findings in the temporal stage (``argus_worker_summaries_total``'s
+label), in words: every step the cross-rank stage completes ends in exactly one of these."""
 
 
 class LatencyHistogram(deque[float]):
@@ -67,6 +85,10 @@ class StreamMetrics:
     hang_jobs: int = 0
     messages_by_input: Counter[str] = field(default_factory=Counter)
     """Messages the batch intakes took (heartbeats; kernel sketches and stacks)."""
+    summaries: Counter[str] = field(default_factory=Counter)
+    """Steps' findings by what became of their summary (a key of :data:`SUMMARY_OUTCOMES`)."""
+    steps_given_up: int = 0
+    """Steps the temporal stage stopped waiting for and diagnosed past (``late`` if they come)."""
     started: float = field(default_factory=time.monotonic)
 
 
@@ -108,6 +130,16 @@ def metric_families(metrics: StreamMetrics, lags: Mapping[str, int]) -> dict[str
             "Kafka messages the batch intakes took, by input",
             {(("input", k),): v for k, v in metrics.messages_by_input.items()},
         ),
+        "argus_worker_summaries_total": (
+            "counter",
+            "steps' findings taken by the temporal stage, by what became of their summary",
+            {(("outcome", k),): v for k, v in metrics.summaries.items()},
+        ),
+        "argus_worker_steps_given_up_total": (
+            "counter",
+            "steps the temporal stage stopped waiting for and diagnosed past",
+            {(): metrics.steps_given_up},
+        ),
         "argus_worker_step_completion_seconds": (
             "histogram",
             "first part of a step in to its findings out, seconds",
@@ -128,6 +160,8 @@ def summary(metrics: StreamMetrics) -> str:
     return (
         f"{metrics.records} rank-step records in {metrics.messages} messages, "
         f"{sum(metrics.steps.values())} steps completed{counts(metrics.steps, COMPLETIONS)}, "
+        f"{sum(metrics.summaries.values())} steps' findings{counts(metrics.summaries, SUMMARY_OUTCOMES)}, "
+        f"{metrics.steps_given_up} steps given up, "
         f"{sum(metrics.anomalies.values())} anomaly records{counts(metrics.anomalies)} "
         "(versions: an open anomaly is sent again as its window grows), "
         f"{metrics.heartbeats} heartbeats, {sum(metrics.dead_letters.values())} dead letters"

@@ -10,37 +10,55 @@ it) is given up when the oldest held step has waited ``max_wait_s`` or more than
 same in every run.
 
 :func:`next_in_order` decides; :class:`Reorderer` keeps the clocks of a worker's held steps
-and hands them out one at a time.
+and hands them out one at a time. A step given up on is not forgotten: its range goes
+into the job's list of gaps (:func:`add_gap`), so when it does come, late, the temporal stage
+tells it from a replayed duplicate (:func:`take_late`) and still sends its summary.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Collection, Hashable
 
-__all__ = ["Reorderer", "next_in_order"]
+__all__ = ["MAX_GAPS", "Reorderer", "add_gap", "next_in_order", "take_late"]
+
+MAX_GAPS = 256
+"""Ranges of given-up steps kept per job (the oldest are forgotten beyond: a step of one of
+those that still comes is taken for a duplicate)."""
+
+Gaps = list[list[int]]
+"""A job's given-up steps: inclusive ``[first, last]`` ranges, ascending and disjoint (a
+JSON-able list: it lives in the job's state document)."""
 
 
 def next_in_order(
     last_step: int,
     held: Collection[int],
     *,
-    max_held: int = 64,
+    max_held: int = 1024,
     waited_s: float = 0.0,
     max_wait_s: float = 30.0,
     start_wait_s: float = 5.0,
+    held_bytes: int = 0,
+    max_held_bytes: int = 16 * 2**20,
 ) -> int | None:
     """The held step to diagnose next after ``last_step``, or None to wait for more.
 
     ``waited_s``: how long the oldest held step has waited. A job's first step is not
     always step 0 (a job resumed from a checkpoint, a worker started mid-job), so the first
     step of a job (``last_step < 0``) is the smallest held once it waited ``start_wait_s``.
+    ``held_bytes``: the held steps' findings, bounded by ``max_held_bytes`` as their count is
+    by ``max_held``. The count bound is wide on purpose: a worker catching up reads its
+    partitions unevenly, and steps 64 apart came out of order on a 1,024-rank job replayed
+    as fast as the worker took it; a step given up on is diagnosed without the steps before
+    it (their summaries follow if they come, :func:`take_late`).
     """
     if not held:
         return None
     first = min(held)
     if first == last_step + 1 or (last_step < 0 and waited_s >= start_wait_s):
         return first
-    if len(held) > max_held or waited_s >= max_wait_s:
+    if len(held) > max_held or held_bytes > max_held_bytes or waited_s >= max_wait_s:
         return first
     return None
 
@@ -54,8 +72,16 @@ class Reorderer:
     starts waiting afresh, so the steps replayed after it can still come.
     """
 
-    def __init__(self, *, max_held: int = 64, max_wait_s: float = 30.0, start_wait_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        max_held: int = 1024,
+        max_held_bytes: int = 16 * 2**20,
+        max_wait_s: float = 30.0,
+        start_wait_s: float = 5.0,
+    ) -> None:
         self.max_held = max_held
+        self.max_held_bytes = max_held_bytes
         self.max_wait_s = max_wait_s
         self.start_wait_s = start_wait_s
         self._since: dict[Hashable, dict[int, float]] = {}  # job -> held step -> since (monotonic)
@@ -71,8 +97,11 @@ class Reorderer:
         for h in held:
             since.setdefault(h, now)
 
-    def release(self, job: Hashable, held: set[int], last_step: int, now: float) -> int | None:
-        """The held step to diagnose after ``last_step``, taken out of ``held``; None: wait."""
+    def release(
+        self, job: Hashable, held: set[int], last_step: int, now: float, held_bytes: int = 0
+    ) -> int | None:
+        """The held step to diagnose after ``last_step``, taken out of ``held``; None: wait.
+        ``held_bytes``: the size of the held steps' findings."""
         since = self._since.setdefault(job, {})
         nxt = next_in_order(
             last_step,
@@ -81,6 +110,8 @@ class Reorderer:
             waited_s=now - min(since[s] for s in held) if held else 0.0,
             max_wait_s=self.max_wait_s,
             start_wait_s=self.start_wait_s,
+            held_bytes=held_bytes,
+            max_held_bytes=self.max_held_bytes,
         )
         if nxt is not None:
             held.discard(nxt)
@@ -90,3 +121,29 @@ class Reorderer:
     def forget(self, job: Hashable) -> None:
         """Drop the job's clocks (its state expired)."""
         self._since.pop(job, None)
+
+
+def add_gap(gaps: Gaps, first: int, last: int, *, max_gaps: int = MAX_GAPS) -> Gaps:
+    """Record steps ``first..last`` as given up (the diagnosis went on past them); return
+    the oldest ranges dropped to keep at most ``max_gaps``. Gaps come in step order (the
+    diagnosis only moves forward), so appending keeps the list sorted."""
+    if first > last:
+        return []
+    if gaps and gaps[-1][1] >= first - 1:
+        gaps[-1][1] = max(gaps[-1][1], last)
+    else:
+        gaps.append([first, last])
+    dropped = gaps[: max(0, len(gaps) - max_gaps)]
+    del gaps[: len(dropped)]
+    return dropped
+
+
+def take_late(gaps: Gaps, step: int) -> bool:
+    """Whether ``step`` was given up (so it comes late, not again); if so it leaves ``gaps``
+    (a second copy of it is a duplicate)."""
+    i = bisect.bisect_right(gaps, step, key=lambda r: r[0]) - 1
+    if i < 0 or not gaps[i][0] <= step <= gaps[i][1]:
+        return False
+    first, last = gaps[i]
+    gaps[i : i + 1] = [r for r in ([first, step - 1], [step + 1, last]) if r[0] <= r[1]]
+    return True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from argus.streams.ordering import Reorderer, next_in_order
+from argus.streams.ordering import Reorderer, add_gap, next_in_order, take_late
 
 
 def test_in_order_steps_go_at_once_and_early_ones_wait() -> None:
@@ -49,3 +49,29 @@ def test_steps_restored_from_the_table_wait_afresh_and_a_forgotten_job_starts_ov
     assert r.release("job", held, 3, now=1030.0) == 5
     r.forget("job")
     assert not r.knows("job")
+
+
+def test_given_up_steps_are_kept_as_gaps_so_a_late_one_is_told_from_a_duplicate() -> None:
+    gaps: list[list[int]] = []
+    assert add_gap(gaps, 5, 4) == [] and gaps == []  # no step between
+    add_gap(gaps, 10, 12)
+    add_gap(gaps, 13, 13)  # adjacent: one range
+    add_gap(gaps, 20, 20)
+    assert gaps == [[10, 13], [20, 20]]
+    assert take_late(gaps, 11) and gaps == [[10, 10], [12, 13], [20, 20]]
+    assert not take_late(gaps, 11)  # the second copy is a duplicate
+    assert not take_late(gaps, 9) and not take_late(gaps, 15) and not take_late(gaps, 21)
+    assert take_late(gaps, 20) and take_late(gaps, 10) and gaps == [[12, 13]]
+    dropped = [add_gap(gaps, 100 + 2 * i, 100 + 2 * i, max_gaps=3) for i in range(4)]
+    assert gaps == [[102, 102], [104, 104], [106, 106]]
+    assert dropped[2] == [[12, 13]] and dropped[3] == [[100, 100]]  # the oldest go first
+
+
+def test_held_bytes_bound_the_wait_like_the_count() -> None:
+    assert next_in_order(9, {11, 12}, held_bytes=100, max_held_bytes=100) is None
+    assert next_in_order(9, {11, 12}, held_bytes=101, max_held_bytes=100) == 11
+    r = Reorderer(max_held=1000, max_held_bytes=100, max_wait_s=30.0)
+    held: set[int] = set()
+    r.hold("j", held, 11, 0.0)
+    assert r.release("j", held, 9, 1.0, held_bytes=50) is None
+    assert r.release("j", held, 9, 1.0, held_bytes=150) == 11 and held == set()
