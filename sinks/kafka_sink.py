@@ -40,6 +40,7 @@ pauses its partitions until the write is done.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import random
 import threading
@@ -48,8 +49,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -68,6 +70,7 @@ from argus.schemas import (
     KernelSketch,
     SchemaError,
     StepBatch,
+    StepSummary,
     decode_many,
     peek_schema_id,
 )
@@ -96,6 +99,9 @@ class SinkStats:
     insert_retries: int = 0
     rejected: int = 0
     """Records the store rejected (dead-lettered with its reason)."""
+    redelivered: dict[str, int] = field(default_factory=dict)
+    """Rows not inserted because the store holds them already, per table: a redelivery
+    (a batch re-cut after a lost group membership) or a producer's retry."""
     store_down_since: float | None = None
 
 
@@ -111,6 +117,25 @@ class _Pending:
 
 class _Stopped(SinkError):
     """The sink was stopped while a write waited for the store (the batch is replayed later)."""
+
+
+_KEYS: dict[type, tuple[str, str]] = {
+    StepBatch: ("steps", "bitOr(bitShiftLeft(step, 20), rank)"),
+    StepSummary: ("step_summaries", "bitShiftLeft(step, 20)"),
+}
+"""The records the rollups count (materialized views of steps, a step's one summary):
+their table, and the SQL of their key within a job run, as :func:`_row_keys` computes it."""
+
+_T = TypeVar("_T")
+
+
+def _row_keys(record: StepBatch | StepSummary) -> np.ndarray:
+    """A record's rows' keys within its job run: ``step << 20 | rank`` (a rank < 2**20, a
+    step < 10**12 < 2**43: one uint64); a summary is rank 0 of its step."""
+    if isinstance(record, StepSummary):
+        return np.array([record.step << 20], np.uint64)
+    ranks = np.asarray(record["rank"]).astype(np.uint64)
+    return (np.uint64(record.step) << np.uint64(20)) | ranks
 
 
 def _rows_of(record: Any) -> int:
@@ -415,7 +440,11 @@ class KafkaSink:
                     decoded.append(rows)
         base = f"{topic}:{partition}:{pending.first}-{pending.last}"
         for kind, index in by_type.items():
-            self._insert_records(key, pending, index, f"{TABLE_OF[kind]}:{base}")
+            token = f"{TABLE_OF[kind]}:{base}"
+            if kind in _KEYS:
+                index, token = self._unstored(pending, index, token)
+            if index:
+                self._insert_records(key, pending, index, token)
         if decoded:
             data = pa.concat_tables(decoded)
             try:
@@ -425,6 +454,78 @@ class KafkaSink:
                 log.error("the store rejected %d decoded kernel rows of %s: %s", data.num_rows, base, exc)
             else:
                 self.stats.rows["kernels"] = self.stats.rows.get("kernels", 0) + data.num_rows
+
+    def _unstored(self, pending: _Pending, index: list[int], token: str) -> tuple[list[int], str]:
+        """The records at ``index`` (one keyed type) less the rows the store holds already
+        and the rows an earlier record of the batch holds (a partial StepBatch is cut in
+        ``pending.records``): the materialized rollups count what is inserted, so a row is
+        inserted once, whatever Kafka redelivers. Returns the index left and its token: the
+        batch's own when nothing was dropped, else one named after the rows kept (a replay
+        drops the same rows, or all of them once this insert landed)."""
+        records = [pending.records[i] for i in index]
+        table, key_sql = _KEYS[type(records[0])]
+        keys = [_row_keys(r) for r in records]
+        keep = [np.ones(len(k), bool) for k in keys]
+        by_run: dict[tuple[str, int], list[int]] = {}
+        for j, r in enumerate(records):
+            by_run.setdefault((r.job, r.run), []).append(j)
+        for (job, run), members in by_run.items():
+            joined = np.concatenate([keys[j] for j in members])
+            fresh = np.zeros(len(joined), bool)
+            fresh[np.unique(joined, return_index=True)[1]] = True  # the first of each key
+            steps = joined >> np.uint64(20)
+            stored = self._stored_keys(table, key_sql, job, run, int(steps.min()), int(steps.max()))
+            if stored is not None:
+                fresh &= ~np.isin(joined, stored)
+            for j, part in zip(
+                members, np.split(fresh, np.cumsum([len(keys[j]) for j in members])[:-1]), strict=True
+            ):
+                keep[j] = part
+        dropped = sum(int((~k).sum()) for k in keep)
+        if not dropped:
+            return index, token
+        self.stats.redelivered[table] = self.stats.redelivered.get(table, 0) + dropped
+        log.info(
+            "%d rows of %s are in %s already (redelivered or resent): not inserted again",
+            dropped,
+            token,
+            table,
+        )
+        left = []
+        digest = hashlib.blake2b(digest_size=8)
+        for i, r, k in zip(index, records, keep, strict=True):
+            if k.all():
+                left.append(i)
+            elif k.any():
+                pending.records[i] = r.take(np.flatnonzero(k))
+                left.append(i)
+            else:
+                continue
+            digest.update(np.ascontiguousarray(_row_keys(pending.records[i])).tobytes())
+        return left, f"{token}/new-{digest.hexdigest()}"
+
+    def _stored_keys(
+        self, table: str, key_sql: str, job: str, run: int, lo: int, hi: int
+    ) -> np.ndarray | None:
+        """The keys (``step << 20 | rank``) of a job run's rows stored with steps in
+        ``lo..hi``; None if the store rejects the query (then nothing is dropped: a row
+        counted twice is better than a row lost)."""
+        sql = (
+            f"SELECT {key_sql} AS k FROM {table} WHERE job = {{j:String}} AND run = {{r:UInt32}} "
+            "AND step BETWEEN {lo:UInt64} AND {hi:UInt64}"
+        )
+        params = {"j": job, "r": run, "lo": lo, "hi": hi}
+        try:
+            result = self._with_store(
+                f"read the keys of {table}", lambda store: store.query_arrow(sql, params)
+            )
+        except QueryError as exc:
+            log.error("cannot read the stored keys of %s (%s): redelivered rows may count twice", table, exc)
+            return None
+        if not result.num_rows:
+            return np.zeros(0, np.uint64)
+        keys: np.ndarray = result.column("k").to_numpy().astype(np.uint64)
+        return keys
 
     def _insert_records(self, key: tuple[str, int], pending: _Pending, index: list[int], token: str) -> None:
         """Insert records of one type; a rejected insert is split in halves (deterministic
@@ -481,9 +582,17 @@ class KafkaSink:
         return self._stopping.is_set() or (self._stop is not None and self._stop.is_set())
 
     def _insert_with_retry(self, table: str, data: Any, token: str) -> None:
-        """Insert, retrying only while the store is unavailable: jittered backoff within
-        ``retry_deadline_s``, cut short by a stop. Raises :class:`QueryError` when the store
-        rejects the data, :class:`SinkError` when the deadline passed or the sink stopped."""
+        """Insert, retrying only while the store is unavailable (:meth:`_with_store`)."""
+        self._with_store(
+            f"insert into {table}",
+            lambda store: store.insert_arrow(table, data, settings=dedup_settings(token)),
+        )
+        self.stats.inserts += 1
+
+    def _with_store(self, what: str, call: Callable[[Store], _T]) -> _T:
+        """``call(store)``, retried only while the store is unavailable: jittered backoff
+        within ``retry_deadline_s``, cut short by a stop. Raises :class:`QueryError` when the
+        store rejects it, :class:`SinkError` when the deadline passed or the sink stopped."""
         backoff = 0.2
         attempt = 0
         deadline = time.monotonic() + self._retry_deadline
@@ -491,15 +600,14 @@ class KafkaSink:
             try:
                 if self._store is None:
                     self._store = self._open_store()
-                self._store.insert_arrow(table, data, settings=dedup_settings(token))
+                result = call(self._store)
                 self._store_answered = time.monotonic()
-                self.stats.inserts += 1
                 if self.stats.store_down_since is not None:
                     log.warning(
                         "ClickHouse is back after %.1f s", time.monotonic() - self.stats.store_down_since
                     )
                     self.stats.store_down_since = None
-                return
+                return result
             except (StoreUnavailableError, StoreLockedError) as exc:
                 attempt += 1
                 self.stats.insert_retries += 1
@@ -508,15 +616,15 @@ class KafkaSink:
                 self._drop_store()
                 delay = random.uniform(backoff / 2, backoff)  # jitter: sinks do not retry in step
                 if self._stopped():
-                    raise _Stopped(f"stopped while inserting into {table}: {exc}") from exc
+                    raise _Stopped(f"stopped while trying to {what}: {exc}") from exc
                 if time.monotonic() + delay > deadline:
                     raise SinkError(
-                        f"ClickHouse unavailable for {self._retry_deadline:.0f} s (insert into {table}, "
+                        f"ClickHouse unavailable for {self._retry_deadline:.0f} s ({what}, "
                         f"{attempt} attempts): {exc}"
                     ) from exc
                 log.warning(
-                    "insert into %s failed (attempt %d): %s; retrying in %.1f s",
-                    table,
+                    "%s failed (attempt %d): %s; retrying in %.1f s",
+                    what,
                     attempt,
                     str(exc)[:200],
                     delay,

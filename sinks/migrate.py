@@ -7,15 +7,25 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ._sql import DDL_FRAGMENTS
-from .store import Store, split_statements
+from .store import Store, _ident, split_statements
 
-__all__ = ["MAX_TTL_DAYS", "Migration", "applied_versions", "migrate", "migrations"]
+__all__ = [
+    "MAX_TTL_DAYS",
+    "Migration",
+    "applied_versions",
+    "apply_ttl",
+    "migrate",
+    "migrations",
+    "retention",
+    "retention_report",
+]
 
 MAX_TTL_DAYS = 10_000
 """The longest retention (about 27 years): arrival time + TTL must stay below DateTime's end
 (2106-02-07), or the TTL date wraps into the past and every row is deleted at once."""
 
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+_TTL = re.compile(r"\bTTL inserted \+ toIntervalDay\((\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -61,8 +71,7 @@ def migrate(store: Store, *, ttl_days: int = 30) -> list[Migration]:
     ``ttl_days`` (1..MAX_TTL_DAYS) is the retention the migrations write into the tables'
     TTL, counted from each row's arrival (migration 006).
     """
-    if not 1 <= ttl_days <= MAX_TTL_DAYS:
-        raise ValueError(f"ttl_days must be between 1 and {MAX_TTL_DAYS:,} (got {ttl_days})")
+    _check_ttl(ttl_days)
     done = applied_versions(store)
     applied = []
     for m in migrations():
@@ -73,3 +82,51 @@ def migrate(store: Store, *, ttl_days: int = 30) -> list[Migration]:
         store.execute("INSERT INTO schema_migrations (version) VALUES ({v:UInt32})", {"v": m.version})
         applied.append(m)
     return applied
+
+
+def _check_ttl(ttl_days: int) -> None:
+    if not 1 <= ttl_days <= MAX_TTL_DAYS:
+        raise ValueError(f"ttl_days must be between 1 and {MAX_TTL_DAYS:,} (got {ttl_days})")
+
+
+def retention(store: Store) -> dict[str, int]:
+    """Days each table with a TTL keeps a row, as the store's own DDL says (the TTL counts
+    from a row's arrival, ``inserted``, since migration 006)."""
+    rows = store.query_rows(
+        "SELECT name, engine_full FROM system.tables WHERE database = currentDatabase() "
+        "AND engine_full LIKE '%TTL inserted%' ORDER BY name"
+    )
+    out = {}
+    for name, engine in rows:
+        m = _TTL.search(str(engine))
+        if m:
+            out[str(name)] = int(m.group(1))
+    return out
+
+
+def apply_ttl(store: Store, ttl_days: int) -> dict[str, int]:
+    """Make every table's TTL ``ttl_days`` (the migrations write it only when they create a
+    table); return the tables changed, each with the days it kept before.
+
+    Run by ``argus db migrate`` and on every ``argus sink`` start, the processes that own the
+    store's configuration (never by a reader such as ``argus sql``, whose environment may
+    lack ``ARGUS_TTL_DAYS``). ClickHouse rewrites each changed table's parts once (the TTL
+    is materialized), then deletes what is older than the new retention.
+    """
+    _check_ttl(ttl_days)
+    changed = {table: days for table, days in retention(store).items() if days != ttl_days}
+    for table in changed:
+        store.execute(f"ALTER TABLE {_ident(table)} MODIFY TTL inserted + INTERVAL {int(ttl_days)} DAY")
+    return changed
+
+
+def retention_report(store: Store, ttl_days: int) -> str:
+    """Apply ``ttl_days`` (:func:`apply_ttl`) and say in one line what the store keeps now."""
+    changed = apply_ttl(store, ttl_days)
+    now = retention(store)
+    kept = sorted(set(now.values()))
+    line = f"retention: {', '.join(map(str, kept)) or '-'} days from arrival on {len(now)} tables"
+    if changed:
+        before = sorted(set(changed.values()))
+        line += f" (changed now on {len(changed)}, from {', '.join(map(str, before))} days)"
+    return line

@@ -200,6 +200,17 @@ def _settings_clause(settings: Mapping[str, Any] | None) -> str:
     return " SETTINGS " + ", ".join(parts)
 
 
+_PARAM_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})
+
+
+def _escaped(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Bound parameters as chDB wants them: it parses a value in ClickHouse's escaped text
+    format (``run\\t1`` would become a tab, a lone backslash or a newline an error), so a
+    string's backslashes and control characters are escaped and it reads back as given
+    (clickhouse-connect does the same for a server)."""
+    return {k: v.translate(_PARAM_ESCAPES) if isinstance(v, str) else v for k, v in params.items()}
+
+
 class ChdbStore:
     """ClickHouse in-process (chDB), file-backed under ``path``; one process at a time.
 
@@ -243,7 +254,7 @@ class ChdbStore:
     def _query(self, sql: str, fmt: str, params: Mapping[str, Any] | None) -> Any:
         try:
             with self._turn:
-                return self._session.query(sql, fmt, params=dict(params) if params else None)  # type: ignore[no-untyped-call]
+                return self._session.query(sql, fmt, params=_escaped(params) if params else None)  # type: ignore[no-untyped-call]
         except Exception as exc:
             raise _store_error(str(exc).strip()) from exc
 

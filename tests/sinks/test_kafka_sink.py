@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -546,3 +547,179 @@ def test_each_topic_stores_only_its_own_records_and_size_bombs_are_dead_lettered
     assert stored == expected
     assert reasons.get("wrong_topic") == forged
     assert sum(reasons.values()) == forged + bombed == sink.stats.dead_letters
+
+
+def rollup_counts(store: Any, job: str) -> dict[str, int]:
+    """Rows of a job as ``steps FINAL`` holds them and as each rollup counts them."""
+    p = {"j": job}
+
+    def one(sql: str) -> int:
+        return int(store.query_rows(sql, p)[0][0] or 0)
+
+    return {
+        "steps_final": one("SELECT count() FROM steps FINAL WHERE job = {j:String}"),
+        "steps": one("SELECT count() FROM steps WHERE job = {j:String}"),
+        "steps_minutely": one("SELECT sum(rows) FROM steps_minutely WHERE job = {j:String}"),
+        "steps_rank_minutely": one("SELECT sum(steps) FROM steps_rank_minutely WHERE job = {j:String}"),
+        "steps_by_rank": one("SELECT sum(steps) FROM steps_by_rank WHERE job = {j:String}"),
+        "summaries_final": one("SELECT count() FROM step_summaries FINAL WHERE job = {j:String}"),
+        "summaries": one("SELECT count() FROM step_summaries WHERE job = {j:String}"),
+    }
+
+
+def rollup_excess(counts: dict[str, int]) -> int:
+    """Rows counted beyond ``steps FINAL`` (and summaries beyond ``step_summaries FINAL``)."""
+    steps = max(counts[k] for k in ("steps", "steps_minutely", "steps_rank_minutely", "steps_by_rank"))
+    return steps - counts["steps_final"] + counts["summaries"] - counts["summaries_final"]
+
+
+def _summary(job: str, step: int) -> Any:
+    from tests.records import RECORDS
+
+    s = next(r for r in RECORDS if type(r).__name__ == "StepSummary")
+    return dataclasses.replace(s, job=job, step=step, end_ns=T0 + step * 10**9)
+
+
+def test_rollups_count_each_row_once_after_a_re_cut_redelivery_and_a_producer_retry(
+    kafka_conf, store, unique
+) -> None:
+    """Issue 34, item 5: a sink that lost its group membership had inserted offsets 0..5 in
+    one batch without committing them (no intent either); its successor re-reads them and
+    cuts other batches (new tokens): steps_minutely, steps_rank_minutely and steps_by_rank
+    counted them twice for good, step_summaries held 2 rows of a step. A rank that re-sent
+    its step (a producer retry) was counted twice as well. Rollups equal ``steps FINAL``."""
+    from argus.schemas import STEP_SUMMARIES
+
+    topic = make_topic(kafka_conf, f"t-redeliver-{unique}", partitions=1)
+    sums = make_topic(kafka_conf, f"t-redeliver-sums-{unique}", partitions=1)
+    job = f"redeliver-{unique}"
+    recs = batches(job, 10)
+    retried = [recs[4].take([3]), recs[7], recs[7].take([0, 1])]  # a rank's, a node's message again
+    produce(kafka_conf, topic, [*recs, *retried])
+    summaries = [_summary(job, s) for s in range(10)]
+    produce(kafka_conf, sums, [*summaries, summaries[2], summaries[9]])
+    table, data = to_arrow(recs[:6])
+    store.insert_arrow(table, data, settings=dedup_settings(f"steps:{topic}:0:0-5"))  # the lost sink's batch
+    table, data = to_arrow(summaries[:3])
+    store.insert_arrow(table, data, settings=dedup_settings(f"step_summaries:{sums}:0:0-2"))
+    sink = KafkaSink(
+        lambda: Borrowed(store),
+        kafka_conf,
+        topics={topic: STEPS, sums: STEP_SUMMARIES},
+        group=f"g-{unique}",
+        batch_rows=20,
+        batch_seconds=0.05,
+        max_poll_messages=3,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while sink.stats.messages < 13 + 12 and time.monotonic() < deadline:
+            sink.poll(0.2)
+        sink.flush_all()
+    finally:
+        sink.close()
+    counts = rollup_counts(store, job)
+    report(
+        "rollups after a redelivery",
+        sent=80,
+        received=counts["steps_final"],
+        rollup_excess=rollup_excess(counts),
+    )
+    assert counts == {
+        "steps_final": 80,
+        "steps": 80,
+        "steps_minutely": 80,
+        "steps_rank_minutely": 80,
+        "steps_by_rank": 80,
+        "summaries_final": 10,
+        "summaries": 10,
+    }
+    assert sink.stats.redelivered == {"steps": 48 + 11, "step_summaries": 3 + 2}
+
+
+@pytest.mark.slow
+def test_rollups_stay_exact_through_a_broker_outage_and_producer_retries(store, tmp_path, unique) -> None:
+    """Issue 34, item 5, live: a broker of our own is stopped for ``ARGUS_TEST_ROLLUP_OUTAGE_S``
+    (60 s in the bench) while the real Publisher sends 8 ranks at 5 steps/s and the sink
+    runs; the agents spool and replay, the sink loses its group and re-reads, and ranks
+    re-send steps (producer retries). Every rollup equals ``steps FINAL``."""
+    import subprocess
+    import threading
+    from pathlib import Path
+
+    from argus.producers.publisher import Publisher
+
+    repo = Path(__file__).resolve().parents[2]
+    port = int(os.environ.get("ARGUS_TEST_ROLLUP_PORT", "19394"))
+    outage_s = float(os.environ.get("ARGUS_TEST_ROLLUP_OUTAGE_S", "10"))
+    env = {**os.environ, "ARGUS_KAFKA_PORT": str(port), "ARGUS_KAFKA_DATA": str(tmp_path / "kafka")}
+
+    def kafka(action: str) -> None:
+        subprocess.run([str(repo / "scripts" / "kafka.sh"), action], env=env, check=True, timeout=180)
+
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}"}
+    job = f"outage-rollup-{unique}"
+    kafka("up")
+    stop_sink, stop_ranks = threading.Event(), threading.Event()
+    try:
+        ensure_topics(conf, [STEPS], partitions=4)
+        publisher = Publisher(conf, spool_dir=tmp_path / "spool", stall_s=1.0)
+        sink = KafkaSink(
+            lambda: Borrowed(store), conf, topics=[STEPS], group=f"g-{unique}", batch_seconds=0.5
+        )
+        sinking = threading.Thread(target=sink.run, args=(stop_sink,))
+        sinking.start()
+        template = step_batch(8, step=0)
+        sent: list[StepBatch] = []
+
+        def ranks() -> None:  # 8 ranks at 5 steps/s, one message per rank and step
+            step = 0
+            while not stop_ranks.is_set():
+                cols = dict(template.columns)
+                cols["start_ns"] = np.full(8, time.time_ns() - 150_000_000)
+                cols["end_ns"] = cols["start_ns"] + 120_000_000
+                whole = StepBatch(job, 1, step, cols)
+                for r in range(8):
+                    publisher.publish(STEPS, step_key(job, step), whole.take([r]))
+                sent.append(whole)
+                step += 1
+                stop_ranks.wait(0.2)
+
+        ranking = threading.Thread(target=ranks)
+        ranking.start()
+        time.sleep(5)
+        kafka("down")
+        time.sleep(outage_s)
+        kafka("up")
+        time.sleep(10)
+        stop_ranks.set()
+        ranking.join()
+        for whole in sent[:: max(1, len(sent) // 10)]:  # retries: a rank's step sent again
+            publisher.publish(STEPS, step_key(job, whole.step), whole.take([whole.step % 8]))
+        assert publisher.flush(120) == 0
+        stats = publisher.stats()
+        publisher.shutdown()
+        want = 8 * len(sent)
+        deadline = time.monotonic() + 120
+        while rollup_counts(store, job)["steps_final"] < want and time.monotonic() < deadline:
+            time.sleep(1)
+        time.sleep(3)  # the sink's last batches
+    finally:
+        stop_ranks.set()
+        stop_sink.set()
+        with contextlib.suppress(NameError):
+            sinking.join(60)
+        kafka("down")
+    counts = rollup_counts(store, job)
+    report(
+        "broker outage, rollups",
+        sent=want,
+        received=counts["steps_final"],
+        lost=want - counts["steps_final"],
+        rollup_excess=rollup_excess(counts),
+        outage_s=outage_s,
+        spooled=stats.get("spooled", 0),
+        redelivered=sum(sink.stats.redelivered.values()),
+    )
+    assert counts["steps_final"] == want
+    assert rollup_excess(counts) == 0, counts

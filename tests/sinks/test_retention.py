@@ -96,3 +96,85 @@ def test_migration_006_upgrades_a_store_with_data(tmp_path: Path) -> None:
         check=True,
     )
     assert out.stdout.strip().splitlines()[-1] == "True ['after', 'before']"
+
+
+def _argus(home: Path, ttl: int, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    full = {**os.environ, "ARGUS_HOME": str(home), "ARGUS_TTL_DAYS": str(ttl), "COLUMNS": "200", **env}
+    return subprocess.run(
+        [sys.executable, "-m", "argus.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=full,
+        timeout=300,
+    )
+
+
+_TTLS = r"""
+import json, sys
+from argus.sinks import ChdbStore
+from argus.sinks.migrate import retention
+s = ChdbStore(sys.argv[1])
+print(json.dumps(retention(s)))
+s.close()
+"""
+
+
+def _stored_ttls(home: Path) -> dict[str, int]:
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", _TTLS, str(home / "clickhouse")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=True,
+    )
+    ttls: dict[str, int] = json.loads(out.stdout.strip().splitlines()[-1])
+    return ttls
+
+
+def test_the_configured_ttl_is_applied_and_reported_on_a_fresh_store_and_when_it_changes(
+    tmp_path: Path,
+) -> None:
+    """Issue 34, item 7: ``ARGUS_TTL_DAYS=365 argus db migrate`` on a fresh store created
+    30-day TTLs (migrate never got the setting), and once the schema existed a new value
+    was ignored silently. Now both apply it to every table and say so."""
+    home = tmp_path / "home"
+    first = _argus(home, 365, "db", "migrate")
+    assert first.returncode == 0, first.stderr
+    ttls = _stored_ttls(home)
+    assert set(TABLES_WITH_TTL) <= set(ttls) and set(ttls.values()) == {365}, ttls
+    assert f"retention: 365 days from arrival on {len(ttls)} tables" in first.stdout
+    again = _argus(home, 90, "db", "migrate")
+    assert again.returncode == 0, again.stderr
+    assert set(_stored_ttls(home).values()) == {90}
+    assert (
+        f"retention: 90 days from arrival on {len(ttls)} tables (changed now on {len(ttls)}, from 365 days)"
+        in (again.stdout)
+    )
+    same = _argus(home, 90, "db", "migrate")
+    assert "retention: 90 days" in same.stdout and "changed now" not in same.stdout
+
+
+@pytest.mark.kafka
+def test_every_sink_start_applies_and_reports_the_ttl(tmp_path: Path, kafka_conf) -> None:
+    """Issue 34, item 7: the sink applies ARGUS_TTL_DAYS on every start, the schema there or not."""
+    home = tmp_path / "home"
+    assert _argus(home, 30, "db", "migrate").returncode == 0
+    out = _argus(
+        home,
+        120,
+        "sink",
+        "--idle-exit",
+        "1",
+        "--group",
+        f"ttl-{tmp_path.name}",
+        ARGUS_KAFKA_BOOTSTRAP=kafka_conf["bootstrap.servers"],
+    )
+    assert out.returncode == 0, out.stderr
+    assert "retention: 120 days from arrival" in out.stdout and "from 30 days" in out.stdout
+    assert set(_stored_ttls(home).values()) == {120}

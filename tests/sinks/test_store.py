@@ -165,3 +165,31 @@ def test_with_datetimes_uses_the_servers_zone_for_a_bare_datetime() -> None:
     assert out.schema.field("t").type == pa.timestamp("s", tz="Europe/Berlin")
     assert out.column("t").to_pylist()[0].isoformat() == "1970-01-01T01:00:00+01:00"
     assert out.column("t").null_count == 1 and out.column("n").to_pylist() == [5, 6]
+
+
+WEIRD_NAMES = [
+    "C:\\runs\\new\\tjob",
+    "run\\t1",
+    "tab\there",
+    "line\nbreak",
+    "nul\0name",
+    "\\",
+    "esc\x1b[2Jname",
+]
+
+
+@pytest.mark.parametrize("name", WEIRD_NAMES)
+def test_a_bound_string_reads_back_as_given_and_finds_its_rows(store, name: str, unique: str) -> None:
+    """Issue 34, item 8: chDB parses a bound value as escaped text: a job named
+    ``C:\\runs\\new\\tjob`` (stored) could not be found, ``run\\t1`` became a tab, a
+    newline or a lone backslash failed to parse."""
+    from argus.schemas import StepBatch
+    from argus.sinks import to_arrow
+    from tests.records import step_batch
+
+    job = f"{name}-{unique}"
+    b = step_batch(2)
+    table, data = to_arrow([StepBatch(job, b.run, b.step, b.columns)])
+    store.insert_arrow(table, data)
+    assert store.query_rows("SELECT {j:String}", {"j": job}) == [(job,)]
+    assert store.query_rows("SELECT count() FROM steps WHERE job = {j:String}", {"j": job}) == [(2,)]
