@@ -30,6 +30,7 @@ def sink(
     from argus.schemas import ALL_TOPICS
     from argus.sinks import SinkError, StoreLockedError, migrate
     from argus.sinks.kafka_sink import KafkaSink
+    from argus.sinks.migrate import retention_report
 
     from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
     from ..wiring import open_configured_store
@@ -41,6 +42,7 @@ def sink(
         ensure_topics(conf, ALL_TOPICS, partitions=s.kafka_partitions)
         store = open_configured_store(s)
         migrate(store, ttl_days=s.ttl_days)
+        console.print(retention_report(store, s.ttl_days), markup=False, highlight=False)
     except KafkaUnavailable as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
     except StoreLockedError as exc:
