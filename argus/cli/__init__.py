@@ -31,6 +31,7 @@ try:
         demo,
         diagnose,
         doctor,
+        fleet,
         grafana,
         import_trace,
         node_agent,

@@ -1,0 +1,186 @@
+"""``argus fleet``: the nodes that keep slowing jobs down, and what slowness costs the fleet.
+
+- On a terminal: the suspect nodes ranked, each with its evidence, then the fleet's GPU-hours
+  lost by day and cause.
+- Piped or redirected: TSV with a header, one suspect per line (``--lost``: one day and
+  cause per line instead); ``-f json``: everything as one JSON object.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from ._app import app, console, fail
+from ._store import command_store
+from .sql import tsv_escape
+
+if TYPE_CHECKING:
+    from argus.fleet import FleetView, SuspectNode
+
+__all__ = ["FleetFormat", "suspect_row", "view_json"]
+
+_COLUMNS = (
+    "host", "confidence", "rate_x_fleet_min", "jobs", "jobs_expected", "anomalies", "gpu_hours_hosted",
+    "gpu_hours_lost", "causes", "gpus", "xid_samples", "ecc_errors", "throttled_samples", "link_errors",
+    "xids", "jobs_list", "anomaly_ids",
+)  # fmt: skip
+
+
+class FleetFormat(StrEnum):
+    """How ``argus fleet`` writes its result."""
+
+    auto = "auto"
+    table = "table"
+    tsv = "tsv"
+    json = "json"
+
+
+def suspect_row(n: SuspectNode) -> dict[str, Any]:
+    """One suspect as a flat record (the TSV columns, the JSON objects)."""
+    ev = n.evidence
+    return {
+        "host": n.host,
+        "confidence": n.confidence,
+        "rate_x_fleet_min": n.ratio_low,
+        "jobs": n.jobs,
+        "jobs_expected": n.expected,
+        "anomalies": n.anomalies,
+        "gpu_hours_hosted": n.gpu_hours,
+        "gpu_hours_lost": n.gpu_hours_lost,
+        "causes": ev.causes,
+        "gpus": ev.gpus,
+        "xid_samples": n.xid_samples,
+        "ecc_errors": n.ecc_errors,
+        "throttled_samples": n.throttled_samples,
+        "link_errors": n.link_errors,
+        "xids": list(ev.xids),
+        "jobs_list": list(ev.jobs),
+        "anomaly_ids": list(ev.ids),
+    }
+
+
+def view_json(view: FleetView) -> dict[str, Any]:
+    """The whole view as plain JSON-able data."""
+    return {
+        "since": view.since.isoformat(),
+        "until": view.until.isoformat(),
+        "cause": view.cause,
+        "fleet_rate_per_gpu_hour": view.rate,
+        "nodes": view.nodes,
+        "gpu_hours_hosted": view.gpu_hours,
+        "suspects": [suspect_row(n) for n in view.suspects],
+        "lost_by_day": [
+            {"day": x.day, "cause": x.cause, "anomalies": x.anomalies, "gpu_hours_lost": x.gpu_hours_lost}
+            for x in view.lost
+        ],
+    }
+
+
+def _short(counts: dict[str, int], limit: int = 3) -> str:
+    return ", ".join(f"{k} {v}" for k, v in list(counts.items())[:limit])
+
+
+def _print_table(view: FleetView) -> None:
+    from rich.table import Table
+
+    window = f"{view.since:%Y-%m-%d %H:%M} to {view.until:%Y-%m-%d %H:%M} UTC"
+    console.print(
+        f"{window}: {view.nodes} nodes, {view.gpu_hours:,.1f} GPU-hours hosted, fleet rate "
+        f"{view.rate * 1000:.3g} implicating jobs per 1,000 GPU-hours"
+        + (f", cause {view.cause}" if view.cause else ""),
+        highlight=False,
+        markup=False,
+    )
+    if not view.suspects:
+        console.print("no suspect node: no node was implicated by jobs well above the fleet's rate")
+    else:
+        t = Table(
+            "host", "confidence", "rate ≥", "jobs (expected)", "GPU-h hosted / lost", "causes", "GPUs",
+            "health", "anomalies", title="suspect nodes", title_justify="left",
+        )  # fmt: skip
+        for n in view.suspects:
+            ev = n.evidence
+            health = f"XID {n.xid_samples}, ECC {n.ecc_errors}, throttled {n.throttled_samples}, link {n.link_errors}"
+            ids = ", ".join(ev.ids[:3]) + (f" (+{len(ev.ids) - 3})" if len(ev.ids) > 3 else "")
+            t.add_row(
+                n.host,
+                f"{n.confidence:.4f}",
+                f"{n.ratio_low:.1f}x fleet",
+                f"{n.jobs} ({n.expected:.2f})",
+                f"{n.gpu_hours:.1f} / {n.gpu_hours_lost:.2f}",
+                _short(ev.causes),
+                _short(ev.gpus, 2),
+                health,
+                ids,
+            )
+        console.print(t)
+    if view.lost:
+        t = Table("day", "cause", "anomalies", "GPU-hours lost", title="GPU-hours lost", title_justify="left")
+        for x in view.lost:
+            t.add_row(x.day, x.cause, str(x.anomalies), f"{x.gpu_hours_lost:.2f}")
+        console.print(t)
+
+
+def _print_tsv(view: FleetView, lost: bool) -> None:
+    out = sys.stdout
+    if lost:
+        out.write("day\tcause\tanomalies\tgpu_hours_lost\n")
+        for x in view.lost:
+            out.write(f"{x.day}\t{tsv_escape(x.cause)}\t{x.anomalies}\t{x.gpu_hours_lost!r}\n")
+        return
+    out.write("\t".join(_COLUMNS) + "\n")
+    for n in view.suspects:
+        row = suspect_row(n)
+        out.write("\t".join(tsv_escape(row[c]) for c in _COLUMNS) + "\n")
+
+
+@app.command()
+def fleet(
+    since: str = typer.Option(
+        "7d", "--since", help="the window: a span before --until (7d, 36h, 2w) or an ISO time"
+    ),
+    until: str = typer.Option("", "--until", help="the window's end, an ISO time (default: now)"),
+    cause: str = typer.Option("", "--cause", help="only anomalies of this cause (e.g. compute_straggler)"),
+    fmt: FleetFormat = typer.Option(
+        FleetFormat.auto,
+        "--format",
+        "-f",
+        help="auto (table on a terminal, TSV when piped), table, tsv, json",
+    ),
+    lost: bool = typer.Option(
+        False, "--lost", help="TSV: the GPU-hours lost by day and cause, not the suspects"
+    ),
+) -> None:
+    """Suspect nodes ranked (nodes that slow jobs more often than the fleet, given the GPU-hours
+    they hosted), with their evidence, and the fleet's GPU-hours lost by day and cause."""
+    import json
+
+    from argus.fleet import fleet_view, parse_since
+
+    try:
+        end = datetime.now(UTC) if not until else parse_since(until, datetime.now(UTC))
+        start = parse_since(since, end)
+        if start >= end:
+            raise ValueError(
+                f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})"
+            )
+    except ValueError as exc:
+        fail(str(exc))
+    if fmt is FleetFormat.auto:
+        fmt = FleetFormat.table if sys.stdout.isatty() else FleetFormat.tsv
+    with command_store() as store:
+        try:
+            view = fleet_view(store, since=start, until=end, cause=cause or None)
+        except ValueError as exc:
+            fail(str(exc))
+    if fmt is FleetFormat.json:
+        sys.stdout.write(json.dumps(view_json(view)) + "\n")
+    elif fmt is FleetFormat.tsv:
+        _print_tsv(view, lost)
+    else:
+        _print_table(view)

@@ -1,0 +1,221 @@
+"""Fleet health: which nodes slow jobs down more often than the fleet, given what they hosted.
+
+One diagnosis names a rank, a host or a link of one job; a node that several different jobs
+found slow is bad with far more certainty than any one diagnosis gives. The metric comes
+first and the decision second (as in HTA's straggler analysis): per node, the distinct jobs
+whose anomalies implicated it and the GPU-hours it hosted; then a test against the fleet.
+
+The model (stated in :func:`node_health`'s Notes): a healthy node is implicated by the jobs
+it hosts at the fleet's background rate per GPU-hour hosted, so its count of implicating
+jobs in a window is Poisson with mean ``rate x exposure``. A node is *suspect* when that
+count is improbably high under the fleet rate after multiple-testing control over every
+node tested (Holm, family-wise), it was implicated by at least ``min_jobs`` different jobs,
+and the rate it shows is at least ``min_ratio`` times the fleet's even at the low end of its
+posterior (Gamma prior at the fleet rate): a node that hosted little cannot reach the top
+of the list by one anomaly. Pure numpy/scipy; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from argus.schemas.causes import (
+    CHECKPOINT_STALL,
+    COMPUTE_STRAGGLER,
+    DATALOADER_STALL,
+    HANG,
+    HOST_CPU_CONTENTION,
+    LINK_DEGRADATION,
+    LOST_RANK,
+    MASKED_COMPUTE_STRAGGLER,
+    UNKNOWN,
+)
+
+__all__ = [
+    "NODE_CAUSES",
+    "NODE_SUSPECT_KINDS",
+    "FleetConfig",
+    "NodeHealth",
+    "fleet_rate",
+    "holm",
+    "node_health",
+]
+
+NODE_CAUSES: frozenset[str] = frozenset(
+    {
+        COMPUTE_STRAGGLER,
+        MASKED_COMPUTE_STRAGGLER,
+        LINK_DEGRADATION,
+        HOST_CPU_CONTENTION,
+        DATALOADER_STALL,
+        CHECKPOINT_STALL,
+        HANG,
+        LOST_RANK,
+        UNKNOWN,
+    }
+)
+"""Causes a node can be behind: slow or throttled GPUs, links, a starved host, its storage,
+a hang or a lost rank. The workload's own classes (pipeline stage and sequence-length
+imbalance, the pipeline bubble) and the job's software (JIT compiles, GC pauses) never
+implicate a node."""
+
+NODE_SUSPECT_KINDS: frozenset[str] = frozenset({"rank", "host", "link", "ranks"})
+"""Suspect kinds that place an anomaly on nodes (its ranks' hosts, the host, both ends of a
+link). A stage, a data-parallel group or the whole job is the workload, not a node."""
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Thresholds of the fleet test.
+
+    Args:
+        alpha: family-wise error rate over the nodes tested in one window (Holm): the chance
+            that any healthy node of the fleet is called suspect in that window, if healthy
+            nodes follow the model.
+        min_jobs: a suspect was implicated by at least this many different jobs.
+        min_ratio: a suspect's rate is at least this many times the fleet's at the
+            ``credible`` lower end of its posterior.
+        credible: the posterior's lower quantile used for ``min_ratio`` and the ranking.
+        prior_jobs: the strength of the Gamma prior at the fleet rate, in implicating jobs
+            (1: the prior weighs as much as the exposure in which the fleet sees one).
+        trim_alpha: nodes whose unadjusted p-value is below this are left out of the fleet
+            rate (bad nodes must not raise the bar they are measured against).
+    """
+
+    alpha: float = 1e-3
+    min_jobs: int = 3
+    min_ratio: float = 2.0
+    credible: float = 0.05
+    prior_jobs: float = 1.0
+    trim_alpha: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 1.0 or not 0.0 < self.credible < 0.5 or not 0.0 < self.trim_alpha < 1.0:
+            raise ValueError("alpha and trim_alpha must be in (0, 1), credible in (0, 0.5)")
+        if self.min_jobs < 1 or self.min_ratio < 1.0 or self.prior_jobs <= 0.0:
+            raise ValueError("min_jobs >= 1, min_ratio >= 1 and prior_jobs > 0 are required")
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """The fleet test over nodes (one entry per node, in the input's order).
+
+    ``rate``: the fleet's background rate (implicating jobs per GPU-hour hosted);
+    ``expected``: per node, ``rate x exposure``; ``p_value``: P(count >= observed) under
+    the fleet rate; ``p_adjusted``: Holm-adjusted over the nodes tested; ``confidence``:
+    ``1 - p_adjusted``; ``ratio_low``: the node's rate over the fleet's at the ``credible``
+    lower quantile of its posterior (ranks the list); ``suspect``: the decision.
+    """
+
+    rate: float
+    expected: np.ndarray
+    p_value: np.ndarray
+    p_adjusted: np.ndarray
+    ratio_low: np.ndarray
+    suspect: np.ndarray
+
+    @property
+    def confidence(self) -> np.ndarray:
+        """``1 - p_adjusted``: how sure the test is that the node is worse than the fleet."""
+        out: np.ndarray = 1.0 - self.p_adjusted
+        return out
+
+    def order(self) -> np.ndarray:
+        """Node indices, suspects first, then by ``ratio_low`` and confidence, descending."""
+        return np.lexsort((-self.confidence, -self.ratio_low, ~self.suspect))
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error control, any dependence)."""
+    p = np.asarray(p, dtype=float)
+    m = len(p)
+    if m == 0:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    out = np.empty(m)
+    out[order] = np.minimum(stepped, 1.0)
+    return out
+
+
+def _p_values(counts: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """P(Poisson(expected) >= counts); 1 where nothing was seen."""
+    p: np.ndarray = np.where(counts > 0, stats.poisson.sf(counts - 1, np.maximum(expected, 1e-300)), 1.0)
+    return p
+
+
+def fleet_rate(counts: np.ndarray, exposure: np.ndarray, *, trim_alpha: float = 1e-3) -> float:
+    """The fleet's background rate of implicating jobs per GPU-hour hosted.
+
+    Pooled (sum of counts over sum of exposure), then once more without the nodes that the
+    pooled rate already finds improbable (p < ``trim_alpha``), so that a few bad nodes do not
+    raise the rate the others are judged by. 0 when the fleet hosted nothing.
+    """
+    counts = np.asarray(counts, dtype=float)
+    exposure = np.asarray(exposure, dtype=float)
+    total = exposure.sum()
+    if total <= 0.0:
+        return 0.0
+    rate = counts.sum() / total
+    keep = _p_values(counts, rate * exposure) >= trim_alpha
+    if keep.any() and exposure[keep].sum() > 0.0:
+        rate = counts[keep].sum() / exposure[keep].sum()
+    return float(rate)
+
+
+def node_health(
+    counts: Sequence[int] | np.ndarray,
+    exposure: Sequence[float] | np.ndarray,
+    config: FleetConfig | None = None,
+) -> NodeHealth:
+    """Test every node's count of implicating jobs against the fleet's rate.
+
+    Args:
+        counts: per node, the distinct jobs whose anomalies (of :data:`NODE_CAUSES`, as
+            :data:`NODE_SUSPECT_KINDS`) implicated it in the window.
+        exposure: per node, the GPU-hours it hosted in the window (from the steps).
+        config: thresholds (:class:`FleetConfig`).
+
+    Returns:
+        :class:`NodeHealth`, one entry per node in the input's order.
+
+    Notes:
+        Counts are distinct jobs, not anomalies: one job's repeated anomalies on a node are
+        one piece of evidence (they share the job's code, data and neighbours). Under the
+        null a healthy node's count is Poisson(``rate x exposure``), ``rate`` from
+        :func:`fleet_rate`. The test is one-sided (only worse than the fleet matters) and
+        Holm-adjusted over the nodes tested (those that hosted anything), so ``alpha`` bounds
+        the chance of naming any healthy node in the window. The posterior of a node's rate
+        is Gamma(``prior_jobs + count``, ``prior_jobs / rate + exposure``): with little
+        exposure it stays near the fleet rate, so ``ratio_low`` (its ``credible`` quantile over
+        the fleet rate) keeps a node with one anomaly and no history off the top. Jobs that
+        run on few nodes, a node that hosts one job for weeks, and correlated faults (a
+        rack's switch) bend the Poisson assumption; the distinct-job count and
+        ``min_jobs`` are the guard.
+    """
+    cfg = config or FleetConfig()
+    k = np.asarray(counts, dtype=float)
+    e = np.asarray(exposure, dtype=float)
+    if k.shape != e.shape or k.ndim != 1:
+        raise ValueError(f"counts and exposure need one value per node (got {k.shape} and {e.shape})")
+    if (k < 0).any() or (e < 0).any() or not np.isfinite(e).all():
+        raise ValueError("counts and exposure must be finite and >= 0")
+    n = len(k)
+    rate = fleet_rate(k, e, trim_alpha=cfg.trim_alpha)
+    if n == 0 or rate <= 0.0:
+        zeros = np.zeros(n)
+        return NodeHealth(rate, zeros, np.ones(n), np.ones(n), zeros, np.zeros(n, bool))
+    expected = rate * e
+    p = _p_values(k, expected)
+    tested = e > 0.0
+    p_adj = np.ones(n)
+    p_adj[tested] = holm(p[tested])
+    shape = cfg.prior_jobs + k
+    scale = 1.0 / (cfg.prior_jobs / rate + e)
+    ratio_low = stats.gamma.ppf(cfg.credible, shape, scale=scale) / rate
+    suspect = (p_adj <= cfg.alpha) & (k >= cfg.min_jobs) & (ratio_low >= cfg.min_ratio)
+    return NodeHealth(rate, expected, p, p_adj, ratio_low, suspect)

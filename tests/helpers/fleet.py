@@ -1,0 +1,128 @@
+"""A small fleet written into a store the way the sink writes it (steps, anomalies, NVML
+samples through ``to_arrow``), for the fleet view's sink and CLI tests: one bad host that
+five jobs found slow, healthy hosts, one of them unlucky once, and anomalies that implicate
+no node (a pipeline stage, a GC pause)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from argus.schemas import Anomaly, GpuSample, StepBatch
+from argus.sinks import to_arrow
+
+__all__ = ["SmallFleet", "job_steps", "small_fleet"]
+
+GPUS = 8
+STEP_MS = 1000.0
+
+
+def job_steps(job: str, hosts: list[str], t0_ns: int, steps: int = 20) -> list[StepBatch]:
+    """``steps`` steps of 1 s of a job with ``GPUS`` ranks on each of ``hosts``."""
+    n = len(hosts) * GPUS
+    out = []
+    for s in range(steps):
+        cols = StepBatch.empty_columns(n)
+        rank = np.arange(n)
+        start = t0_ns + s * int(STEP_MS * 1e6)
+        cols.update(
+            rank=rank,
+            host=np.array([hosts[r // GPUS] for r in range(n)], dtype=object),
+            gpu_uuid=np.array([f"GPU-{hosts[r // GPUS]}-{r % GPUS}" for r in range(n)], dtype=object),
+            dp=rank // GPUS,
+            tp=rank % GPUS,
+            start_ns=np.full(n, start),
+            end_ns=np.full(n, start + int(STEP_MS * 1e6)),
+            forward_ms=np.full(n, 300.0),
+            backward_ms=np.full(n, 600.0),
+        )
+        out.append(StepBatch(job, 0, s, cols))
+    return out
+
+
+def anomaly(
+    id_: str,
+    job: str,
+    ranks: tuple[int, ...],
+    kind: str,
+    cause: str,
+    t_ns: int,
+    lost: float,
+    end_step: int = 15,
+) -> Anomaly:
+    """An anomaly as the diagnosis stores it (only what the fleet view reads is meaningful)."""
+    return Anomaly(
+        id_, job, 0, 5, end_step, "cross_rank", kind, kind, ranks, cause, 4.0, {"z": 4.0}, "",
+        100.0, lost, t_ns,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SmallFleet:
+    """What :func:`small_fleet` wrote: names, the bad host, its anomalies' ids, the window."""
+
+    hosts: list[str]
+    bad: str
+    bad_ids: list[str]
+    unlucky: str
+    start_ns: int
+    end_ns: int
+    jobs: list[str]
+    exposure_s: dict[str, float]
+
+
+def small_fleet(store: object, tag: str, t0_ns: int) -> SmallFleet:
+    """Write the small fleet (names prefixed with ``tag``) with its jobs one hour apart."""
+    rng = np.random.default_rng(5)
+    hosts = [f"{tag}-h{i:02d}" for i in range(20)]
+    bad, unlucky = hosts[7], hosts[11]
+    others = [h for h in hosts if h != bad]
+    jobs, bad_ids, anomalies, exposure = [], [], [], dict.fromkeys(hosts, 0.0)
+    for j in range(14):
+        job = f"{tag}-job{j:02d}"
+        placed = [str(h) for h in rng.choice(others, 4, replace=False)]
+        if j < 6:
+            placed[j % 4] = bad
+        if j == 8 and unlucky not in placed:
+            placed[0] = unlucky
+        t = t0_ns + j * 3_600 * 10**9
+        batches = job_steps(job, placed, t)
+        store.insert_arrow("steps", to_arrow(batches)[1])  # type: ignore[attr-defined]
+        for h in placed:
+            exposure[h] += GPUS * STEP_MS / 1e3 * len(batches)
+        jobs.append(job)
+        found = t + 10 * 10**9
+        if j < 5:  # the bad host's GPU 3, five jobs out of the six it hosted
+            rank = placed.index(bad) * GPUS + 3
+            bad_ids.append(f"{tag}-bad{j}")
+            anomalies.append(anomaly(bad_ids[-1], job, (rank,), "rank", "compute_straggler", found, 0.01))
+        if j == 8:  # a healthy host unlucky once: a link between it and a neighbour
+            i = placed.index(unlucky)
+            link = (i * GPUS, ((i + 1) % 4) * GPUS)
+            anomalies.append(anomaly(f"{tag}-link", job, link, "link", "link_degradation", found, 0.02))
+        if j == 9:  # the workload and the job's own code implicate no node
+            anomalies.append(
+                anomaly(f"{tag}-stage", job, (), "stage", "pipeline_stage_imbalance", found, 0.5)
+            )
+            anomalies.append(anomaly(f"{tag}-gc", job, (5,), "rank", "gc_pause", found, 0.001))
+    # the first anomaly again, its window grown: one anomaly, its latest cost
+    anomalies.append(anomaly(bad_ids[0], f"{tag}-job00", anomalies[0].ranks, "rank", "compute_straggler",
+                             anomalies[0].detected_ns, 0.04, end_step=19))  # fmt: skip
+    store.insert_arrow("anomalies", to_arrow(anomalies)[1])  # type: ignore[attr-defined]
+    samples = []
+    for k, h in enumerate(hosts):
+        for g in range(GPUS):
+            for i, t in enumerate((t0_ns, t0_ns + 6 * 3_600 * 10**9)):
+                throttled = h == bad and g == 3
+                samples.append(
+                    GpuSample(
+                        h, f"GPU-{h}-{g}", g, t,
+                        clock_event_reasons=0x40 if throttled else (0x1 if k == 2 else 0),
+                        xid=79 if (h == bad and g == 3 and i == 1) else 0,
+                        ecc_dbe=2 * i if throttled else 5,
+                    )
+                )  # fmt: skip
+    store.insert_arrow("gpu_samples", to_arrow(samples)[1])  # type: ignore[attr-defined]
+    end = t0_ns + 14 * 3_600 * 10**9
+    return SmallFleet(hosts, bad, bad_ids, unlucky, t0_ns, end, jobs, exposure)

@@ -1,0 +1,98 @@
+"""sinks/fleet.py over migration 008's rollups, in the real chDB store: what each host hosted,
+what implicated it (each anomaly once, its latest version, a link's cost split between its
+ends), its NVML health, and the fleet's GPU-hours lost by day and cause."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from argus.detectors.fleet import NODE_CAUSES, NODE_SUSPECT_KINDS
+from argus.sinks.fleet import lost_by_cause_day, node_evidence, node_table
+from tests.helpers.fleet import SmallFleet, small_fleet
+
+_KW: dict[str, Any] = {"causes": NODE_CAUSES, "kinds": NODE_SUSPECT_KINDS}
+
+
+def _t(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9, UTC)
+
+
+@pytest.fixture
+def fleet(store: Any, unique: str) -> SmallFleet:
+    # a day of its own, far from other tests' data: lost_by_cause_day is fleet-wide
+    t0 = 1_900_000_000 * 10**9 + (int(unique, 16) % 5000) * 86_400 * 10**9
+    return small_fleet(store, f"t{unique}", t0 - t0 % (86_400 * 10**9))
+
+
+def test_each_host_gets_its_gpu_hours_and_the_jobs_that_implicated_it(store: Any, fleet: SmallFleet) -> None:
+    nodes = node_table(store, _t(fleet.start_ns), _t(fleet.end_ns), **_KW)
+    mine = [i for i, h in enumerate(nodes.hosts) if h in fleet.hosts]
+    assert sorted(nodes.hosts[mine]) == sorted(fleet.hosts)
+    for i in mine:  # 20 steps of 1 s on 8 GPUs per job hosted
+        assert nodes.gpu_hours[i] == pytest.approx(fleet.exposure_s[nodes.hosts[i]] / 3600, rel=1e-6)
+    bad = nodes.index(fleet.bad)
+    # five anomalies of five jobs; the first stored twice counts once, at its latest cost
+    assert (nodes.jobs[bad], nodes.anomalies[bad]) == (5, 5)
+    assert nodes.gpu_hours_lost[bad] == pytest.approx(0.04 + 4 * 0.01)
+    unlucky = nodes.index(fleet.unlucky)
+    assert (nodes.jobs[unlucky], nodes.gpu_hours_lost[unlucky]) == (1, pytest.approx(0.01))  # half the link
+    implicated = {str(nodes.hosts[i]) for i in mine if nodes.jobs[i]}
+    assert len(implicated) == 3  # the bad host and both ends of the link: the stage and GC pause place none
+
+
+def test_the_window_bounds_both_exposure_and_anomalies(store: Any, fleet: SmallFleet) -> None:
+    until = _t(fleet.start_ns) + timedelta(hours=3)  # jobs 0, 1 and 2
+    nodes = node_table(store, _t(fleet.start_ns), until, **_KW)
+    bad = nodes.index(fleet.bad)
+    assert nodes.jobs[bad] == 3
+    assert nodes.gpu_hours[bad] == pytest.approx(3 * 8 * 20 / 3600)
+    with pytest.raises(ValueError, match="before it starts"):
+        node_table(store, until, _t(fleet.start_ns), **_KW)
+    only_links = node_table(
+        store, _t(fleet.start_ns), _t(fleet.end_ns), causes={"link_degradation"}, kinds={"link"}
+    )
+    assert only_links.jobs[only_links.index(fleet.bad)] == 0
+    assert only_links.jobs[only_links.index(fleet.unlucky)] == 1
+
+
+def test_health_events_count_xids_throttling_and_the_rise_of_error_counters(
+    store: Any, fleet: SmallFleet
+) -> None:
+    nodes = node_table(store, _t(fleet.start_ns), _t(fleet.end_ns), **_KW)
+    bad = nodes.index(fleet.bad)
+    assert (nodes.xid_samples[bad], nodes.throttled_samples[bad], nodes.ecc_errors[bad]) == (1, 2, 2)
+    idle = nodes.index(fleet.hosts[2])  # clock reason "GPU idle" is no throttling; a flat counter no error
+    assert (nodes.xid_samples[idle], nodes.throttled_samples[idle], nodes.ecc_errors[idle]) == (0, 0, 0)
+
+
+def test_evidence_names_jobs_classes_the_gpu_and_the_costliest_anomaly_first(
+    store: Any, fleet: SmallFleet
+) -> None:
+    ev = node_evidence(store, _t(fleet.start_ns), _t(fleet.end_ns), [fleet.bad, fleet.unlucky], **_KW)
+    bad = ev[fleet.bad]
+    assert bad.jobs == tuple(fleet.jobs[:5])
+    assert bad.causes == {"compute_straggler": 5}
+    assert bad.gpus == {f"GPU-{fleet.bad}-3": 5}
+    assert bad.ids[0] == fleet.bad_ids[0] and sorted(bad.ids) == sorted(fleet.bad_ids)
+    assert bad.xids == (79,)
+    assert ev[fleet.unlucky].causes == {"link_degradation": 1}
+    assert node_evidence(store, _t(fleet.start_ns), _t(fleet.end_ns), [], **_KW) == {}
+    with pytest.raises(ValueError, match="comma"):
+        node_evidence(store, _t(fleet.start_ns), _t(fleet.end_ns), ["a,b"], **_KW)
+
+
+def test_lost_gpu_hours_by_day_and_cause_count_every_anomaly_once(store: Any, fleet: SmallFleet) -> None:
+    lost = lost_by_cause_day(store, _t(fleet.start_ns), _t(fleet.end_ns))
+    by_cause = {x.cause: (x.anomalies, round(x.gpu_hours_lost, 6)) for x in lost}
+    assert by_cause == {
+        "compute_straggler": (5, 0.08),
+        "link_degradation": (1, 0.02),
+        "pipeline_stage_imbalance": (1, 0.5),
+        "gc_pause": (1, 0.001),
+    }
+    assert {x.day for x in lost} == {_t(fleet.start_ns).date().isoformat()}
+    only = lost_by_cause_day(store, _t(fleet.start_ns), _t(fleet.end_ns), causes=["gc_pause"])
+    assert [(x.cause, x.anomalies) for x in only] == [("gc_pause", 1)]
