@@ -56,6 +56,20 @@ class DiagnoserConfig:
     each step it stays open: up to ``deepen_steps`` times with data, and whenever the
     suspect has no data yet (its sketches late). Group statistics of groups larger than ``max_sample`` ranks come from a strided
     sample.
+
+    Change points (:mod:`detectors.changepoint`): each rank's residual (log of its own work
+    over its group's and its replica's fast side) against its own baseline, learned over its
+    first ``cp_learn`` samples and followed with weight ``cp_alpha`` while nothing is open.
+    A CUSUM with reference ``max(cp_k * sigma, cp_min_shift / 2)`` and each step's deviation
+    clipped at ``max(cp_clip * sigma, cp_fast_shift)`` (sigma: the long-run one, widened by
+    the autocorrelation) opens a change at ``max(cp_h * sigma, cp_min_evidence)``: a shift of
+    ``cp_fast_shift`` or more in about three steps, one of ``cp_min_shift`` or less never; it
+    ends after about ``cp_end_steps`` steps back below half its size (its size follows it
+    with weight ``cp_size_alpha``). Changes whose onsets are within ``cp_onset_within``
+    steps and whose sizes are within a factor ``cp_size_ratio`` are one cause
+    (:mod:`detectors.common_cause`). A job of fewer than ``small_job`` ranks leads with the
+    rank's own past: a rank that only stands out against its few peers (a naturally slower
+    worker) is never paged.
     """
 
     group_column: str = "pp"
@@ -97,3 +111,16 @@ class DiagnoserConfig:
     stack_min_delta: float = 0.1
     deepen_steps: int = 3
     max_sample: int | None = 256
+    cp_learn: int = 16
+    cp_alpha: float = 0.01
+    cp_k: float = 0.75
+    cp_clip: float = 3.0
+    cp_fast_shift: float = 0.15
+    cp_h: float = 10.0
+    cp_min_shift: float = 0.04
+    cp_min_evidence: float = 0.35
+    cp_end_steps: float = 3.0
+    cp_size_alpha: float = 0.1
+    cp_onset_within: int = 4
+    cp_size_ratio: float = 1.6
+    small_job: int = 16

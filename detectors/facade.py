@@ -49,6 +49,8 @@ from argus.schemas.causes import (
 
 from ._config import DiagnoserConfig
 from ._finding import Finding, anomaly_id
+from .changepoint import ChangeState, RankResiduals, step_residuals, track
+from .common_cause import CHANGE_FIGURE, cause_findings
 from .cost import gpu_hours, step_ms_added
 from .cross_rank import METRICS, CrossRankResult, clean_step_ms, cross_rank, job_reference
 from .deepen import Deepening, deepen_ranks
@@ -115,6 +117,7 @@ class Episode:
     peers: list[int] = field(default_factory=list)
     deepen_left: int = 0
     detail: str = ""
+    change_onset: int = -1
 
 
 @dataclass
@@ -147,6 +150,7 @@ class JobState:
     fast_run: int = 0
     fast_ref: float = 0.0
     settled: bool = False
+    changes: ChangeState = field(default_factory=ChangeState)
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -179,6 +183,7 @@ class JobState:
             "settled": self.settled,
             "transients": dict(self.transients),
             "closed": {k: asdict(e) for k, e in self.closed.items()},
+            "changes": self.changes.to_dict(),
         }
 
     @classmethod
@@ -207,6 +212,7 @@ class JobState:
             settled=bool(data.get("settled", False)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
             closed={k: Episode(**v) for k, v in data.get("closed", {}).items()},
+            changes=ChangeState.from_dict(data.get("changes")),
         )
 
 
@@ -351,7 +357,12 @@ over the caller's data), or None when there is no such data yet."""
 
 
 def apply_findings(
-    state: JobState, sf: StepFindings, config: DiagnoserConfig | None = None, *, deepen: Deepen | None = None
+    state: JobState,
+    sf: StepFindings,
+    config: DiagnoserConfig | None = None,
+    *,
+    deepen: Deepen | None = None,
+    residuals: RankResiduals | None = None,
 ) -> StepResult:
     """The temporal half: fold one step's findings into the job's state (iteration baseline,
     episodes) and return the anomalies to publish; updates ``state`` in place. Steps must
@@ -369,9 +380,17 @@ def apply_findings(
     fault stays one anomaly. An episode that starts with the job is a persistent straggler:
     one anomaly of severity ``warn``, closed only after ``persistent_close_after`` steps
     without a sighting.
+
+    ``residuals`` (:func:`detectors.changepoint.step_residuals` of the step's batch) feed
+    each rank's change-point test: an open change is a sighting of its common cause
+    (:mod:`detectors.common_cause`), confirmed at once with the change's onset; in a job
+    of fewer than ``small_job`` ranks a rank that stands out only against its few peers,
+    not against its own past, is no sighting.
     """
     cfg = config or DiagnoserConfig()
     verdict, findings, glob = _job_level(state, sf, cfg)
+    if residuals is not None:
+        findings = _with_changes(state, sf, findings, residuals, glob, cfg)
     out, seen = _sightings(state, sf, findings, verdict, cfg, deepen)
     if deepen is not None:  # sketches that came after the confirming step
         out += _deepen_late(state, sf.step, deepen)
@@ -416,6 +435,40 @@ def _job_level(
     if not glob:
         _follow_baseline(state, sf, verdict, cfg)
     return verdict, findings, glob
+
+
+def _with_changes(
+    state: JobState,
+    sf: StepFindings,
+    findings: list[Finding],
+    res: RankResiduals,
+    glob: bool,
+    cfg: DiagnoserConfig,
+) -> list[Finding]:
+    """The step's findings with its change points: the residuals folded into each rank's
+    test (not on a global step, which says nothing about a rank), a finding per common
+    cause of the open changes; in a small job, rank findings of ranks whose own past shows
+    no change (learned, nothing open) dropped."""
+    if sf.step < cfg.warmup_steps:
+        return findings
+    if not glob:
+        track(state.changes, res, sf.step, cfg)
+    ch = state.changes
+    if sf.n_ranks < cfg.small_job and ch.n_ranks:
+        learned: np.ndarray = np.asarray(ch.n[0] >= cfg.cp_learn)
+        opened: np.ndarray = np.asarray((ch.onset >= 0).any(axis=0))
+
+        def own_past_agrees(f: Finding) -> bool:
+            if f.level != "cross_rank" or f.suspect_kind != "rank" or f.cause in ONE_OFF_CAUSES:
+                return True
+            r = f.ranks[0]
+            return r >= ch.n_ranks or not learned[r] or bool(opened[r])
+
+        findings = [f for f in findings if own_past_agrees(f)]
+    # a whole stage slower than the others is the stage's finding (the layout's), not its ranks'
+    stages = {f.suspect for f in findings if f.suspect_kind == "stage"}
+    changes = [f for f in cause_findings(ch, res, cfg) if f.suspect not in stages]
+    return [*findings, *changes]
 
 
 def _confirmed_open(state: JobState, f: Finding, groups: Mapping[tuple[str, int], str]) -> bool:
@@ -463,17 +516,36 @@ def _sightings(
             continue  # other ranks of the group than before: noise moving about, not one fault
         if key in seen:  # a second finding of the same episode in this step
             e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+            if f.decided_by == CHANGE_FIGURE:
+                _sight_change(e, f, step_ms_added(f.step_ms_added, sf.step_ms), sf)
+                if not e.emitted:
+                    out.append(_confirm(state, key, e, sf, cfg, deepen))
             continue
         if _faint(e, f, sf, cfg):
             continue
         seen.add(key)
         added = _sight(e, f, sf, cfg)
+        if f.decided_by == CHANGE_FIGURE:
+            _sight_change(e, f, added, sf)
         if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
             out.append(_confirm(state, key, e, sf, cfg, deepen))
         elif e.emitted and sf.step - e.reported >= cfg.update_every:  # a live window and cost
             e.reported = sf.step
             out.append(_anomaly(state, e))
     return out, seen
+
+
+def _sight_change(e: Episode, f: Finding, added: float, sf: StepFindings) -> None:
+    """A change point sighted: the episode's fault began at the change's onset, and was
+    there on every step since (the evidence of a change is their sum)."""
+    onset = int(f.evidence.get("change_onset", sf.step))
+    e.change_onset = onset if e.change_onset < 0 else min(e.change_onset, onset)
+    steps = sf.step - e.change_onset + 1
+    if not e.emitted and steps > e.hits:
+        more = steps - e.hits
+        e.hits = steps
+        e.added_ms_sum += more * added
+        e.gpu_hours += more * gpu_hours(added, sf.n_ranks)
 
 
 def _faint(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
@@ -533,7 +605,7 @@ def _confirm(
         e.reported = sf.step
         return _anomaly(state, e)
     e.emitted = True
-    e.onset = _onset(e)
+    e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
     e.severity = _severity(e, cfg)
     _drop_before_onset(e)
@@ -751,6 +823,9 @@ def _group_index(state: JobState) -> dict[tuple[str, int], str]:
 def _route(f: Finding, groups: Mapping[tuple[str, int], str]) -> str:
     """The episode a finding adds to: the open episode of its ranks (same cause family),
     else its own."""
+    if f.decided_by == CHANGE_FIGURE:  # a change of ranks that already have an episode adds to it
+        members = set(f.ranks)  # whatever the step's classifier named it: it saw the phases
+        return next((k for (_, r), k in groups.items() if r in members), f.key)
     if f.suspect_kind in ("rank", "link", "host"):
         for r in f.ranks:
             key = groups.get((_family(f.cause), r))
@@ -829,7 +904,7 @@ def _sightings_needed(cfg: DiagnoserConfig, n_ranks: int, level: str = "cross_ra
 def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n_ranks: int) -> bool:
     """Sustained, or a one-off stall that cost enough in one step (rank level, or a slow
     checkpoint): a few small pauses do not add up to a stall."""
-    if e.hits >= _sightings_needed(cfg, n_ranks, e.level):
+    if e.hits >= _sightings_needed(cfg, n_ranks, e.level) or e.change_onset >= 0:
         return True
     one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
     return one_off and added >= cfg.min_cost_frac * base_ms
@@ -838,7 +913,7 @@ def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n
 def _severity(e: Episode, cfg: DiagnoserConfig) -> str:
     """page: an incident a person should act on now; warn: worth a look, never a page
     (a straggler since the start, a one-off stall, a layout or workload imbalance)."""
-    if e.persistent or e.hits < cfg.min_steps or e.cause in _WARN_CAUSES:
+    if e.persistent or (e.hits < cfg.min_steps and e.change_onset < 0) or e.cause in _WARN_CAUSES:
         return "warn"
     return "page"
 
@@ -894,8 +969,9 @@ def diagnose_step(
     """
     cfg = config or DiagnoserConfig()
     sf, _ = _cross_rank_stage(batch, cfg, ())
+    res = step_residuals(batch, cfg)
     if kernels is None and stacks is None:
-        return apply_findings(state, sf, cfg)
+        return apply_findings(state, sf, cfg, residuals=res)
 
     def deepen(suspects: Sequence[int], peers: Sequence[int], since: int) -> Deepening | None:
         ranks = [*suspects, *peers]  # this step's data, which is past ``since``
@@ -908,7 +984,7 @@ def diagnose_step(
             cfg,
         )
 
-    return apply_findings(state, sf, cfg, deepen=deepen)
+    return apply_findings(state, sf, cfg, deepen=deepen, residuals=res)
 
 
 def _summary(
@@ -999,7 +1075,13 @@ def diagnose(
     for b in batches:
         if diag is None:
             diag = JobDiagnoser(job or b.job, b.run if job is None else run, config)
-        res = apply_findings(diag.state, step_findings(b, diag.config), diag.config, deepen=deepen)
+        res = apply_findings(
+            diag.state,
+            step_findings(b, diag.config),
+            diag.config,
+            deepen=deepen,
+            residuals=step_residuals(b, diag.config),
+        )
         for a in res.anomalies:
             final[a.id] = a
     if diag is not None:

@@ -1,0 +1,341 @@
+"""Change points per rank: each rank against its own past and its peers, online.
+
+A rank's *residual* in a step is the log-ratio of its own work (every own-work phase,
+:data:`~detectors.cross_rank.OWN_WORK`) to a reference of its peers in that step, on two
+series: its group's (the pp stage by default) and its data-parallel replica's, each the
+group's fast side (25th percentile, the least of a small group), so that a shared per-step
+factor (data-dependent steps, a slow replica's or stage's step) cancels and a slow minority
+does not move the reference. The rank's *baseline* is what its residual usually is (a
+static offset, a persistent speed group): learned over its first ``cp_learn`` samples and
+then followed slowly while nothing is open. A one-sided CUSUM of the deviation from the
+baseline, clipped on both sides (one spike adds at most the clip), opens a *change* when
+the evidence it accumulated passes ``h``: a sustained shift is found even when no single
+step stands out, with its onset (where the sum last left zero). A second CUSUM, of the
+open change's half size minus the deviation, ends it (its end: where that sum last left
+zero). Noise scales are per rank and series, robust (mean absolute deviation, clipped),
+and widened by the residual's lag-1 autocorrelation (long-run sigma).
+
+:func:`rank_residuals` is stateless (one step's batch); :func:`track` folds one step's
+residuals into a :class:`ChangeState` (plain arrays, vectorized over ranks) and says which
+changes opened and closed. Grouping changes into common causes is
+:mod:`detectors.common_cause`'s.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from argus.schemas import StepBatch
+
+from ._config import DiagnoserConfig
+from ._robust import GroupIndex
+from .cross_rank import METRICS, OWN_WORK, rank_metrics
+
+__all__ = [
+    "SERIES",
+    "ChangeState",
+    "ChangeStep",
+    "RankResiduals",
+    "rank_residuals",
+    "step_residuals",
+    "track",
+]
+
+SERIES: tuple[str, ...] = ("group", "replica")
+"""The references a rank's residual is taken against: its group (pp stage), its dp replica."""
+_OWN = np.array([METRICS.index(m) for m in OWN_WORK])
+_REF_Q = 0.25
+_MEAN_OF_PEERS = 8
+_MIN_REPLICA = 4
+"""A replica of fewer ranks is no reference (a log's ranks are one replica each)."""
+
+
+@dataclass(frozen=True)
+class RankResiduals:
+    """One step's residuals: ``ranks`` (n,), ``r`` (len(SERIES), n) log-ratios of each rank's
+    own work to its peers' (NaN where there is no reference), each rank's ``phase`` that
+    rose most over its group's (index into :data:`OWN_WORK`), ``work_ms`` the group
+    reference's own work (ms, for costs), and the layout columns the grouping names
+    (``hosts``, ``dp``, ``group``); ``untimed``: the records hold a step time only (a log).
+    """
+
+    ranks: np.ndarray
+    r: np.ndarray
+    phase: np.ndarray
+    work_ms: float
+    hosts: np.ndarray
+    dp: np.ndarray
+    group: np.ndarray
+    untimed: bool = False
+
+
+def _low_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
+    """Per group, the fast side of ``v`` (m, n): the value at ``_REF_Q`` of the sorted group
+    (the least of two or three). Returns (m, n_groups)."""
+    m = v.shape[0]
+    out = np.empty((m, gi.n_groups))
+    xs = v[:, gi.order]
+    if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):
+        size = int(gi.sizes[0])
+        cube = np.sort(xs.reshape(m, gi.n_groups, size), axis=2)
+        out[:] = cube[:, :, int(_REF_Q * (size - 1)) if size > 3 else 0]
+        return out
+    for j, (s, k) in enumerate(zip(gi.starts.tolist(), gi.sizes.tolist(), strict=True)):
+        block = np.sort(xs[:, s : s + k], axis=1)
+        out[:, j] = block[:, int(_REF_Q * (k - 1)) if k > 3 else 0]
+    return out
+
+
+def _others(work: np.ndarray, gi: GroupIndex, ref: np.ndarray) -> np.ndarray:
+    """Each rank's reference: its group's fast side, but in a group of at most
+    ``_MEAN_OF_PEERS`` ranks the mean of its peers (there, the fast side is the same one or
+    two ranks every step, whose residual would be nothing whatever their noise; NaN alone)."""
+    size = gi.sizes[gi.inverse]
+    if int(size.min(initial=0)) > _MEAN_OF_PEERS:
+        return ref
+    total = np.bincount(gi.inverse, weights=work)[gi.inverse]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        peers = np.where(size > 1, (total - work) / (size - 1), np.nan)
+    return np.where(size <= _MEAN_OF_PEERS, peers, ref)
+
+
+def step_residuals(batch: StepBatch, config: DiagnoserConfig | None = None) -> RankResiduals:
+    """The residuals of one step's batch (stateless, like :func:`cross_rank`)."""
+    cfg = config or DiagnoserConfig()
+    return rank_residuals(batch, rank_metrics(batch)[0], cfg.group_column)
+
+
+def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") -> RankResiduals:
+    """The residuals of one step from its metric matrix ``x`` (:func:`rank_metrics`)."""
+    own = x[_OWN]
+    work = np.maximum(own.sum(axis=0), 1e-6)
+    n = len(work)
+    r = np.full((len(SERIES), n), np.nan)
+    gi = GroupIndex.of(batch[group_column])
+    stacked = np.vstack([work[None, :], own])
+    ref = _low_ref(stacked, gi)[:, gi.inverse]
+    if n >= 2:
+        r[0] = np.log(work / np.maximum(_others(work, gi, ref[0]), 1e-6))
+    phase = np.argmax(own - ref[1:], axis=0).astype(np.int8)
+    dp = np.asarray(batch["dp"])
+    gd = GroupIndex.of(dp)
+    if gd.n_groups and int(gd.sizes.min()) >= _MIN_REPLICA:
+        rref = _low_ref(work[None, :], gd)[0, gd.inverse]
+        r[1] = np.log(work / np.maximum(rref, 1e-6))
+    return RankResiduals(
+        np.asarray(batch["rank"], np.int64),
+        r,
+        phase,
+        float(np.median(ref[0])) if n else 0.0,
+        np.asarray(batch["host"]),
+        dp,
+        np.asarray(batch[group_column]),
+        untimed=not bool(np.any(own[:-1] > 0)),
+    )
+
+
+_FIELDS = (
+    "n",
+    "base",
+    "sig",
+    "ac",
+    "prev",
+    "s",
+    "s_from",
+    "s_sum",
+    "s_cnt",
+    "onset",
+    "size",
+    "t",
+    "t_from",
+    "seen",
+)
+_INT_FIELDS = frozenset({"n", "s_from", "onset", "t_from", "seen"})
+
+
+@dataclass
+class ChangeState:
+    """Per rank (row = rank id) and series: samples seen ``n``, ``base`` and robust ``sig``
+    of the residual, ``ac`` its lag-1 autocorrelation (EW), ``prev`` the last deviation;
+    the opening CUSUM ``s`` since ``s_from`` (and the sum and count of the deviations
+    since), an open change's ``onset`` (-1: none) and ``size``, the closing CUSUM ``t``
+    since ``t_from``; ``seen`` the last step the rank reported. ``phase``: per rank, the
+    own-work phase that rose when its change opened."""
+
+    n: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
+    base: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    sig: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    ac: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    prev: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    s: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    s_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
+    s_sum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    s_cnt: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    onset: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
+    size: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    t: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    t_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
+    seen: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
+    phase: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+
+    @property
+    def n_ranks(self) -> int:
+        """Rows held (the highest rank seen + 1)."""
+        return int(self.n.shape[1])
+
+    def grow(self, n: int) -> None:
+        """Make room for ranks up to ``n - 1`` (new rows: nothing learned, nothing open)."""
+        old = self.n_ranks
+        if n <= old:
+            return
+        for name in _FIELDS:
+            a = getattr(self, name)
+            fill = -1 if name in ("onset", "seen") else 0
+            pad = np.full((len(SERIES), n - old), fill, a.dtype)
+            setattr(self, name, np.concatenate((a, pad), axis=1))
+        self.phase = np.concatenate((self.phase, np.zeros(n - old, np.int8)))
+
+    def open_ranks(self) -> np.ndarray:
+        """Ranks with a change open on any series."""
+        return np.flatnonzero((self.onset >= 0).any(axis=0))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (arrays as base64 of their bytes: ~100 bytes per rank)."""
+        out: dict[str, Any] = {"ranks": self.n_ranks}
+        for name in (*_FIELDS, "phase"):
+            a = getattr(self, name)
+            a = a.astype(np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32)
+            out[name] = base64.b64encode(a.tobytes()).decode()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ChangeState:
+        """Inverse of :meth:`to_dict`."""
+        st = cls()
+        n = int(data.get("ranks", 0)) if data else 0
+        if not n:
+            return st
+        for name in (*_FIELDS, "phase"):
+            dt = np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32
+            a = np.frombuffer(base64.b64decode(data[name]), dt)
+            if name == "phase":
+                st.phase = a.astype(np.int8)
+            else:
+                setattr(
+                    st, name, a.reshape(len(SERIES), n).astype(np.int64 if name in _INT_FIELDS else float)
+                )
+        return st
+
+
+@dataclass(frozen=True)
+class ChangeStep:
+    """What one step did to the changes: those that ``opened`` (rank, series) and those that
+    ``closed`` (rank, series, their end step)."""
+
+    opened: tuple[tuple[int, int], ...] = ()
+    closed: tuple[tuple[int, int, int], ...] = ()
+
+
+def _scales(st: ChangeState, cols: np.ndarray, cfg: DiagnoserConfig) -> tuple[np.ndarray, ...]:
+    """Per series and rank of ``cols``: the sigma, and the reference ``k``, clip ``c`` and
+    threshold ``h`` of the CUSUM from the long-run sigma (widened by the autocorrelation).
+    A rank's sigma is at least half the typical rank's of its series (a rank that was the
+    fastest of two all along learned a spread of nothing)."""
+    sig = st.sig[:, cols]
+    learned = st.n >= cfg.cp_learn // 2
+    floor = np.array(
+        [
+            0.5 * float(np.median(st.sig[i, learned[i]])) if learned[i].any() else 0.0
+            for i in range(len(SERIES))
+        ]
+    )
+    sig = np.maximum(sig, floor[:, None])
+    rho = np.clip(st.ac[:, cols], 0.0, 0.9)
+    lr = sig * np.sqrt((1 + rho) / (1 - rho))
+    k = np.maximum(cfg.cp_k * lr, cfg.cp_min_shift / 2)
+    c = np.maximum(np.maximum(cfg.cp_clip * lr, cfg.cp_fast_shift), 2 * k)
+    h = np.maximum(cfg.cp_h * lr, cfg.cp_min_evidence)
+    return sig, k, c, h
+
+
+def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) -> ChangeStep:
+    """Fold one step's residuals into ``st`` (in place): learn baselines, accumulate
+    evidence, open and close changes. Ranks absent from the step keep their state.
+
+    The test runs from ``cp_learn // 2`` samples on; the baseline is learned (running mean
+    and mean absolute deviation, a sample clipped at 3 sigma from the fourth on) until
+    ``cp_learn``, from the samples that add no evidence, then followed slowly."""
+    if not len(res.ranks):
+        return ChangeStep()
+    st.grow(int(res.ranks.max()) + 1)
+    cols = res.ranks
+    r = res.r
+    ok = np.isfinite(r)
+    n = st.n[:, cols]
+    base, own_sig = st.base[:, cols], st.sig[:, cols]
+    sig, k, c, h = _scales(st, cols, cfg)
+    d = np.where(ok, r - base, 0.0)
+    ready = ok & (n >= cfg.cp_learn // 2)
+    s, s_from = st.s[:, cols], st.s_from[:, cols]
+    onset, size = st.onset[:, cols], st.size[:, cols]
+    t, t_from = st.t[:, cols], st.t_from[:, cols]
+    s_sum, s_cnt = st.s_sum[:, cols], st.s_cnt[:, cols]
+    closed_now = ready & (onset < 0)
+    # the opening CUSUM
+    s_new = np.where(closed_now, np.maximum(s + np.clip(d, -c, c) - k, 0.0), 0.0)
+    building = closed_now & (s_new > 0)
+    fresh = building & (s <= 0)
+    s_from = np.where(fresh, step, s_from)
+    s_sum = np.where(building, np.where(fresh, 0.0, s_sum) + np.minimum(d, 4 * c), 0.0)
+    s_cnt = np.where(building, np.where(fresh, 0.0, s_cnt) + 1.0, 0.0)
+    opens = closed_now & (s_new >= h)
+    onset = np.where(opens, s_from, onset)
+    size = np.where(opens, s_sum / np.maximum(s_cnt, 1.0), size)
+    t = np.where(opens, 0.0, t)
+    # the closing CUSUM of an open change: its half size minus the deviation
+    is_open = ready & (onset >= 0) & ~opens
+    half = np.maximum(size / 2, k)
+    t_new = np.where(is_open, np.maximum(t + np.clip(half - d, -half, half), 0.0), t)
+    t_from = np.where(is_open & (t <= 0) & (t_new > 0), step, t_from)
+    ends = is_open & (t_new >= np.maximum(h, cfg.cp_end_steps * half))
+    # an open change's size follows it (a ramp grows)
+    size = np.where(is_open & (t_new <= 0), size + cfg.cp_size_alpha * (np.minimum(d, 4 * c) - size), size)
+    # the baseline: learned, then followed slowly, from samples that add no evidence
+    quiet = ok & (onset < 0) & ~opens & (s_new < h / 2)
+    learning = quiet & (n < cfg.cp_learn)
+    following = quiet & ~learning
+    a = np.where(learning, 1.0 / (n + 1.0), np.where(following, cfg.cp_alpha, 0.0))
+    lim = np.where(n >= 4, 3 * own_sig, np.inf)
+    new_base = base + a * np.clip(d, -lim, lim)
+    dev = np.abs(np.where(ok, r - new_base, 0.0))
+    new_sig = own_sig + a * (1.2533 * np.minimum(dev, lim) - own_sig)
+    prev = st.prev[:, cols]
+    num = np.clip(d * prev / np.maximum(sig**2, 1e-12), -1.0, 1.0)
+    ac = st.ac[:, cols]
+    ac = np.where(n > 0, ac + a * (num - ac), ac)
+    # write back
+    st.n[:, cols] = n + ok
+    st.base[:, cols], st.sig[:, cols] = new_base, new_sig
+    st.ac[:, cols] = ac
+    st.prev[:, cols] = np.where(ok, d, prev)
+    st.s[:, cols], st.s_from[:, cols] = s_new, s_from
+    st.s_sum[:, cols], st.s_cnt[:, cols] = s_sum, s_cnt
+    st.t[:, cols], st.t_from[:, cols] = np.where(ends, 0.0, t_new), t_from
+    end_step = t_from - 1
+    st.onset[:, cols] = np.where(ends, -1, onset)
+    st.size[:, cols] = size
+    st.seen[:, cols] = np.where(ok, step, st.seen[:, cols])
+    oi, oj = np.nonzero(opens)
+    if len(oj):
+        st.phase[cols[oj]] = res.phase[oj]
+    ci, cj = np.nonzero(ends)
+    return ChangeStep(
+        tuple((int(cols[j]), int(i)) for i, j in zip(oi.tolist(), oj.tolist(), strict=True)),
+        tuple(
+            (int(cols[j]), int(i), int(end_step[i, j])) for i, j in zip(ci.tolist(), cj.tolist(), strict=True)
+        ),
+    )

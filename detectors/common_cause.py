@@ -1,0 +1,151 @@
+"""One finding per common cause: open change points (:mod:`detectors.changepoint`) that
+started together with a similar size are one suspect.
+
+Ranks whose changes opened within ``cp_onset_within`` steps of the first of them, with
+sizes within a factor ``cp_size_ratio`` of that first one's, are one cause, named by the
+smallest group of the layout that holds them: one rank, its host, its data-parallel
+replica, its group (pp stage), the hosts (a few), else the ranks themselves (a log without
+a host column: ``ranks:8-15``). Its cause is the own-work phase that rose (compute: a
+compute straggler; time outside every timer: a masked one, or ``unknown`` in a log that
+has nothing else).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from argus.schemas.causes import (
+    COMPUTE_STRAGGLER,
+    DATALOADER_STALL,
+    GC_PAUSE,
+    JIT_COMPILE_STALL,
+    MASKED_COMPUTE_STRAGGLER,
+    UNKNOWN,
+)
+
+from ._config import DiagnoserConfig
+from ._finding import Finding
+from .changepoint import ChangeState, RankResiduals
+from .cross_rank import OWN_WORK
+
+__all__ = ["CHANGE_FIGURE", "cause_findings", "ranks_label"]
+
+CHANGE_FIGURE = "change_size"
+"""The deciding figure of a change-point finding: the shift of the ranks' residual (log
+ratio of their own work to their peers', against their own baseline)."""
+_BY_PHASE = {
+    "compute_ms": COMPUTE_STRAGGLER,
+    "dataloader_ms": DATALOADER_STALL,
+    "h2d_ms": DATALOADER_STALL,
+    "gc_ms": GC_PAUSE,
+    "compile_ms": JIT_COMPILE_STALL,
+    "unaccounted_ms": MASKED_COMPUTE_STRAGGLER,
+}
+_MAX_HOSTS_NAMED = 8
+
+
+def ranks_label(ranks: list[int]) -> str:
+    """Ranks as runs: ``8-15,24``."""
+    out: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        out.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if r is not None:
+            start = prev = r
+    return ",".join(out)
+
+
+def _clusters(onset: np.ndarray, size: np.ndarray, cfg: DiagnoserConfig) -> list[np.ndarray]:
+    """Indexes of changes that are one cause: by onset, each joining the first cluster
+    whose first change opened at most ``cp_onset_within`` steps before it with a size
+    within ``cp_size_ratio`` of its own."""
+    order = np.lexsort((-size, onset))
+    heads: list[tuple[int, float]] = []
+    members: list[list[int]] = []
+    for i in order.tolist():
+        for c, (o, sz) in enumerate(heads):
+            lo, hi = sorted((abs(float(size[i])), abs(sz)))
+            if onset[i] - o <= cfg.cp_onset_within and hi <= cfg.cp_size_ratio * max(lo, 1e-9):
+                members[c].append(i)
+                break
+        else:
+            heads.append((int(onset[i]), float(size[i])))
+            members.append([i])
+    return [np.array(m) for m in members]
+
+
+def _where(ranks: np.ndarray, rows: np.ndarray, res: RankResiduals, group_column: str) -> tuple[str, str]:
+    """(suspect kind, suspect) of the smallest group holding ``ranks`` (their batch rows)."""
+    if len(ranks) == 1:
+        return "rank", f"rank:{int(ranks[0])}"
+    hosts = {str(h) for h in res.hosts[rows]}
+    named = not any(h == f"rank-{int(r)}" for h, r in zip(res.hosts[rows], ranks, strict=True))
+    if named and len(hosts) == 1:
+        return "host", hosts.pop()
+    dp = np.unique(res.dp[rows])
+    if len(dp) == 1 and np.isfinite(res.r[1, rows]).all():
+        return "ranks", f"dp:{int(dp[0])}"
+    grp = np.unique(res.group[rows])
+    if len(grp) == 1 and len(np.unique(res.group)) > 1:
+        return "ranks", f"{group_column}:{int(grp[0])}"
+    if named and len(hosts) <= _MAX_HOSTS_NAMED:
+        return "ranks", "hosts:" + ",".join(sorted(hosts))
+    return "ranks", "ranks:" + ranks_label(sorted(int(r) for r in ranks))
+
+
+def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) -> list[Finding]:
+    """One finding per common cause among the ranks of this step with a change open (in a
+    log of step times only, time outside the timers is the whole step: ``unknown``)."""
+    open_ranks = st.open_ranks()
+    if not len(open_ranks):
+        return []
+    row_of = {int(r): j for j, r in enumerate(res.ranks.tolist())}
+    present = [r for r in open_ranks.tolist() if r in row_of]
+    if not present:
+        return []
+    ranks = np.array(present)
+    rows = np.array([row_of[r] for r in present])
+    on = np.where(st.onset[:, ranks] >= 0, st.onset[:, ranks], np.iinfo(np.int64).max).min(axis=0)
+    size = np.where(st.onset[:, ranks] >= 0, st.size[:, ranks], -np.inf).max(axis=0)
+    sig = np.where(st.onset[:, ranks] >= 0, st.sig[:, ranks], np.inf).min(axis=0)
+    # a change whose closing sum is building (back below half its size) is no sighting
+    back: np.ndarray = np.asarray((np.where(st.onset[:, ranks] >= 0, st.t[:, ranks], np.inf) > 0).all(axis=0))
+    out = []
+    for c in _clusters(on, size, cfg):
+        if back[c].all():
+            continue
+        members, mrows = ranks[c], rows[c]
+        kind, suspect = _where(members, mrows, res, cfg.group_column)
+        phase = Counter(OWN_WORK[int(p)] for p in st.phase[members]).most_common(1)[0][0]
+        cause = _BY_PHASE.get(phase, COMPUTE_STRAGGLER)
+        if phase == "unaccounted_ms" and res.untimed:
+            cause = UNKNOWN
+        sz = float(np.median(size[c]))
+        added = float(np.expm1(max(sz, 0.0)) * res.work_ms)
+        ev = {
+            CHANGE_FIGURE: round(float(np.expm1(sz)), 4),
+            "change_onset": float(np.median(on[c]).round()),
+            "change_ranks": float(len(c)),
+            "change_sigmas": round(float(np.median(size[c] / np.maximum(sig[c], 1e-9))), 4),
+            "step_ms": round(res.work_ms, 4),
+        }
+        order = np.argsort(members)
+        out.append(
+            Finding(
+                cause,
+                "cross_rank",
+                kind,
+                suspect,
+                tuple(int(r) for r in members[order][: cfg.max_listed]),
+                float(ev["change_sigmas"]),
+                CHANGE_FIGURE,
+                ev,
+                added,
+            )
+        )
+    return out
