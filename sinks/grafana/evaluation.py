@@ -43,6 +43,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .._errors import SinkError
+
 __all__ = [
     "ALERTING",
     "ERROR",
@@ -72,7 +74,7 @@ DEFAULT_MISSING_SERIES_EVALS = 2
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
-class EvaluationError(Exception):
+class EvaluationError(SinkError):
     """The rule's query or expressions failed (Grafana: the evaluation's result is Error)."""
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from argus.sinks.grafana import ALERTS, DASHBOARDS, PIPELINE, GrafanaOptions, api_alert_rules
-from argus.sinks.grafana.provisioning import DATASOURCE_TYPE
+from argus.sinks.grafana import ALERTS, DASHBOARDS, PIPELINE, GrafanaOptions, api_alert_rules, notifications
+from argus.sinks.grafana.provisioning import DATASOURCE_TYPE, DOCS_URL
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "grafana"
@@ -105,8 +105,13 @@ def check_rule_file(doc: dict[str, Any], dashboards: dict[str, dict[str, Any]]) 
                 if rule.get("panelId") not in ids:
                     errors.append(f"{title}: panel {rule.get('panelId')} not in {rule['dashboardUid']}")
             for key, value in rule.get("annotations", {}).items():
-                if key == "runbook_url" and not re.match(r"^(https?://|\$\{[A-Z_]+\}/)", value):
-                    errors.append(f"{title}: runbook_url {value!r} is not absolute")
+                # released Grafana keeps a provisioned rule's annotations as written: no ${VAR}
+                if key in ("runbook_url", "dashboard_url") and not re.match(
+                    r"^(\{\{ if [^}]+\}\})?https?://", value
+                ):
+                    errors.append(f"{title}: {key} {value!r} is not absolute")
+                if "${" in value:
+                    errors.append(f"{title}: {key} holds an unexpanded variable: {value!r}")
             labels = set(re.findall(r"\$labels\.(\w+)", json.dumps(rule.get("annotations", {}))))
             columns = _sql_columns(rule["data"][0]["model"]["rawSql"])
             errors += [f"{title}: annotation uses $labels.{x}, no such label" for x in labels - columns]
@@ -163,6 +168,108 @@ def check_clickhouse_settings(json_data: dict[str, Any]) -> list[str]:
     return errors
 
 
+# The alerting file (v1) as Grafana reads it: pkg/services/provisioning/alerting/types.go
+# (AlertingFileV1), contact_point_types.go (ContactPointV1, ReceiverV1.mapToModel: "no name is
+# set", "no uid is set", "no type is set", "no settings are set"), notification_policy_types.go
+# (the policy is a definition.Route, its strings env-interpolated), mute_times_types.go
+# (MuteTimeV1: orgId + an inline MuteTimeInterval); the route's keys, its matchers and the checks
+# on receivers and time intervals: definition.Route / ObjectMatchers / checkTimeInterval /
+# PostableApiAlertingConfig.Validate in grafana/alerting's definition package (Grafana 12.x).
+FILE_KEYS = {
+    "apiVersion", "groups", "deleteRules", "contactPoints", "deleteContactPoints", "policies", "resetPolicies",
+    "muteTimes", "deleteMuteTimes", "templates", "deleteTemplates",
+}  # fmt: skip
+CONTACT_POINT_KEYS = {"orgId", "name", "receivers"}
+RECEIVER_KEYS = {"uid", "type", "settings", "disableResolveMessage"}
+ROUTE_KEYS = {
+    "orgId", "receiver", "group_by", "match", "match_re", "matchers", "object_matchers", "mute_time_intervals",
+    "active_time_intervals", "continue", "routes", "group_wait", "group_interval", "repeat_interval",
+}  # fmt: skip
+TIME_INTERVAL_KEYS = {"times", "weekdays", "days_of_month", "months", "years", "location"}
+# each integration's required settings (alerting/receivers/*/config.go NewConfig checks)
+REQUIRED_SETTINGS = {
+    "webhook": [("url",)],
+    "slack": [("url",), ("token", "recipient")],
+    "pagerduty": [("integrationKey",)],
+    "email": [("addresses",)],
+}
+
+
+def check_notifications(doc: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """What Grafana's file provisioning refuses in contact points, policies and mute timings,
+    with the file's $VAR references expanded from ``env`` as Grafana does (values.JSONValue)."""
+    errors = [f"unknown top-level key {k!r} (dropped)" for k in set(doc) - FILE_KEYS]
+    names = set()
+    for cp in doc.get("contactPoints", []):
+        errors += [f"contact point key {k!r} (dropped)" for k in set(cp) - CONTACT_POINT_KEYS]
+        name = str(cp.get("name", "")).strip()
+        if not name:
+            errors.append("no name is set")
+        names.add(name)
+        for r in cp.get("receivers", []):
+            errors += [f"{name}: receiver key {k!r} (dropped)" for k in set(r) - RECEIVER_KEYS]
+            if not str(r.get("uid", "")).strip() or not _UID.match(str(r.get("uid"))):
+                errors.append(f"{name}: no uid is set")
+            typ = str(r.get("type", "")).strip()
+            if not typ:
+                errors.append(f"{name}: no type is set")
+            settings = expand_env(r.get("settings") or {}, env)
+            if not settings:
+                errors.append(f"{name}: no settings are set")
+            elif typ in REQUIRED_SETTINGS and not any(
+                all(str(settings.get(k, "")).strip() for k in keys) for keys in REQUIRED_SETTINGS[typ]
+            ):
+                errors.append(f"{name}: {typ} needs one of {REQUIRED_SETTINGS[typ]}")
+            elif typ not in REQUIRED_SETTINGS:
+                errors.append(f"{name}: integration type {typ!r} not checked here")
+    intervals = [str(m.get("name", "")) for m in doc.get("muteTimes", [])]
+    if len(set(intervals)) != len(intervals) or "" in intervals:
+        errors.append(f"mute time intervals must be named and unique: {intervals}")
+    for m in doc.get("muteTimes", []):
+        for ti in m.get("time_intervals", []):
+            errors += [f"time interval key {k!r}" for k in set(ti) - TIME_INTERVAL_KEYS]
+
+    def walk(route: dict[str, Any], root: bool) -> None:
+        errors.extend(f"route key {k!r} (dropped)" for k in set(route) - ROUTE_KEYS)
+        if root and (route.get("continue") or route.get("object_matchers") or route.get("matchers")):
+            errors.append("the root route matches everything and cannot continue")
+        if route.get("receiver", "") not in names | ({""} if not root else set()):
+            errors.append(f"unexpected receiver ({route.get('receiver')}) is undefined")
+        for om in route.get("object_matchers", []):
+            if len(om) != 3 or om[1] not in ("=", "!=", "=~", "!~"):
+                errors.append(f"unsupported match type in matcher {om}")
+        for mt in route.get("mute_time_intervals", []) + route.get("active_time_intervals", []):
+            if mt not in intervals:
+                errors.append(f"undefined mute time interval {mt!r} used in route")
+        for key in ("group_wait", "group_interval", "repeat_interval"):
+            if key in route and not prometheus_duration(str(route[key])):
+                errors.append(f"{key} {route[key]!r}")
+        for sub in route.get("routes", []):
+            walk(sub, False)
+
+    for policy in doc.get("policies", []):
+        walk(policy, True)
+    return errors
+
+
+def route(policy: dict[str, Any], labels: dict[str, str]) -> str:
+    """The receiver an alert with ``labels`` reaches (Alertmanager: first matching child, depth first)."""
+
+    def matches(r: dict[str, Any]) -> bool:
+        ops = {"=": lambda a, b: a == b, "!=": lambda a, b: a != b}
+        return all(ops[op](labels.get(k, ""), v) for k, op, v in r.get("object_matchers", []))
+
+    node = policy
+    while True:
+        child = next((c for c in node.get("routes", []) if matches(c)), None)
+        if child is None:
+            return str(node["receiver"])
+        node = {**child, "receiver": child.get("receiver") or node["receiver"]}
+
+
+ENV = {"ARGUS_ALERT_WEBHOOK_URL": "https://hooks.example.com/argus"}
+
+
 def _files(root: Path) -> dict[str, Any]:
     return {
         "rules": yaml.safe_load((root / "provisioning/alerting/argus.yaml").read_text())
@@ -192,12 +299,13 @@ def test_the_rule_checks_catch_what_grafana_refuses() -> None:
     rule = bad["groups"][0]["rules"][0]
     rule["annotations"]["__dashboardUid__"] = "argus-job"  # without __panelId__
     rule["keep_firing_for"] = rule.pop("keepFiringFor")  # the API's key in a file
-    rule["annotations"]["runbook_url"] = "/d/argus-rank/x?var-rank={{ $labels.nope }}"
+    rule["annotations"]["runbook_url"] = "${ARGUS_GRAFANA_URL}/d/argus-rank/x?var-rank={{ $labels.nope }}"
     rule["condition"] = "D"
     errors = check_rule_file(bad, files["dashboards"])
     assert any("__panelId__ must be specified" in e for e in errors)
     assert any("'keep_firing_for' (dropped)" in e for e in errors)
     assert any("not absolute" in e for e in errors) and any("$labels.nope" in e for e in errors)
+    assert any("unexpanded variable" in e for e in errors)
     assert any("Condition D does not exist" in e for e in errors)
     assert check_annotation_pair({"__dashboardUid__": "a", "__panelId__": "x"})
 
@@ -264,12 +372,80 @@ def test_dashboards_pass_grafanas_save_checks_and_link_job_rank_kernel() -> None
 def test_api_bodies_use_the_apis_keys_and_the_annotation_pair() -> None:
     """The provisioning API (definitions ProvisionedAlertRule) reads keep_firing_for; its rules go
     through SetDashboardAndPanelFromAnnotations, so the pair is both set."""
-    bodies = api_alert_rules(
-        GrafanaOptions(runbook_base_url="https://grafana.example.com"), folder_uid="argus"
-    )
+    bodies = api_alert_rules(GrafanaOptions(base_url="https://grafana.example.com"), folder_uid="argus")
     for body, rule in zip(bodies, ALERTS, strict=True):
         assert body["keep_firing_for"] == rule.keep_firing and "keepFiringFor" not in body
         assert check_annotation_pair(body["annotations"]) == [] and body["annotations"]["__panelId__"]
-        assert body["annotations"]["runbook_url"].startswith("https://grafana.example.com/d/")
+        assert "https://grafana.example.com/d/" in body["annotations"]["dashboard_url"]
+        assert body["annotations"]["runbook_url"].startswith(DOCS_URL + "#")
         assert body["condition"] in [q["refId"] for q in body["data"]]
         assert (body["folderUID"], body["ruleGroup"]) == ("argus", "argus")
+
+
+@pytest.mark.parametrize("root", [DEPLOY, CHART], ids=["deploy", "chart"])
+def test_contact_points_policies_and_mute_timing_pass_grafanas_file_provisioning(root: Path) -> None:
+    path = root / ("provisioning/alerting" if root == DEPLOY else "alerting") / "notifications.yaml"
+    doc = yaml.safe_load(path.read_text())
+    assert check_notifications(doc, ENV) == []
+    (policy,) = doc["policies"]
+    page = {"source": "argus", "severity": "page", "alertname": "Argus: slow rank", "job": "j", "team": "llm"}
+    assert route(policy, page) == "argus-oncall"
+    assert (
+        route(policy, {**page, "severity": "ticket"}) == "argus-platform"
+    )  # fleet: node suspect across jobs
+    assert route(policy, {"alertname": "DatasourceError"}) == "argus-platform"
+    assert policy["group_by"] == ["alertname", "job"] and policy["repeat_interval"]
+    # an unset secret is what Grafana refuses at start-up: the check sees it
+    assert any("webhook needs" in e for e in check_notifications(doc, {}))
+
+
+def test_every_integration_and_a_team_route_validate_and_route() -> None:
+    doc = notifications(
+        GrafanaOptions(
+            integrations=("webhook", "slack", "pagerduty", "email"), team_routes=(("llm", "llm-pager"),)
+        )
+    )
+    env = {
+        **ENV,
+        "ARGUS_SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T/B/x",
+        "ARGUS_PAGERDUTY_KEY": "k",
+        "ARGUS_ALERT_EMAIL": "oncall@example.com",
+    }
+    doc["contactPoints"].append(
+        {"orgId": 1, "name": "llm-pager", "receivers": doc["contactPoints"][0]["receivers"]}
+    )
+    assert check_notifications(doc, env) == []
+    (policy,) = doc["policies"]
+    page = {"source": "argus", "severity": "page", "team": "llm"}
+    assert route(policy, page) == "llm-pager" and route(policy, {**page, "team": "vision"}) == "argus-oncall"
+    bad = json.loads(json.dumps(doc))
+    bad["policies"][0]["routes"][0]["mute_time_intervals"] = ["nope"]
+    bad["policies"][0]["routes"][1]["receiver"] = "nobody"
+    bad["contactPoints"][0]["receivers"][0]["uid"] = ""
+    errors = check_notifications(bad, env)
+    assert any("undefined mute time interval" in e for e in errors)
+    assert any("(nobody) is undefined" in e for e in errors) and any("no uid is set" in e for e in errors)
+    with pytest.raises(ValueError, match="absolute"):
+        GrafanaOptions(base_url="${ARGUS_GRAFANA_URL}")
+
+
+@pytest.mark.parametrize("root", [DEPLOY, CHART], ids=["deploy", "chart"])
+def test_rule_annotations_link_to_on_call_anchors_and_expand_nothing_at_load(root: Path) -> None:
+    """runbook_url is docs/on-call.md#<anchor> (per cause: the rule's cause label), the
+    dashboard link absolute; no ${...} is left for Grafana (it would stay literal)."""
+    rules = _files(root)["rules"]["groups"][0]["rules"]
+    anchors = set(re.findall(r'<a id="([\w-]+)"></a>', (REPO / "docs" / "on-call.md").read_text()))
+    for rule in rules:
+        text = yaml.safe_dump(rule["annotations"])
+        assert "${" not in text, rule["uid"]
+        url = rule["annotations"]["runbook_url"]
+        assert url.startswith(DOCS_URL + "#")
+        anchor = url.split("#", 1)[1]
+        if anchor == "{{ $labels.cause }}":
+            from argus.schemas.causes import FAULT_CAUSES, UNKNOWN
+
+            assert {*FAULT_CAUSES, UNKNOWN} <= anchors
+        else:
+            assert anchor in anchors, anchor
+        assert rule["uid"] in anchors
+        assert "http://localhost:3000/d/" in rule["annotations"]["dashboard_url"]

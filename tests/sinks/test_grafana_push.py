@@ -119,10 +119,11 @@ def test_push_to_a_fresh_grafana_creates_folder_dashboards_and_rules(grafana: Re
         "argus-anomalies",
         "argus-pipeline",
     ]
-    assert result.rules == ["argus-slow-rank", "argus-missing-ranks", "argus-hang"]
+    assert result.rules == ["argus-slow-rank", "argus-lost-rank", "argus-hang"]
     rules = [body for method, path, body in grafana.seen if path == "/api/v1/provisioning/alert-rules"]
-    assert [r["keep_firing_for"] for r in rules] == ["5m", "2m", "2m"]
-    assert all(r["annotations"]["runbook_url"].startswith(grafana.url + "/d/") for r in rules)
+    assert [r["keep_firing_for"] for r in rules] == ["5m", "1m", "1m"]
+    assert all(r["annotations"]["dashboard_url"].count(grafana.url + "/d/") >= 1 for r in rules)
+    assert all(r["annotations"]["runbook_url"].startswith("https://") for r in rules)
     assert all(r["annotations"]["__dashboardUid__"] == "argus-job" for r in rules)
 
 
