@@ -24,8 +24,8 @@ from argus.schemas import Anomaly, GpuSample, KernelSketch, StepSummary
 from argus.sinks import to_arrow
 from argus.sinks.grafana import ALERTS, DASHBOARDS, all_panels, expand, percent_encode, rendered_files
 from argus.sinks.grafana.macros import MacroError
-from argus.sinks.grafana.queries import ACTIVE_S
 from argus.sinks.grafana.provisioning import DATASOURCE_TYPE, DATASOURCE_UID
+from argus.sinks.grafana.queries import ACTIVE_S
 from argus.sinks.kernels import kernel_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ def test_the_flame_graph_has_one_root_when_stacks_were_cut_at_max_depth(
         f"('{job}', 0, 0, 1, toDateTime64({t}, 3), 'model.py:forward;attention;softmax', 3)"
     )
     panel = dict((p.key, p) for _, p in all_panels())["stacks"]
-    names, rows = run_panel(store, panel.sql, jobs, job=job, rank="0")
+    _, rows = run_panel(store, panel.sql, jobs, job=job, rank="0")
     assert [r for r in rows if r[0] == 0] == [(0, 8, 0, "all")]
     assert sorted(r[3] for r in rows if r[0] == 1) == ["model.py:forward", "train.py:main"]
 
