@@ -433,6 +433,8 @@ SPACE_SIZES = {"full": (200, 300), "quick": (40, 60), "smoke": (6, 10)}
 class SpaceFaultResult:
     """How one fault of the noise space was diagnosed."""
 
+    seed: int
+    """The job's (``--space-job SEED`` shows it)."""
     shape: str
     who: str
     size: str
@@ -531,7 +533,7 @@ def space_job(seed: int, faulty: bool) -> SpaceJobResult:
             delay = min(emitted[anomalies[i].id] for i in fresh) - onset
         results.append(
             SpaceFaultResult(
-                f.shape, f.who, size, job.path, f.magnitude, job.snr(f), len(mine), named, iou, delay
+                seed, f.shape, f.who, size, job.path, f.magnitude, job.snr(f), len(mine), named, iou, delay
             )
         )
     extras = [
@@ -555,6 +557,50 @@ def space_suite(quiet_jobs: int, faulty_jobs: int, procs: int = 1) -> list[Space
         return [space_job(*w) for w in work]
     with ProcessPoolExecutor(procs) as pool:
         return list(pool.map(_space_one, work, chunksize=2))
+
+
+def show_space_job(seed: int) -> None:
+    """Print one job of the noise space: its background, faults, and what the engine found
+    (``--space-job SEED``; seeds from 8,000,000 are the faulty jobs)."""
+    faulty = seed >= 8_000_000
+    job = draw_job(seed, faulty=faulty)
+    lay = job.layout
+    print(
+        f"job {seed}: {lay.n_ranks} ranks (dp {lay.dp}, tp {lay.tp}, pp {lay.pp}, {lay.gpus_per_host}/host), "
+        f"{job.steps} steps, seen as {job.path}"
+        + (f" (a sample every {job.sample_every:.1f} steps)" if job.path == "csv_time" else "")
+    )
+    print(f"background: {job.background}")
+    for f in job.faults:
+        print(
+            f"fault: {f.shape} on {f.who} {f.group} ({len(f.ranks)} ranks: {list(f.ranks)[:16]}), steps "
+            f"{f.first_step}-{f.last_step}, {f.magnitude:.2f}x, period {f.period}, SNR {job.snr(f):.1f}"
+        )
+    if job.path == "live":
+        run = engine_run(job.simulator(), job.steps, kernels=False)
+        anomalies, emitted = run.anomalies, run.detected_step
+    else:
+        log = job.log()
+        res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time, job=job.name)
+        anomalies, emitted = res.anomalies, {}
+        for f in job.faults:
+            lo, hi = (_space_window(res.labels, log.step_t, s) for s in (f.first_step, f.last_step))
+            print(f"  (fault {f.group}: windows {lo}-{hi} of the log's {len(res.labels)})")
+    for a in sorted(anomalies, key=lambda a: a.start_step):
+        at = f", emitted at {emitted[a.id]}" if a.id in emitted else ""
+        print(
+            f"anomaly {a.start_step}-{a.end_step}{at}: {a.cause} {a.severity} {a.suspect_kind} {a.suspect} "
+            f"ranks {list(a.ranks)[:16]}{'...' if len(a.ranks) > 16 else ''}: {a.summary[:160]}"
+        )
+    result = space_job(seed, faulty)
+    for fr in result.faults:
+        print(
+            f"scored: {fr.shape} {fr.who}: matched {fr.matched}, named {fr.named:.2f}, IoU {fr.iou:.2f}, delay {fr.delay}"
+        )
+    counts: dict[str, int] = defaultdict(int)
+    for sev, one, cause in result.extras:
+        counts[f"{cause} {sev}{' one step' if one else ''}"] += 1
+    print("unexplained: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -641,6 +687,23 @@ def space_table(jobs: list[SpaceJobResult]) -> dict[str, object]:
         _space_rows(title, groups)
     snrs = [f.snr for f in faults]
     print(f"fault SNR: p10 {_pct(snrs, 10):.1f}, median {_pct(snrs, 50):.1f}, p90 {_pct(snrs, 90):.1f}")
+    missed = sorted((f for f in faults if f.detectable and not f.found), key=lambda f: -f.snr)
+    if missed:
+        print(
+            "detectable faults missed (bench/diagnosis.py --space-job SEED shows one): "
+            + "; ".join(
+                f"{f.seed} {f.shape} {f.who} {f.size} {f.path} {f.magnitude:.2f}x SNR {f.snr:.0f}"
+                for f in missed[:12]
+            )
+        )
+    noisy = sorted((j for j in jobs if j.extras), key=lambda j: -len(j.extras))
+    if noisy:
+        print("most unexplained anomalies: " + ", ".join(f"{j.seed} ({len(j.extras)})" for j in noisy[:8]))
+    secs = [j.seconds for j in jobs]
+    slow = max(jobs, key=lambda j: j.seconds)
+    print(
+        f"seconds per job: median {_pct(secs, 50):.1f}, max {slow.seconds:.1f} ({slow.seed}, {slow.size} {slow.path})"
+    )
     det = [f for f in faults if f.detectable]
     found = [f for f in faults if f.found]
     step_delays = [
@@ -716,7 +779,11 @@ def main() -> None:
         "--space-only", action="store_true", help="the noise space only (its keys alone in the JSON)"
     )
     ap.add_argument("--procs", type=int, default=1, help="processes for the noise space's jobs (default 1)")
+    ap.add_argument("--space-job", type=int, metavar="SEED", help="show one job of the noise space and stop")
     args = ap.parse_args()
+    if args.space_job is not None:
+        show_space_job(args.space_job)
+        return
     t_start = time.perf_counter()
     space_size = "smoke" if args.smoke else "quick" if args.quick else "full"
     space_jobs = space_suite(*SPACE_SIZES[space_size], procs=args.procs)
