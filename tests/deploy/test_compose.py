@@ -118,8 +118,9 @@ def test_grafana_gets_the_provisioned_dashboards_and_everything_the_datasource_r
     assert mounts[path] == "./deploy/grafana/dashboards"
     assert list((REPO / "deploy/grafana/dashboards").glob("*.json"))
     assert (REPO / "deploy/grafana/provisioning/alerting/argus.yaml").is_file()
-    for provisioned in ("datasources", "alerting"):  # Grafana expands $VAR / ${VAR} from its environment
-        text = (REPO / f"deploy/grafana/provisioning/{provisioned}/argus.yaml").read_text()
+    # Grafana expands $VAR / ${VAR} from its environment in datasources, contact points, policies
+    for path in ("datasources/argus.yaml", "alerting/notifications.yaml"):
+        text = (REPO / "deploy/grafana/provisioning" / path).read_text()
         for var in set(re.findall(r"\$\{?(ARGUS_[A-Z_]+)", text)):
             assert var in graf["environment"], var
     port = graf["environment"]["ARGUS_CLICKHOUSE_PORT"]
@@ -174,3 +175,18 @@ def test_kafka_and_clickhouse_publish_on_this_machine_only() -> None:
     for name in ("kafka", "clickhouse"):
         for p in SERVICES[name]["ports"]:
             assert str(p).startswith("127.0.0.1:"), (name, p)
+
+
+def test_grafana_reads_keep_firing_for_and_the_rules_links_are_absolute() -> None:
+    """File provisioning reads keepFiringFor from Grafana 12.1.2 (grafana#109710) and keeps a
+    rule's annotations as written: no ${...} may be left in them (it would stay literal)."""
+    version = SERVICES["grafana"]["image"].split(":")[1]
+    assert tuple(int(x) for x in version.split(".")) >= (12, 1, 2), version
+    rules = yaml.safe_load((REPO / "deploy/grafana/provisioning/alerting/argus.yaml").read_text())
+    for rule in rules["groups"][0]["rules"]:
+        text = yaml.safe_dump(rule["annotations"])
+        assert "${" not in text, rule["uid"]
+        assert rule["annotations"]["runbook_url"].startswith("https://")
+        assert "http://localhost:3000/d/" in rule["annotations"]["dashboard_url"]
+        assert "keepFiringFor" in rule
+    assert "ARGUS_ALERT_WEBHOOK_URL" in SERVICES["grafana"]["environment"]
