@@ -10,6 +10,7 @@ from __future__ import annotations
 import typing
 from importlib.metadata import PackageNotFoundError, version
 
+from ._errors import ArgusError
 from .api import attach, detach, pause, step
 from .config import ConfigError, Settings, load_settings
 
@@ -20,6 +21,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 # also ``ArgusLightningCallback`` and ``ArgusHFCallback``, built on first access (below)
 __all__ = [
+    "ArgusError",
     "ConfigError",
     "Settings",
     "__version__",

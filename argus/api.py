@@ -38,7 +38,7 @@ from typing import Any
 
 from argus.producers.agent import AgentConfig, RankAgent, detect_rank_info, framework_layout
 
-from .config import Settings, load_settings, redact_url
+from .config import ConfigError, Settings, load_settings, redact_url
 
 __all__ = [
     "StepCallbacks",
@@ -88,6 +88,13 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
 
     Returns:
         The :class:`~producers.agent.RankAgent` (``.info``, ``.absent``, ``.step``).
+
+    Raises:
+        ValueError: an unknown keyword, a bad layout or agent setting; its subclass
+            :class:`~argus.config.ConfigError` for a setting Argus cannot use (from the
+            environment, the config file or a keyword), invalid Kafka client settings
+            included, and a spool directory that cannot be created. Nothing else: the agent
+            and the publisher start without contacting the broker.
     """
     global _agent, _publisher
     with _lock:
@@ -105,15 +112,21 @@ def attach(model: Any = None, optimizer: Any = None, *, sink: Any = None, **sett
         info = detect_rank_info(job, framework=found, **layout)
         custom_sink = sink is not None
         if sink is None:
-            from argus.producers.publisher import Publisher
+            from argus.producers.publisher import KafkaSettingsError, Publisher
 
-            sink = _publisher = Publisher(
-                conf.kafka_client_config(),
-                spool_dir=conf.spool_dir / f"{info.job}-{info.run}-r{info.rank}",
-                relay=conf.relay_socket or None,
-                wake_ms=PUBLISHER_WAKE_MS,
-                background=True,
-            )
+            spool = conf.spool_dir / f"{info.job}-{info.run}-r{info.rank}"
+            try:
+                sink = _publisher = Publisher(
+                    conf.kafka_client_config(),
+                    spool_dir=spool,
+                    relay=conf.relay_socket or None,
+                    wake_ms=PUBLISHER_WAKE_MS,
+                    background=True,
+                )
+            except KafkaSettingsError as exc:  # the settings are the caller's: a ValueError
+                raise ConfigError(str(exc)) from exc
+            except OSError as exc:  # ARGUS_HOME not writable on this machine
+                raise ConfigError(f"cannot create the spool {spool}: {exc.strerror or exc}") from exc
         agent = RankAgent(sink, info, agent_conf)
         agent.install(model, optimizer)
         _agent = agent

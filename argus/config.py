@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._errors import ArgusError
+
 __all__ = ["MAX_TTL_DAYS", "ConfigError", "OAuthToken", "Settings", "load_settings", "redact_url"]
 
 log = logging.getLogger("argus.config")
@@ -61,7 +63,7 @@ def redact_url(text: str) -> str:
     return _URL_TOKEN.sub(r"\1***", text)
 
 
-class ConfigError(ValueError):
+class ConfigError(ArgusError, ValueError):
     """A setting has a value Argus cannot use."""
 
 

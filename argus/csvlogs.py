@@ -27,6 +27,8 @@ import numpy as np
 from argus.detectors import DiagnoserConfig, JobDiagnoser
 from argus.schemas import Anomaly, StepBatch
 
+from ._errors import ArgusError
+
 __all__ = [
     "HOST_COLUMNS",
     "CsvError",
@@ -63,7 +65,7 @@ _HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-class CsvError(ValueError):
+class CsvError(ArgusError, ValueError):
     """The CSV cannot be read as rank, time (or step) and value columns."""
 
 

@@ -56,6 +56,7 @@ from argus.schemas import (
 )
 from argus.streams.deepening import EVIDENCE_TOPIC
 
+from ._errors import ArgusError
 from .config import Settings
 from .kafka_admin import (
     KafkaUnavailable,
@@ -97,7 +98,7 @@ KERNEL_DEMO_FAULTS = (
 its data loaders (named by the kernel level: gemm, nccl:AllReduce, the data-loading frame)."""
 
 
-class DemoError(Exception):
+class DemoError(ArgusError):
     """The demo could not complete; the message says which part failed and where its log is."""
 
 

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ._errors import ArgusError
+
 __all__ = [
     "GroupLag",
     "KafkaUnavailable",
@@ -25,7 +27,7 @@ __all__ = [
 log = logging.getLogger("argus.kafka")
 
 
-class KafkaUnavailable(Exception):
+class KafkaUnavailable(ArgusError):
     """The broker cannot be reached or refused us."""
 
 

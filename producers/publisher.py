@@ -27,11 +27,12 @@ from typing import Any
 
 from argus.schemas import Record, SchemaError, StepBatch, encode, valid_steps
 
+from ._errors import KafkaSettingsError, PublishError
 from ._priority import yield_cpu_to_training
 from .relay import RELAYED_TOPICS, RelayClient
 from .spool import Spool, SpoolRecord
 
-__all__ = ["PublishError", "Publisher"]
+__all__ = ["KafkaSettingsError", "PublishError", "Publisher"]
 
 log = logging.getLogger("argus.publisher")
 
@@ -55,11 +56,6 @@ def _yield_gil(since: float) -> float:
         return since
     time.sleep(0)
     return time.perf_counter()
-
-
-class PublishError(Exception):
-    """The publisher cannot work (bad configuration, fatal client error), or ``drain``
-    found records lost."""
 
 
 class Publisher:
@@ -124,7 +120,7 @@ class Publisher:
             self._producer = Producer(conf, logger=logging.getLogger("argus.publisher.kafka"))
             self._kafka_exception = KafkaException
         except KafkaException as exc:
-            raise PublishError(f"invalid Kafka settings: {exc.args[0]}") from None
+            raise KafkaSettingsError(f"invalid Kafka settings: {exc.args[0]}") from None
         self.linger_s = linger_ms / 1000
         self.wake_s = max(wake_ms, linger_ms) / 1000
         self.max_queue = max_queue

@@ -81,6 +81,8 @@ from argus.schemas import (
     step_key,
 )
 
+from ._errors import RelayError
+
 __all__ = [
     "MAX_DATAGRAM",
     "RELAYED_TOPICS",
@@ -104,10 +106,6 @@ _UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
 _CRED_SPACE = socket.CMSG_SPACE(_UCRED.size)
 _LOG_EVERY_S = 60.0
 _THIS_RECORD_ONLY = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS, errno.EMSGSIZE})
-
-
-class RelayError(Exception):
-    """The relay cannot serve its socket (served by a live relay, not a socket, not creatable)."""
 
 
 R = TypeVar("R", StepBatch, Heartbeat)

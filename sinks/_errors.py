@@ -5,7 +5,8 @@ SinkError                  the store, the sink or Grafana could not do what was 
 ├── StoreUnavailableError  the store cannot be reached now (retryable)
 ├── QueryError             the store rejected a statement (bad SQL, unknown table)
 ├── MacroError             a Grafana macro or variable the expander does not know (also a ValueError)
-└── GrafanaPushError       Grafana refused or could not be reached during ``push``
+├── GrafanaPushError       Grafana refused or could not be reached during ``push``
+└── EvaluationError        an alert rule's query or expressions failed (``grafana.evaluation``)
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 
+from ._errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+
 EXTRA_OF = {
     **dict.fromkeys(("typer", "click", "rich", "msgspec", "shellingham", "pygments", "markdown_it"), "cli"),
     **dict.fromkeys(("faust", "mode", "aiokafka", "cramjam", "scipy", "prometheus_client"), "streams"),
@@ -54,7 +56,7 @@ def main() -> None:
     """Entry point of the ``argus`` console script."""
     if _missing is not None:
         print(MISSING_EXTRA, file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
     # A crash in native code (librdkafka, chDB, torch) prints every thread's Python stack to
     # stderr (the pod's log) instead of dying silently with SIGSEGV.
     faulthandler.enable()
@@ -63,7 +65,7 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         err_console.print("interrupted")
-        code = 130
+        code = EXIT_INTERRUPTED
     except ModuleNotFoundError as exc:  # a subcommand of an extra that is not installed
         extra = EXTRA_OF.get((exc.name or "").partition(".")[0])
         if extra is None:
@@ -72,7 +74,7 @@ def main() -> None:
             f"this command needs the {extra} extra: pip install 'argus-gpu[{extra}]' (no {exc.name})",
             markup=False,
         )
-        code = 2
+        code = EXIT_BAD_INPUT
     except SystemExit as exc:
         code = exc.code
     if "chdb" in sys.modules:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..config import ConfigError, Settings, load_settings, redact_url
+from ..config import Settings, load_settings, redact_url
+from ._errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, exit_for
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -19,13 +22,11 @@ __all__ = [
     "app",
     "console",
     "err_console",
+    "exit_on_error",
     "fail",
     "n_anomalies",
     "settings",
 ]
-
-EXIT_BAD_INPUT = 2
-EXIT_UNAVAILABLE = 3
 
 app = typer.Typer(
     name="argus",
@@ -69,12 +70,24 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
+@contextmanager
+def exit_on_error(*bad_input: type[Exception]) -> Iterator[None]:
+    """Run a command's work: an error of the exit-code table (:mod:`argus.cli._errors`)
+    becomes its one-line message and exit code; others propagate (a bug keeps its
+    traceback). ``bad_input``: classes that here come only from the user's input."""
+    try:
+        yield
+    except Exception as exc:
+        found = exit_for(exc, bad_input=bad_input)
+        if found is None:
+            raise
+        fail(found[1], found[0])
+
+
 def settings(**overrides: Any) -> Settings:
     """Settings for a command; a bad value (in arguments, environment or file) is a clean error."""
-    try:
+    with exit_on_error():
         return load_settings(strict_env=True, **overrides)
-    except ConfigError as exc:
-        fail(str(exc))
 
 
 def setup_logging(verbose: bool) -> None:

@@ -20,12 +20,12 @@ from rich.progress import (
 from rich.table import Table
 
 from ..scoring import named_kernels
-from ._app import EXIT_UNAVAILABLE, app, console, fail, n_anomalies, settings
+from ._app import app, console, exit_on_error, fail, n_anomalies, settings
+from ._errors import EXIT_MISSED
 
 if TYPE_CHECKING:
     from ..demo import DemoResult
 
-EXIT_MISSED = 1
 
 _TASKS = {
     "broker": "Kafka broker",
@@ -173,13 +173,12 @@ def demo(
     """The whole system on this machine: broker, stream worker and sink as child processes,
     a real 4-rank gloo training with one rank slowed and a simulated 4,096-rank job with
     three faults; prints the diagnosis, writes the HTML reports, stops what it started."""
-    from ..config import ConfigError
-    from ..demo import DemoConfig, DemoError, run_demo
+    from ..demo import DemoConfig, run_demo
 
     s = settings()
     if broker not in ("own", "configured"):
         fail(f"--broker must be own or configured, not {broker!r}")
-    try:
+    with exit_on_error():
         cfg = DemoConfig(
             own_broker=broker == "own",
             broker_port=port,
@@ -199,10 +198,6 @@ def demo(
             console=console,
         ) as bar:
             result = run_demo(s, _RichProgress(bar), cfg)
-    except ConfigError as exc:
-        fail(str(exc))
-    except DemoError as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
     console.print(_diagnosis_table(result, console.width))
     console.print(_check_table(result, console.width))
     for job, path in result.reports.items():

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..csvlogs import CsvError, LogDiagnosis, as_written, diagnose_log, phase_of, read_series
+from ..csvlogs import LogDiagnosis, as_written, diagnose_log, phase_of, read_series
 from ..schemas import Anomaly
-from ._app import app, console, err_console, fail, n_anomalies
+from ._app import app, console, err_console, exit_on_error, fail, n_anomalies
 
 
 @app.command()
@@ -39,17 +39,12 @@ def diagnose(
     if (time_col is None) == (step_col is None):
         fail("give exactly one of --time-col or --step-col")
     t_col = time_col or step_col or ""
-    try:
+    with exit_on_error(ValueError):  # diagnose_log's ValueError: the CSV's values
         rows = read_series(steps_csv, rank_col, t_col, value_col, host_col)
-    except CsvError as exc:
-        fail(str(exc))
-    try:
         result = diagnose_log(
             rows.rank, rows.t, rows.value, by_time=time_col is not None, metric=value_col,
             higher_is_better=higher_is_better, job=steps_csv.stem or "log", hosts=rows.hosts,
         )  # fmt: skip
-    except ValueError as exc:
-        fail(str(exc))
     for note in (*rows.notes, *result.notes):
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if as_json:

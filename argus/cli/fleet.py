@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ._app import app, console, fail
+from ._app import app, console, exit_on_error
 from ._store import command_store
 from .sql import tsv_escape
 
@@ -162,22 +162,17 @@ def fleet(
 
     from argus.fleet import fleet_view, parse_since
 
-    try:
+    with exit_on_error(ValueError):  # a ValueError here: --since or --until
         end = datetime.now(UTC) if not until else parse_since(until, datetime.now(UTC))
         start = parse_since(since, end)
         if start >= end:
             raise ValueError(
                 f"--since ({start:%Y-%m-%d %H:%M}) must be before --until ({end:%Y-%m-%d %H:%M})"
             )
-    except ValueError as exc:
-        fail(str(exc))
     if fmt is FleetFormat.auto:
         fmt = FleetFormat.table if sys.stdout.isatty() else FleetFormat.tsv
-    with command_store() as store:
-        try:
-            view = fleet_view(store, since=start, until=end, cause=cause or None)
-        except ValueError as exc:
-            fail(str(exc))
+    with command_store() as store, exit_on_error(ValueError):  # fleet_view's: the --cause given
+        view = fleet_view(store, since=start, until=end, cause=cause or None)
     if fmt is FleetFormat.json:
         sys.stdout.write(json.dumps(view_json(view)) + "\n")
     elif fmt is FleetFormat.tsv:

@@ -47,7 +47,7 @@ def export_cmd(
         if not sep or not team or not receiver:
             fail(f"--team-route {spec!r}: expected TEAM=CONTACT_POINT")
         routes.append((team, receiver))
-    try:
+    with exit_on_error(ValueError):  # GrafanaOptions' ValueError: the options given
         options = GrafanaOptions(
             datasource_uid=datasource_uid,
             base_url=base_url,
@@ -55,8 +55,6 @@ def export_cmd(
             integrations=tuple(integration),
             team_routes=tuple(routes),
         )
-    except ValueError as exc:
-        fail(str(exc))
 
     if check:
         stale = [

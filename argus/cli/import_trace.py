@@ -22,7 +22,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ._app import EXIT_UNAVAILABLE, app, console, fail, n_anomalies, settings
+from ._app import app, console, exit_on_error, fail, n_anomalies, settings
 
 __all__ = ["StepParts", "collect_imports", "diagnose_steps", "iter_imports"]
 
@@ -218,12 +218,10 @@ def _describe(anomaly: Any) -> str:
 
 
 def _publisher() -> Any:
-    from argus.producers.publisher import Publisher, PublishError
+    from argus.producers.publisher import Publisher
 
-    try:
+    with exit_on_error():
         return Publisher(settings().kafka_client_config(), block_when_full=True)
-    except PublishError as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
 
 
 def _publish(records: list[Any], publisher: Any) -> int:
@@ -238,12 +236,8 @@ def _publish(records: list[Any], publisher: Any) -> int:
 
 
 def _drain(publisher: Any) -> None:
-    from argus.producers.publisher import PublishError
-
-    try:
+    with exit_on_error():
         publisher.drain(60)
-    except PublishError as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
 
 
 @app.command("import-trace")
@@ -297,12 +291,11 @@ def _read_traces(
     """Every file's records to ``out`` (and its step records to ``parts``, when given), one
     file at a time; the files' import summaries. Two files of one rank, or a bad file, are
     a clean error."""
-    from argus.producers.kineto import TraceError
     from argus.schemas import StepBatch
 
     summaries: list[Any] = []
     seen: set[int] = set()
-    try:
+    with exit_on_error():  # a bad file (TraceError): exit 2
         for records, summary in iter_imports(
             [str(p) for p in paths], job=job, run=run, rank=rank, workers=workers, started=started
         ):
@@ -316,8 +309,6 @@ def _read_traces(
                     if isinstance(r, StepBatch):
                         parts.add(r)
             del records
-    except TraceError as exc:
-        fail(str(exc))
     return summaries
 
 

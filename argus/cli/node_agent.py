@@ -10,7 +10,8 @@ from typing import Any
 import typer
 
 from ..config import Settings
-from ._app import EXIT_UNAVAILABLE, app, console, err_console, fail, settings
+from ._app import app, console, err_console, exit_on_error, settings
+from ._errors import EXIT_UNAVAILABLE
 
 
 def node_metrics(relay: Any, publisher: Any) -> dict[str, Any]:
@@ -117,12 +118,10 @@ def node_agent(
 
 def _publisher(conf: Settings) -> Any:
     """The node's Kafka publisher (spooling to disk under the node agent's home)."""
-    from argus.producers.publisher import Publisher, PublishError
+    from argus.producers.publisher import Publisher
 
-    try:
+    with exit_on_error():
         return Publisher(conf.kafka_client_config(), spool_dir=conf.spool_dir / "node-agent", background=True)
-    except PublishError as exc:
-        fail(str(exc))
 
 
 def _start_relay(
@@ -130,15 +129,18 @@ def _start_relay(
 ) -> tuple[Any, threading.Thread | None]:
     """The node relay serving ``path`` on its own thread until ``stop`` (None, None without a
     path); a relay that cannot serve is a clean error."""
-    from argus.producers.relay import NodeRelay, RelayError
+    from argus.producers.relay import NodeRelay
 
     if not path:
         return None, None
-    try:
-        node_relay = NodeRelay(path, publisher, allowed_uids=conf.relay_uids, allowed_gids=conf.relay_gids)
-    except RelayError as exc:
-        publisher.shutdown(1)
-        fail(str(exc))
+    with exit_on_error():
+        try:
+            node_relay = NodeRelay(
+                path, publisher, allowed_uids=conf.relay_uids, allowed_gids=conf.relay_gids
+            )
+        except Exception:
+            publisher.shutdown(1)  # its thread would keep the process alive after the error
+            raise
     relay_thread = threading.Thread(target=node_relay.serve, args=(stop,), name="argus-relay")
     relay_thread.start()
     console.print(

@@ -8,8 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..config import ConfigError
-from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
+from ._app import app, console, exit_on_error, settings
 
 
 @app.command()
@@ -23,25 +22,20 @@ def simulate(
     ranks_per_message: int = typer.Option(64, min=1, help="ranks per Kafka message (a node agent's batch)"),
 ) -> None:
     """Publish a simulated job with injected faults into Kafka at a chosen step rate."""
-    from argus.producers.publisher import Publisher, PublishError
+    from argus.producers.publisher import Publisher
     from argus.schemas import ALL_TOPICS
 
-    from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
+    from ..kafka_admin import ensure_topics, probe_kafka
     from ..simulate import layout_for, parse_fault, publish_simulation
 
     s = settings()
-    try:
+    with exit_on_error():
         layout = layout_for(ranks)
         faults = [parse_fault(f, layout) for f in fault]
-    except ConfigError as exc:
-        fail(str(exc))
-    conf = s.kafka_client_config()
-    try:
+        conf = s.kafka_client_config()
         probe_kafka(conf)
         ensure_topics(conf, ALL_TOPICS, partitions=s.kafka_partitions)
-    except KafkaUnavailable as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
-    publisher = Publisher(conf, block_when_full=True)
+        publisher = Publisher(conf, block_when_full=True)
     job = job or f"sim-{time.strftime('%Y%m%d-%H%M%S')}"
     with Progress(
         TextColumn(f"[bold]{job}[/] {layout.dp}×{layout.tp}×{layout.pp}"),
@@ -62,10 +56,8 @@ def simulate(
             ranks_per_message=ranks_per_message,
             progress=lambda n: bar.advance(task, n),
         )
-    try:
+    with exit_on_error():
         publisher.drain(60)
-    except PublishError as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
     console.print(
         f"published {result.records:,} rank-steps in {result.messages:,} messages "
         f"({result.records / max(result.seconds, 1e-9):,.0f}/s)"

@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from ..config import redact_url
-from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
+from ._app import app, console, exit_on_error, settings
 
 log = logging.getLogger("argus.sink")
 
@@ -28,27 +28,21 @@ def sink(
 ) -> None:
     """Consume the Argus topics into ClickHouse, exactly once; stop cleanly on SIGTERM/SIGINT."""
     from argus.schemas import ALL_TOPICS
-    from argus.sinks import SinkError, StoreLockedError, migrate
+    from argus.sinks import migrate
     from argus.sinks.kafka_sink import KafkaSink
     from argus.sinks.migrate import retention_report
 
-    from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka
+    from ..kafka_admin import ensure_topics, probe_kafka
     from ..wiring import open_configured_store
 
     s = settings()
     conf = s.kafka_client_config()
-    try:
+    with exit_on_error():
         probe_kafka(conf)
         ensure_topics(conf, ALL_TOPICS, partitions=s.kafka_partitions)
         store = open_configured_store(s)
         migrate(store, ttl_days=s.ttl_days)
         console.print(retention_report(store, s.ttl_days), markup=False, highlight=False)
-    except KafkaUnavailable as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
-    except StoreLockedError as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
-    except SinkError as exc:
-        fail(f"ClickHouse: {exc}", EXIT_UNAVAILABLE)
 
     first = [store]
 

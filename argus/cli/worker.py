@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from ._app import EXIT_UNAVAILABLE, app, console, fail, settings
+from ._app import app, console, exit_on_error, settings
 
 __all__: list[str] = []
 
@@ -42,12 +42,12 @@ def worker(
     from argus.streams.app import WORKER_TOPICS, consumer_groups
     from argus.streams.metrics import summary
 
-    from ..kafka_admin import KafkaUnavailable, ensure_topics, probe_kafka, topic_partitions
+    from ..kafka_admin import ensure_topics, probe_kafka, topic_partitions
     from ..wiring import stream_config
 
     s = settings()
     conf = s.kafka_client_config()
-    try:
+    with exit_on_error():
         probe_kafka(conf)
         ensure_topics(conf, list(WORKER_TOPICS), partitions=s.kafka_partitions)
         # The job-state table is co-partitioned with the findings topic: take what exists.
@@ -62,8 +62,6 @@ def worker(
             partitions=partitions,
             config={"cleanup.policy": "compact"},
         )
-    except KafkaUnavailable as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
     if metrics_port:
         from argus.streams.metrics import Family, metric_families
 

@@ -15,13 +15,15 @@ from argus.sinks.grafana import all_panels, expand
 from argus.sinks.grafana.queries import REPORT
 from argus.sinks.store import Store
 
+from .._errors import ArgusError
+
 __all__ = ["ReportData", "Suspect", "Table", "UnknownJobError", "collect"]
 
 _SQL = {p.key: p.sql for _, p in all_panels()} | {p.key: p.sql for p in REPORT}
 MAX_SUSPECTS = 3
 
 
-class UnknownJobError(LookupError):
+class UnknownJobError(ArgusError, LookupError):
     """The store has no steps of the job; ``known`` lists the most recent jobs it has."""
 
     def __init__(self, job: str, known: Sequence[str]) -> None:
