@@ -95,7 +95,7 @@ def test_default_render_has_every_workload() -> None:
     assert set(by_kind(docs, "Deployment")) == {"argus-worker", "argus-sink"}
     assert set(by_kind(docs, "DaemonSet")) == {"argus-node-agent"}
     assert set(by_kind(docs, "Service")) == {"argus-worker", "argus-sink"}
-    assert set(by_kind(docs, "ConfigMap")) == {"argus-dashboards", "argus-alert-rules", "argus-datasource"}
+    assert set(by_kind(docs, "ConfigMap")) == {"argus-dashboards", "argus-datasource"}  # alerting: opt-in
     assert not by_kind(docs, "Secret") and not by_kind(docs, "HorizontalPodAutoscaler")
     assert all(d["metadata"].get("namespace", "gpu-obs") == "gpu-obs" for d in docs)
     agent = by_kind(docs, "DaemonSet")["argus-node-agent"]["spec"]["template"]["spec"]
@@ -268,16 +268,19 @@ def test_keda_scales_workers_on_their_consumer_lag_and_the_hpa_is_the_fallback()
     assert both.returncode != 0 and "exclude each other" in both.stderr
 
 
+ALERTING = ["grafana.alerting.enabled=true", "grafana.alerting.baseUrl=https://grafana.example.com/"]
+
+
 def test_grafana_configmaps_carry_the_generated_dashboards_and_alert_rules() -> None:
     grafana = REPO / "deploy" / "grafana"
     files = CHART / "files" / "grafana"
     pairs = {
         **{files / "dashboards" / p.name: p for p in (grafana / "dashboards").glob("*.json")},
-        files / "alerting" / "argus.yaml": grafana / "provisioning" / "alerting" / "argus.yaml",
+        **{files / "alerting" / p.name: p for p in (grafana / "provisioning" / "alerting").glob("*.yaml")},
     }
     for copy, original in pairs.items():
         assert copy.is_file() and copy.read_text() == original.read_text(), f"run `make helm-files` ({copy})"
-    maps = by_kind(render(), "ConfigMap")
+    maps = by_kind(render(*ALERTING), "ConfigMap")
     dashboards = maps["argus-dashboards"]
     assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert set(dashboards["data"]) == {p.name for p in (grafana / "dashboards").glob("*.json")}
@@ -285,8 +288,34 @@ def test_grafana_configmaps_carry_the_generated_dashboards_and_alert_rules() -> 
         assert text == (grafana / "dashboards" / name).read_text()
     rules = maps["argus-alert-rules"]
     assert rules["metadata"]["labels"]["grafana_alert"] == "1"
+    assert set(rules["data"]) == {"argus.yaml", "notifications.yaml"}
     assert yaml.safe_load(rules["data"]["argus.yaml"])["groups"][0]["rules"]
+    assert yaml.safe_load(rules["data"]["notifications.yaml"])["policies"]
     assert maps["argus-datasource"]["metadata"]["labels"]["grafana_datasource"] == "1"
+
+
+def test_alerting_needs_an_absolute_base_url_and_renders_no_variable_into_annotations() -> None:
+    """Released Grafana keeps a provisioned rule's annotations raw: the chart writes the base
+    and docs URLs into them (grafana.alerting.baseUrl, required; docsUrl)."""
+    assert "argus-alert-rules" not in by_kind(render(), "ConfigMap")  # alerting is opt-in
+    args = [helm(), "template", "argus", str(CHART), "--set", "grafana.alerting.enabled=true"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "grafana.alerting.baseUrl" in out.stderr
+    out = subprocess.run(
+        [*args, "--set", "grafana.alerting.baseUrl=${GF_URL}"], capture_output=True, text=True
+    )
+    assert out.returncode != 0  # the schema refuses a variable
+    docs_url = "https://wiki.example.com/argus/on-call.md"
+    rules = by_kind(render(*ALERTING, f"grafana.alerting.docsUrl={docs_url}"), "ConfigMap")[
+        "argus-alert-rules"
+    ]
+    assert "${" not in rules["data"]["argus.yaml"]  # in no annotation, nor anywhere else in the rules
+    for rule in yaml.safe_load(rules["data"]["argus.yaml"])["groups"][0]["rules"]:
+        assert rule["annotations"]["runbook_url"].startswith(docs_url + "#")
+        assert "https://grafana.example.com/d/" in rule["annotations"]["dashboard_url"]
+        assert "localhost" not in rule["annotations"]["dashboard_url"]
+    off = by_kind(render(*ALERTING, "grafana.alerting.notifications=false"), "ConfigMap")["argus-alert-rules"]
+    assert set(off["data"]) == {"argus.yaml"}
 
 
 def test_the_datasource_follows_clickhouse_url_and_is_never_the_default() -> None:
@@ -303,14 +332,6 @@ def test_the_datasource_follows_clickhouse_url_and_is_never_the_default() -> Non
     maps = by_kind(render("grafana.datasource.uid=ch-prod", "clickhouse.url=http://ch:8123"), "ConfigMap")
     (ds,) = yaml.safe_load(maps["argus-datasource"]["data"]["argus.yaml"])["datasources"]
     assert (ds["uid"], ds["jsonData"]["port"], ds["jsonData"]["secure"]) == ("ch-prod", "8123", False)
-    rules = by_kind(render("grafana.runbookBaseUrl=https://grafana.example.com/"), "ConfigMap")[
-        "argus-alert-rules"
-    ]
-    urls = [
-        r["annotations"]["runbook_url"]
-        for r in yaml.safe_load(rules["data"]["argus.yaml"])["groups"][0]["rules"]
-    ]
-    assert urls and all(u.startswith("https://grafana.example.com/d/") for u in urls)
 
 
 MONITORING = ["serviceMonitor.enabled=true", "prometheusRule.enabled=true"]
@@ -350,6 +371,10 @@ def test_monitoring_objects_render_lint_and_carry_the_documented_labels() -> Non
             r["labels"]["source"] == "argus"
             and "docs/on-call.md#" + r["alert"].lower() in r["annotations"]["description"]
         )
+        assert r["annotations"]["runbook_url"].endswith("/docs/on-call.md#" + r["alert"].lower())
+    # every worker reports the whole group's lag: counted once (max), not once per replica
+    assert alerts["ArgusConsumerLagHigh"]["expr"].startswith("max by (namespace, topic)")
+    assert "by (namespace, pod)" in alerts["ArgusRelayRefusing"]["expr"]  # a label the PodMonitor sets
     on_call = (REPO / "docs" / "on-call.md").read_text().lower()
     assert all(f"### {name.lower()}" in on_call for name in alerts), "every alert has an on-call section"
 
