@@ -12,7 +12,8 @@ side in the same run:
 - ``kde``: ARGUS-style KDE clusters keeping count, p50, p99 per density cluster (zstd).
 
 Errors are relative to numpy's exact quantiles of the step's durations, for kernels with
-≥ 20 calls. Run: ``.venv/bin/python bench/compression.py [--quick]``; the last line is JSON.
+≥ 20 calls. Run: ``.venv/bin/python bench/compression.py [--quick | --smoke]``; the last line is
+JSON. ``--smoke`` (CI: does it still run?) takes 8 synthetic steps and the smallest real trace.
 """
 
 from __future__ import annotations
@@ -302,11 +303,18 @@ def fmt_err(pair: tuple[float, float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="alternatives on 10 synthetic steps instead of 100")
+    ap.add_argument(
+        "--smoke", action="store_true", help="8 synthetic steps, the smallest trace: runs, figures unchecked"
+    )
     args = ap.parse_args()
     table: list[dict[str, Any]] = []
-    syn, encode_ms = synthetic(100, 10 if args.quick else 100, table)
+    n_steps, alt_steps = (8, 2) if args.smoke else (100, 10 if args.quick else 100)
+    syn, encode_ms = synthetic(n_steps, alt_steps, table)
+    traces = sorted(DATA.glob("*/*.json*"))
+    if args.smoke:
+        traces = sorted(traces, key=lambda p: p.stat().st_size)[:1]
     # the importer must agree with the bench's own step split (a cross-check of both)
-    for path in sorted(DATA.glob("*/*.json*")):
+    for path in traces:
         steps, raw, names_bytes = real_trace(path)
         imp = KinetoImport(path, job="bench")
         n_sketch = sum(1 for r in imp.records() if isinstance(r, KernelSketch))
@@ -321,7 +329,7 @@ def main() -> None:
             f"{r['input']:22} {r['method']:10} {r['raw_B']:12,.0f} {r['enc_B']:10,.0f} {r['ratio']:9,.0f}  "
             f"{fmt_err(r['p50']):>18} {fmt_err(r['p90']):>18} {fmt_err(r['p99']):>18}"
         )
-    print("synthetic: 100 steps, names counted once; alternatives on", 10 if args.quick else 100, "steps")
+    print(f"synthetic: {n_steps} steps, names counted once; alternatives on {alt_steps} steps")
     print(f"encode (stats + delta payload) of one 50,000-event step: {encode_ms:.1f} ms on one core")
     ours, kde = syn["argus"], syn["kde"]
     print(

@@ -27,7 +27,10 @@ line is JSON with ``overhead_pct``, ``overhead_ddp_pct``, ``profiler_overhead_pc
 steps against each other: the noise floor of the run) and ``load_1m``. ``--components``
 adds a table of what each part of the agent costs, measured in isolation.
 
-    python bench/overhead.py [--quick] [--rounds N] [--processes K] [--components]
+    python bench/overhead.py [--quick | --smoke] [--rounds N] [--processes K] [--components]
+
+``--smoke`` (CI: does it still run?) runs every part at a tiny size: 4 rounds over 2
+processes, profiler blocks of 2 steps, the hooks timed over 50 steps, the components too.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def main() -> None:
     faulthandler.enable()
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="every part at a tiny size: runs, figures unchecked")
     ap.add_argument("--rounds", type=int, default=0)
     ap.add_argument("--steps", type=int, default=0, help="timed steps per torch.profiler block (default 8)")
     ap.add_argument(
@@ -112,6 +116,8 @@ def main() -> None:
     ap.add_argument("--components", action="store_true", help="also time the agent's parts in isolation")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.steps, args.processes, args.components = args.rounds or 4, args.steps or 2, 2, True
     rounds = args.rounds or (300 if args.quick else 2400)
     per_block = args.steps or 8  # torch.profiler's blocks
     if args.child:
@@ -133,7 +139,8 @@ def main() -> None:
                 cmd += ["--stack-hz", str(args.stack_hz)]
             out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
             raws.append(json.loads(out.strip().splitlines()[-1]))
-    report(_merge(raws), rounds, processes, load_before, args.components)
+    hook_sizes = (1, 50) if args.smoke else (7, 1000)
+    report(_merge(raws), rounds, processes, load_before, args.components, hook_sizes)
 
 
 def _merge(raws: list[dict[str, Any]]) -> dict[str, Any]:
@@ -347,7 +354,12 @@ def _measure(rounds: int, per_block: int, stack_hz: float | None) -> dict[str, A
 
 
 def report(
-    raw: dict[str, Any], rounds: int, processes: int, load_before: float, with_components: bool
+    raw: dict[str, Any],
+    rounds: int,
+    processes: int,
+    load_before: float,
+    with_components: bool,
+    hook_sizes: tuple[int, int] = (7, 1000),
 ) -> None:
     """Print the table, the medians and the last-line JSON of the merged rounds."""
     times, waits, ratios, cpu = raw["times"], raw["waits"], raw["ratios"], raw["cpu"]
@@ -401,7 +413,7 @@ def report(
             f"({(a + p) / n / 1e4 / med['off']:.2f} % of a step)"
         )
     with _one_rank_group():
-        hooks = hook_costs(info)
+        hooks = hook_costs(info, *hook_sizes)
         if with_components:
             components(info, hooks)
     # What the agent adds to the training thread, each part measured directly: its hooks'

@@ -21,7 +21,7 @@
    its step record; records_per_s_with_kernels and that worker's peak RSS.
 Peak RSS of the worker process is sampled throughout.
 
-    python bench/streams.py [--quick]
+    python bench/streams.py [--quick | --smoke]
 
     python bench/streams.py --workers 2   # + the rebalance phase
 
@@ -29,6 +29,10 @@ Last line: JSON with records_per_s, records_per_s_8, heartbeats_per_s (node batc
 heartbeats_per_s_1 (one per message), latency_p50_s, latency_p99_s, worker_rss_mb,
 records_per_s_with_kernels, worker_rss_mb_with_kernels (and rebalance_lost,
 rebalance_duplicated with --workers 2).
+
+``--smoke`` (CI: does it still run?): every phase at a tiny size (256 ranks, 12 steps, 3
+heartbeat periods, a live job of 20 steps at up to 5 steps/s, the kernel phase at 128
+ranks); the figures are not checked.
 """
 
 from __future__ import annotations
@@ -320,6 +324,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument(
+        "--smoke", action="store_true", help="every phase at a tiny size: runs, figures unchecked"
+    )
+    ap.add_argument(
         "--ranks-per-message",
         type=int,
         default=64,
@@ -334,9 +341,10 @@ def main() -> None:
     )
     args = ap.parse_args()
     per_message = args.ranks_per_message
-    ranks = 4096 if args.quick else 16384
-    steps = 40 if args.quick else 60
-    live_steps = 40 if args.quick else 80
+    ranks = 256 if args.smoke else 4096 if args.quick else 16384
+    steps = 12 if args.smoke else 40 if args.quick else 60
+    live_steps = 20 if args.smoke else 40 if args.quick else 80
+    max_rate = 5.0 if args.smoke else 2.0  # steps/s of the live job
     settings = load_settings()
     conf = settings.kafka_client_config()
     ensure_topics(conf, ALL_TOPICS, partitions=settings.kafka_partitions)
@@ -364,7 +372,7 @@ def main() -> None:
 
         # 1b. Heartbeats: node batches of 8 (the relay's shape), then one per message.
         lag = GroupLag(conf, intake_group(f"bench-{run}", "heartbeats"), [HEARTBEATS])
-        periods = 10 if args.quick else 30
+        periods = 3 if args.smoke else 10 if args.quick else 30
         heartbeats_per_s = heartbeat_throughput(
             publisher, lag, f"bench-hb8-{run}", ranks, periods, 8, timeout=600
         )
@@ -378,16 +386,17 @@ def main() -> None:
         )
 
         # 2. Latency: live job at a rate the worker keeps up with, faults injected.
-        rate = min(2.0, 0.5 * records_per_s / ranks)
+        rate = min(max_rate, 0.5 * records_per_s / ranks)
         live = f"bench-live-{run}"
         faults = [
             parse_fault(f, layout)
-            for f in (
-                f"compute_straggler@10+8:{ranks // 3}",
-                f"dataloader_stall@20:{ranks // 5}",
-                f"gc_pause@28:{ranks // 7}",
-                f"compute_straggler@33+6:{ranks // 2}",
+            for start, f in (
+                (10, f"compute_straggler@10+8:{ranks // 3}"),
+                (20, f"dataloader_stall@20:{ranks // 5}"),
+                (28, f"gc_pause@28:{ranks // 7}"),
+                (33, f"compute_straggler@33+6:{ranks // 2}"),
             )
+            if start < live_steps - 3
         ] + (
             [
                 parse_fault(f"dataloader_stall@{s}:{(s * 97) % ranks}", layout)
@@ -421,8 +430,9 @@ def main() -> None:
     rss_mb = rss.peak / 2**20
 
     # 3. Kernel sketches and stacks flowing (a worker of its own).
-    with_kernels = runpy.run_path(str(REPO / "bench" / "streams_kernels.py"))["throughput_with_kernels"]
-    kernels = with_kernels(conf, 1024 if args.quick else 4096, 24)
+    kernels_bench = runpy.run_path(str(REPO / "bench" / "streams_kernels.py"))
+    kernel_ranks = kernels_bench["SMOKE_RANKS"] if args.smoke else 1024 if args.quick else 4096
+    kernels = kernels_bench["throughput_with_kernels"](conf, kernel_ranks, 16 if args.smoke else 24)
     print()
     print(
         f"{'ranks':>8} {'records/s':>12} {'records/s @8':>13} {'beats/s @8':>11} {'beats/s @1':>11} "

@@ -13,7 +13,10 @@ has taken in (nearly) everything. The worker's peak RSS is sampled
 throughout, and the history's bound per rank (``HistoryConfig.bytes_per_rank``) printed
 beside it. (bench/streams.py measures the step-record floor without kernels.)
 
-    python bench/streams_kernels.py [--quick]
+    python bench/streams_kernels.py [--quick | --smoke]
+
+``--smoke`` (CI: does it still run?): 128 ranks, 16 steps; the figures are not checked, but
+the worker must still summarize every step and name the kernel.
 
 Last line: JSON with records_per_s_with_kernels, rank_steps_per_s_with_kernels,
 worker_rss_mb_with_kernels, ranks, history_bytes_per_rank_max.
@@ -39,6 +42,9 @@ from argus.producers.publisher import Publisher  # noqa: E402
 from argus.schemas import ALL_TOPICS, ANOMALIES, KERNELS, STACKS, STEP_SUMMARIES, STEPS, encode  # noqa: E402
 from argus.simulate import layout_for, parse_fault, publish_simulation  # noqa: E402
 from argus.streams.deepening import EVIDENCE_TOPIC, HistoryConfig  # noqa: E402
+
+SMOKE_RANKS = 128
+"""``--smoke``'s job (and bench/streams.py's kernel phase under ``--smoke``)."""
 
 
 def _streams_bench() -> object:
@@ -136,11 +142,12 @@ def follow(conf: dict, job: str, steps: int, since: dict, timeout: float) -> tup
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1,024 ranks (< 2 minutes)")
-    ap.add_argument("--steps", type=int, default=0, help="steps (default 16 quick, 24)")
+    ap.add_argument("--smoke", action="store_true", help="128 ranks, 16 steps: runs, figures unchecked")
+    ap.add_argument("--steps", type=int, default=0, help="steps (default 16 quick or smoke, 24)")
     args = ap.parse_args()
     conf = load_settings().kafka_client_config()
-    ranks = 1024 if args.quick else 4096
-    out = throughput_with_kernels(conf, ranks, args.steps or (16 if args.quick else 24))
+    ranks = SMOKE_RANKS if args.smoke else 1024 if args.quick else 4096
+    out = throughput_with_kernels(conf, ranks, args.steps or (16 if args.quick or args.smoke else 24))
     print(json.dumps(out))
 
 
