@@ -6,6 +6,7 @@ __all__ = [
     "ALL_TOPICS",
     "ANOMALIES",
     "DEAD_LETTER",
+    "DEEPEN_EVIDENCE",
     "GPU_SAMPLES",
     "HEARTBEATS",
     "KERNELS",
@@ -33,6 +34,11 @@ the hang detector sees all ranks of a job."""
 STEP_FINDINGS = "argus.step-findings"
 """Internal to the stream workers: StepFindings (one step's cross-rank findings, from the
 cross-rank stage) and JobOrder (from a worker's timer), keyed by job: the temporal stage."""
+DEEPEN_EVIDENCE = "argus.deepen-evidence"
+"""Internal to the stream workers: kernel sketches, names and stack samples as the ranks
+sent them, re-keyed by job and packed many to a message (``streams.deepening.pack``: not a
+record of its own, so in no ``TOPIC_SCHEMAS`` entry), co-partitioned with
+``argus.step-findings``: a job's evidence meets its diagnosis in one worker."""
 STEP_SUMMARIES = "argus.step-summaries"
 """StepSummary, keyed by job: the temporal stage."""
 ANOMALIES = "argus.anomalies"

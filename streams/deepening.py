@@ -32,6 +32,7 @@ import numpy as np
 
 from argus.detectors import Deepen, Deepening, DiagnoserConfig, common_ids, deepen_ranks
 from argus.schemas import (
+    DEEPEN_EVIDENCE,
     DecodeError,
     KernelNames,
     KernelSketch,
@@ -45,10 +46,8 @@ from argus.schemas.kernel_codec import CODEC_ID, decode_payload
 
 __all__ = ["EVIDENCE_TOPIC", "EvidenceHistory", "HistoryConfig", "evidence_key", "pack", "rekey", "unpack"]
 
-EVIDENCE_TOPIC = "argus.deepen-evidence"
-"""Internal to the stream workers: kernel sketches, names and stack samples as the ranks
-sent them, packed many to a message (:func:`pack`), keyed by job (co-partitioned with
-``argus.step-findings``)."""
+EVIDENCE_TOPIC = DEEPEN_EVIDENCE
+"""The topic (``schemas.DEEPEN_EVIDENCE``) of the evidence this module re-keys and :func:`pack` packs."""
 
 log = logging.getLogger("argus.streams.deepening")
 
