@@ -184,6 +184,10 @@ class Store(Protocol):
     def insert_arrow(self, table: str, data: pa.Table, *, settings: Mapping[str, Any] | None = None) -> None:
         """Insert an Arrow table whose column names are the table's columns."""
 
+    def read_only(self) -> None:
+        """From now on refuse every write on this connection (``readonly=1``: no INSERT,
+        ALTER, DROP, SYSTEM, no ``file()``/``url()`` table functions, no setting may lift it)."""
+
     def close(self) -> None:
         """Release the store."""
 
@@ -290,6 +294,10 @@ class ChdbStore:
             None,
         )
 
+    def read_only(self) -> None:
+        """Refuse every write from now on in this process's session (``SET readonly = 1``)."""
+        self.execute("SET readonly = 1")
+
     def _release(self) -> None:
         with contextlib.suppress(OSError):
             self._lock_file.seek(0)
@@ -316,7 +324,6 @@ class ServerStore:
         secure: bool | None = None,
         ca_cert: str | None = None,
     ) -> None:
-        import clickhouse_connect
         from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
 
         self._retryable: tuple[type[BaseException], ...] = (OperationalError,)
@@ -333,12 +340,26 @@ class ServerStore:
         if ca_cert:
             kwargs["ca_cert"] = ca_cert
         self._tz: str | None = None
+        self._kwargs = kwargs
+        self._client = self._connect(kwargs)
+
+    def _connect(self, kwargs: dict[str, Any]) -> Any:
+        import clickhouse_connect
+
         try:
-            self._client = clickhouse_connect.get_client(**kwargs)
+            return clickhouse_connect.get_client(**kwargs)
         except self._retryable as exc:
             raise StoreUnavailableError(f"ClickHouse server unreachable: {exc}") from exc
         except self._errors as exc:
             raise SinkError(f"ClickHouse server refused the connection: {exc}") from exc
+
+    def read_only(self) -> None:
+        """Reconnect with ``readonly=1`` on every request: the client learns at connect that
+        no setting can change, so it sends none (with ``readonly=2`` it could, and
+        ``file()`` would read the server's files)."""
+        client = self._connect({**self._kwargs, "settings": {"readonly": 1}})
+        self._client.close()
+        self._client = client
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:

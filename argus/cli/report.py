@@ -8,6 +8,7 @@ import typer
 
 from ._app import app, console, fail, n_anomalies
 from ._store import command_store
+from .sql import terminal_text
 
 
 @app.command()
@@ -30,7 +31,9 @@ def report(
         fail(f"cannot write {output}: {exc.strerror or exc}")
     found = ", ".join(f"rank {s.rank} ({s.reason})" for s in data.suspects) or "no suspects"
     console.print(
-        f"wrote {output} ({len(html.encode()) // 1024} KiB): {n_anomalies(len(data.anomalies))}; {found}",
+        terminal_text(
+            f"wrote {output} ({len(html.encode()) // 1024} KiB): {n_anomalies(len(data.anomalies))}; {found}"
+        ),
         highlight=False,
         markup=False,
     )

@@ -6,6 +6,12 @@
   they come (``SELECT 1 AS a FORMAT JSONEachRow`` prints ``{"a":1}``).
 - ``-`` reads the query from stdin (``argus sql - < query.sql``).
 - ``-f json`` / ``-f jsonl`` write Decimal as JSON numbers, dates as ISO strings, UInt64 exactly.
+- Several statements (``SELECT 1; SELECT 2``) give one result each, in turn, each with its
+  own columns (``-f json``: one JSON array per statement, one per line).
+- Read-only unless ``--write``: ClickHouse's ``readonly=1`` (no INSERT, ALTER, DROP, SYSTEM,
+  ``file()``, ``url()``; no setting lifts it).
+- On a terminal no control character of the data reaches it raw (an ESC sequence in a stored
+  job name would clear or restyle the analyst's screen): each shows as ``\\xNN``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ if TYPE_CHECKING:  # imported when a command runs: `argus --version` needs no py
 
     from argus.sinks import Store
 
-__all__ = ["Format", "format_clause", "tsv_escape"]
+__all__ = ["Format", "format_clause", "split_queries", "terminal_bytes", "terminal_text", "tsv_escape"]
 
 _FORMAT_CLAUSE = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9]*)\s*;?\s*\Z", re.IGNORECASE)
 
@@ -72,6 +78,71 @@ def tsv_escape(value: Any) -> str:
     elif isinstance(value, dict):
         value = "{" + ",".join(f"{_literal(k)}:{_literal(v)}" for k, v in value.items()) + "}"
     return str(value).translate(_TSV_ESCAPES)
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_BYTES = re.compile(b"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` with every control character but tab and newline (ESC, BEL, CR, NUL, C1) shown
+    as ``\\xNN``: safe to print on a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def terminal_bytes(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """UTF-8 output chunks with control bytes (C0 but tab and newline, DEL, C1) shown as
+    ``\\xNN``; a C1 character split between two chunks is joined first."""
+    carry = b""
+    for chunk in chunks:
+        data = carry + chunk
+        carry = data[-1:] if data.endswith(b"\xc2") else b""
+        data = data[: len(data) - len(carry)]
+        yield _CONTROL_BYTES.sub(_shown_byte, data)
+    if carry:
+        yield carry
+
+
+def _shown_byte(m: re.Match[bytes]) -> bytes:
+    return b"\\x%02x" % m.group()[-1]  # a C1 character is \xc2 then its code point
+
+
+def split_queries(text: str) -> list[str]:
+    """The statements of ``text``, split on ``;`` outside quotes (``'`` ``"`` `````), backslash
+    escapes and comments (``--``, ``#!``, ``/* */``); blank or comment-only ones dropped."""
+    out: list[str] = []
+    start, i, n = 0, 0, len(text)
+    quote: str | None = None
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "'\"`":
+            quote = c
+        elif text.startswith("--", i) or text.startswith("#!", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        elif c == ";":
+            out.append(text[start:i])
+            start = i + 1
+        i += 1
+    out.append(text[start:])
+    return [q.strip() for q in out if _has_code(q)]
+
+
+def _has_code(statement: str) -> bool:
+    """Whether a statement holds more than blanks and comments."""
+    stripped = re.sub(r"/\*.*?\*/", "", statement, flags=re.S)
+    stripped = re.sub(r"(--|#!)[^\n]*", "", stripped)
+    return bool(stripped.strip())
 
 
 def _shown(value: Any) -> Any:
@@ -160,11 +231,16 @@ def sql(
         "a FORMAT clause in the query overrides it",
     ),
     param: list[str] = typer.Option([], "--param", "-p", help="bound parameter NAME=VALUE for {NAME:Type}"),
+    write: bool = typer.Option(
+        False, "--write", help="allow statements that write (INSERT, ALTER, DROP...); read-only without it"
+    ),
 ) -> None:
-    """Run SQL over the store and print the result (bound parameters with --param)."""
+    """Run SQL over the store and print the result (bound parameters with --param); read-only
+    unless --write. Several statements separated by ; give one result each."""
     if query == "-":
         query = sys.stdin.read()
-    if not query.strip():
+    statements = split_queries(query)
+    if not statements:
         fail("empty query")
     params = {}
     for p in param:
@@ -173,13 +249,30 @@ def sql(
             fail(f"--param wants NAME=VALUE, got {p!r}")
         params[name] = value
     out = sys.stdout.buffer
+    terminal = sys.stdout.isatty()
     if fmt is Format.auto:
-        fmt = Format.table if sys.stdout.isatty() else Format.tsv
+        fmt = Format.table if terminal else Format.tsv
     with command_store() as store:
-        if format_clause(query) or fmt is Format.tsv:  # ClickHouse's own bytes (TSV: TabSeparatedWithNames)
-            _raw(store, query, params or None, out)
-            return
-        result = _times_as_text(store.query_arrow(query, params or None))
+        if not write:
+            store.read_only()
+        for i, statement in enumerate(statements):
+            if i and fmt in (Format.table, Format.tsv, Format.csv):
+                out.write(b"\n")
+            _one(store, statement, params or None, fmt, out, terminal)
+    out.flush()
+
+
+def _one(
+    store: Store, query: str, params: Mapping[str, Any] | None, fmt: Format, out: BinaryIO, terminal: bool
+) -> None:
+    """Run one statement and write its result in ``fmt`` (control characters escaped on a terminal)."""
+    if format_clause(query) or fmt is Format.tsv:  # ClickHouse's own bytes (TSV: TabSeparatedWithNames)
+        chunks = store.query_raw(query, params)
+        for chunk in terminal_bytes(chunks) if terminal else chunks:
+            out.write(chunk)
+            out.flush()
+        return
+    result = _times_as_text(store.query_arrow(query, params))
     names = result.column_names
     rows = list(zip(*(c.to_pylist() for c in result.columns), strict=True)) if names else []
     if fmt is Format.csv:
@@ -187,21 +280,27 @@ def sql(
 
         text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
         writer = csv.writer(text)
-        writer.writerow(names)
+        safe = terminal_text if terminal else str
+        writer.writerow([safe(n) for n in names])
         writer.writerows(
-            [[tsv_escape(v) if v is None or not isinstance(v, str) else v for v in r] for r in rows]
+            [[safe(tsv_escape(v) if v is None or not isinstance(v, str) else v) for v in r] for r in rows]
         )
         text.detach()
-    elif fmt is Format.jsonl:
-        for line in _json_rows(names, rows):
-            out.write(line + b"\n")
-    elif fmt is Format.json:
-        out.write(b"[" + b",".join(_json_rows(names, rows)) + b"]\n")
+    elif fmt in (Format.json, Format.jsonl):
+        lines = _json_rows(names, rows)
+        if terminal:  # JSON escapes C0 already; DEL and C1 characters it writes as they are
+            lines = terminal_bytes(lines)
+        if fmt is Format.jsonl:
+            for line in lines:
+                out.write(line + b"\n")
+        else:
+            out.write(b"[" + b",".join(lines) + b"]\n")
     else:
-        from rich.table import Table
+        from rich.table import Column, Table
+        from rich.text import Text
 
-        table = Table(*names, caption=f"{len(rows)} row(s)")
+        # Text, not str: a name like "[bold]" is data, not rich markup
+        table = Table(*(Column(header=Text(terminal_text(n))) for n in names), caption=f"{len(rows)} row(s)")
         for r in rows:
-            table.add_row(*(tsv_escape(_shown(v)) for v in r))
+            table.add_row(*(Text(terminal_text(tsv_escape(_shown(v)))) for v in r))
         console.print(table)
-    out.flush()

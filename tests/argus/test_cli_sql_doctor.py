@@ -90,3 +90,107 @@ def test_the_terminal_table_shows_floats_without_binary_noise_and_tsv_keeps_them
     assert "34.876359" in table.stdout and "34.876358675" not in table.stdout
     tsv = run(["sql", query, "-f", "tsv"], home)
     assert tsv.stdout.splitlines()[1] == "34.876358675000006"
+
+
+def run_tty(args: list[str], home: Path, **env: str) -> tuple[int, bytes]:
+    """Run the CLI with its stdout on a pseudo-terminal (what an analyst's terminal gets)."""
+    import pty
+
+    main, sub = pty.openpty()
+    full = {**os.environ, "ARGUS_HOME": str(home), "COLUMNS": "160", **env}
+    proc = subprocess.Popen([*ARGUS, *args], stdout=sub, stderr=subprocess.PIPE, env=full)
+    os.close(sub)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    return proc.wait(timeout=180), out
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO anomalies (id, job, level, severity) VALUES ('forged', 'victim', 'hang', 'page')",
+        "ALTER TABLE steps DELETE WHERE 1",
+        "DROP TABLE steps",
+        "SELECT * FROM file('/etc/passwd', 'LineAsString')",
+        "INSERT INTO FUNCTION file('argus-sql-test.csv', 'CSV') SELECT 1",
+        "SYSTEM SHUTDOWN",
+        "SELECT 1 SETTINGS readonly = 0",
+    ],
+)
+def test_sql_is_read_only_unless_asked_to_write(home: Path, statement: str) -> None:
+    """Issue 34, item 9: INSERT of a forged page, ALTER ... DELETE, DROP TABLE, file() reads
+    and writes were accepted, SYSTEM SHUTDOWN killed the process."""
+    out = run(["sql", statement], home)
+    assert out.returncode == 2 and "readonly" in out.stderr.lower(), (out.returncode, out.stdout, out.stderr)
+    assert run(["sql", "SELECT count() FROM steps"], home).returncode == 0
+
+
+def test_sql_writes_behind_the_write_flag(home: Path) -> None:
+    query = "CREATE TABLE IF NOT EXISTS scratch (a UInt8) ENGINE = Memory; INSERT INTO scratch VALUES (7)"
+    assert run(["sql", query], home).returncode == 2
+    out = run(["sql", "--write", query], home)
+    assert out.returncode == 0, out.stderr
+
+
+def test_several_statements_give_one_result_each_with_its_own_columns(home: Path) -> None:
+    """Issue 34, item 8: ``-f json "SELECT 10 AS first; SELECT 20 AS second"`` printed
+    ``[{"second":10}]``."""
+    out = run(["sql", "-f", "json", "SELECT 10 AS first; SELECT 20 AS second;"], home)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(ln) for ln in out.stdout.splitlines()] == [[{"first": 10}], [{"second": 20}]]
+    out = run(["sql", "SELECT 'a;b' AS s -- one; two\n; /* ; */ SELECT 2 AS n"], home)
+    assert out.stdout.splitlines() == ["s", "a;b", "", "n", "2"]
+
+
+def test_escape_sequences_of_stored_names_never_reach_the_terminal(home: Path) -> None:
+    """Issue 34, item 8: a job named ``ESC[2J...`` cleared the analyst's terminal through
+    ``argus sql``; a ``--param`` with a backslash became a tab."""
+    evil = "\x1b[2J\x1b]0;owned\x07C:\\runs\\new\\tjob"
+    insert = run(
+        [
+            "sql",
+            "--write",
+            "-p",
+            f"j={evil}",
+            "INSERT INTO steps (job, run, step, rank) VALUES ({j:String}, 0, 0, 0)",
+        ],
+        home,
+    )
+    assert insert.returncode == 0, insert.stderr
+    found = run(["sql", "-p", f"j={evil}", "SELECT count() AS n FROM steps WHERE job = {j:String}"], home)
+    assert found.stdout.splitlines() == ["n", "1"]
+    query = "SELECT job FROM steps WHERE job LIKE '%owned%'"
+    for args in (["-f", "table"], ["-f", "tsv"], ["-f", "json"], ["-f", "csv"]):
+        code, shown = run_tty(["sql", *args, query], home)
+        assert code == 0
+        assert b"\x1b[2J" not in shown and b"\x1b]0;" not in shown and b"\x07" not in shown, (args, shown)
+        assert b"owned" in shown
+    piped = run(["sql", "-f", "tsv", query], home)
+    assert "\x1b[2J" in piped.stdout  # piped output is data, as ClickHouse wrote it
+
+
+def test_report_finds_a_job_named_with_backslashes(home: Path, tmp_path: Path) -> None:
+    """Issue 34, item 8: a stored job named ``C:\\runs\\new\\tjob`` could not be found by
+    ``argus report`` (its parameters reached chDB unescaped)."""
+    job = "C:\\runs\\new\\tjob"
+    literal = job.replace("\\", "\\\\")  # stored as the sink stores it, not through a parameter
+    insert = (
+        "INSERT INTO steps (job, run, step, rank, time, start_ns, end_ns, step_ms) "
+        f"SELECT '{literal}', 0, number, 0, now64(3), 0, 100000000, 100 FROM numbers(5)"
+    )
+    assert run(["sql", "--write", insert], home).returncode == 0
+    assert (
+        run(["sql", "SELECT count() FROM steps WHERE job = {j:String}", "-p", f"j={job}"], home).stdout
+        == "count()\n5\n"
+    )
+    out = run(["report", "--job", job, "--output", str(tmp_path / "r.html")], home)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "r.html").stat().st_size > 1000
