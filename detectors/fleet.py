@@ -151,9 +151,10 @@ def _p_values(counts: np.ndarray, expected: np.ndarray) -> np.ndarray:
 def fleet_rate(counts: np.ndarray, exposure: np.ndarray, *, trim_alpha: float = 1e-3) -> float:
     """The fleet's background rate of implicating jobs per GPU-hour hosted.
 
-    Pooled (sum of counts over sum of exposure), then once more without the nodes that the
-    pooled rate already finds improbable (p < ``trim_alpha``), so that a few bad nodes do not
-    raise the rate the others are judged by. 0 when the fleet hosted nothing.
+    Pooled (sum of counts over sum of exposure), then again without the nodes that the rate
+    finds improbable (p < ``trim_alpha``), until that set settles (at most 5 rounds), so that
+    a few bad nodes do not raise the rate the others are judged by. 0 when the fleet hosted
+    nothing.
     """
     counts = np.asarray(counts, dtype=float)
     exposure = np.asarray(exposure, dtype=float)
@@ -161,8 +162,12 @@ def fleet_rate(counts: np.ndarray, exposure: np.ndarray, *, trim_alpha: float = 
     if total <= 0.0:
         return 0.0
     rate = counts.sum() / total
-    keep = _p_values(counts, rate * exposure) >= trim_alpha
-    if keep.any() and exposure[keep].sum() > 0.0:
+    keep = np.ones(len(counts), bool)
+    for _ in range(5):  # a few bad nodes in a small fleet hide each other: trim until it settles
+        now = _p_values(counts, rate * exposure) >= trim_alpha
+        if not now.any() or exposure[now].sum() <= 0.0 or (now == keep).all():
+            break
+        keep = now
         rate = counts[keep].sum() / exposure[keep].sum()
     return float(rate)
 

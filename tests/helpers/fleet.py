@@ -72,19 +72,22 @@ class SmallFleet:
     exposure_s: dict[str, float]
 
 
-def small_fleet(store: object, tag: str, t0_ns: int) -> SmallFleet:
-    """Write the small fleet (names prefixed with ``tag``) with its jobs one hour apart."""
+def small_fleet(
+    store: object, tag: str, t0_ns: int, *, n_hosts: int = 20, n_jobs: int = 14, bad_jobs: int = 6
+) -> SmallFleet:
+    """Write the small fleet (names prefixed with ``tag``) with its jobs one hour apart: the
+    bad host hosts the first ``bad_jobs`` jobs and all but the last of them find it slow."""
     rng = np.random.default_rng(5)
-    hosts = [f"{tag}-h{i:02d}" for i in range(20)]
+    hosts = [f"{tag}-h{i:02d}" for i in range(n_hosts)]
     bad, unlucky = hosts[7], hosts[11]
     others = [h for h in hosts if h != bad]
     jobs, bad_ids, anomalies, exposure = [], [], [], dict.fromkeys(hosts, 0.0)
-    for j in range(14):
+    for j in range(n_jobs):
         job = f"{tag}-job{j:02d}"
         placed = [str(h) for h in rng.choice(others, 4, replace=False)]
-        if j < 6:
+        if j < bad_jobs:
             placed[j % 4] = bad
-        if j == 8 and unlucky not in placed:
+        if j == bad_jobs + 2 and unlucky not in placed:
             placed[0] = unlucky
         t = t0_ns + j * 3_600 * 10**9
         batches = job_steps(job, placed, t)
@@ -93,15 +96,15 @@ def small_fleet(store: object, tag: str, t0_ns: int) -> SmallFleet:
             exposure[h] += GPUS * STEP_MS / 1e3 * len(batches)
         jobs.append(job)
         found = t + 10 * 10**9
-        if j < 5:  # the bad host's GPU 3, five jobs out of the six it hosted
+        if j < bad_jobs - 1:  # the bad host's GPU 3, in all but one of the jobs it hosted
             rank = placed.index(bad) * GPUS + 3
             bad_ids.append(f"{tag}-bad{j}")
             anomalies.append(anomaly(bad_ids[-1], job, (rank,), "rank", "compute_straggler", found, 0.01))
-        if j == 8:  # a healthy host unlucky once: a link between it and a neighbour
+        if j == bad_jobs + 2:  # a healthy host unlucky once: a link between it and a neighbour
             i = placed.index(unlucky)
             link = (i * GPUS, ((i + 1) % 4) * GPUS)
             anomalies.append(anomaly(f"{tag}-link", job, link, "link", "link_degradation", found, 0.02))
-        if j == 9:  # the workload and the job's own code implicate no node
+        if j == bad_jobs + 3:  # the workload and the job's own code implicate no node
             anomalies.append(
                 anomaly(f"{tag}-stage", job, (), "stage", "pipeline_stage_imbalance", found, 0.5)
             )
@@ -124,5 +127,5 @@ def small_fleet(store: object, tag: str, t0_ns: int) -> SmallFleet:
                     )
                 )  # fmt: skip
     store.insert_arrow("gpu_samples", to_arrow(samples)[1])  # type: ignore[attr-defined]
-    end = t0_ns + 14 * 3_600 * 10**9
+    end = t0_ns + n_jobs * 3_600 * 10**9
     return SmallFleet(hosts, bad, bad_ids, unlucky, t0_ns, end, jobs, exposure)
