@@ -98,7 +98,7 @@ from .deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, rekey
 from .hangs import HangTracker
 from .intake import BatchIntake, RawInput, intake_group
 from .metrics import StreamMetrics
-from .ordering import Gaps, Reorderer, add_gap, take_late
+from .ordering import Gaps, Pace, Reorderer, add_gap, take_late
 from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
 
 __all__ = [
@@ -465,6 +465,7 @@ class Streams:
         held: set[int] = set(doc.get("held", ()))
         gaps: Gaps = doc.get("gaps", [])
         held_bytes = int(doc.get("held_bytes", 0))
+        pace = Pace.from_list(doc.get("pace"))
         if sf.step in held:
             self.metrics.summaries["duplicate"] += 1  # replayed after a restart: summarized when released
             return
@@ -482,13 +483,19 @@ class Streams:
                 sf.step,
                 state.last_step,
             )
-            self.write_state(state_key, state, held, gaps, held_bytes)
+            self.write_state(state_key, state, held, gaps, held_bytes, pace)
             return
-        if state.last_step >= 0 and sf.step > state.last_step + self.cfg.assembly.max_steps_ahead:
+        if state.last_step >= 0 and (
+            sf.step > state.last_step + self.cfg.assembly.max_steps_ahead
+            or pace.too_far(sf.step, time.time())
+        ):
             # Held, it would be released "in order" once it waited long enough, and every
             # real step after it would then look old.
             await self.dead_letter(
-                event, "far_future", f"step {sf.step} is far ahead of step {state.last_step}"
+                event,
+                "far_future",
+                f"step {sf.step} is far ahead of step {state.last_step} "
+                f"(the job runs {pace.steps_per_s():.1f} steps/s)",
             )
             return
         if doc and not self.reorderer.knows(state_key):
@@ -500,7 +507,7 @@ class Streams:
         )
         if sf.step in held:
             self.held_findings[_held_key(state_key, sf.step)] = raw
-        self.write_state(state_key, state, held, gaps, held_bytes)
+        self.write_state(state_key, state, held, gaps, held_bytes, pace)
 
     async def release_held(self, order: JobOrder) -> None:
         """A timer's order (``release``): diagnose the job's held steps that waited long
@@ -513,7 +520,7 @@ class Streams:
         held, gaps = set(doc["held"]), doc.get("gaps", [])
         self.reorderer.hold(state_key, held, min(held), time.monotonic())  # restored steps start waiting
         held_bytes = await self.release_in_order(state_key, state, held, gaps, int(doc.get("held_bytes", 0)))
-        self.write_state(state_key, state, held, gaps, held_bytes)
+        self.write_state(state_key, state, held, gaps, held_bytes, Pace.from_list(doc.get("pace")))
 
     async def release_in_order(
         self,
@@ -549,11 +556,20 @@ class Streams:
         return max(0, held_bytes) if held else 0
 
     def write_state(
-        self, state_key: bytes, state: JobState, held: set[int], gaps: Gaps, held_bytes: int
+        self, state_key: bytes, state: JobState, held: set[int], gaps: Gaps, held_bytes: int, pace: Pace
     ) -> None:
         """The job's state document into its table, then the held steps it diagnosed out of
         theirs (inside stream iteration)."""
-        doc = {"state": state.to_dict(), "held": sorted(held), "gaps": gaps, "seen_s": time.time()}
+        now = time.time()
+        if state.last_step >= 0:
+            pace.advance(state.last_step, now)
+        doc = {
+            "state": state.to_dict(),
+            "held": sorted(held),
+            "gaps": gaps,
+            "pace": pace.to_list(),
+            "seen_s": now,
+        }
         if held_bytes:
             doc["held_bytes"] = held_bytes
         self.job_states[state_key] = json.dumps(doc).encode()

@@ -24,10 +24,12 @@ not diagnosed: it comes back in ``rejected`` (reason ``absurd_rank`` for the cal
 letter); a rank like that inside a part with real ranks (a relay's merged part) is
 diagnosed as one more rank but never grows the world.
 
-A step far ahead of the job's frontier (more than ``max_steps_ahead`` past the last
-completed step) is not a step of this job's timeline but a claim: it is released at once
-as ``far_future`` (the caller dead-letters it), so it can neither pose as the job's latest
-step nor, released "in order" later, make every real step look old.
+A step far ahead of the job's frontier (the last completed step) is not a step of this
+job's timeline but a claim: further than the job could have run since its frontier moved,
+at its observed pace (:class:`~streams.ordering.Pace`), or more than ``max_steps_ahead``
+past it, it is released at once as ``far_future`` (the caller dead-letters it), so it can
+neither pose as the job's latest step nor, released "in order" later, make every real step
+look old.
 
 Steps are released as they complete, which is not always step order (a worker catching
 up after a restart reads many partitions at once): the temporal stage puts them back in
@@ -50,6 +52,8 @@ from typing import Any
 import numpy as np
 
 from argus.schemas import JobRun, PartGroup, PartMerger, StepBatch, dense_world
+
+from .ordering import Pace
 
 __all__ = ["AssemblyConfig", "CompleteStep", "StepAssembler"]
 
@@ -92,6 +96,7 @@ class _Timeline:
     latest: int = -1
     frontier: int | None = None
     completed: dict[int, None] = field(default_factory=dict)
+    pace: Pace = field(default_factory=Pace)
 
 
 _Held = list[tuple[StepBatch, Any]]  # a step's parts, each with its caller's token
@@ -168,7 +173,9 @@ class StepAssembler:
         line = self._timelines.get(job_run)
         if line is None:
             line = self._timelines[job_run] = _Timeline()
-        if line.frontier is not None and part.step > line.frontier + self.config.max_steps_ahead:
+        if line.frontier is not None and (
+            part.step > line.frontier + self.config.max_steps_ahead or line.pace.too_far(part.step, now)
+        ):
             return [CompleteStep(part, (), (token,), "far_future")]
         if part.step > line.latest:
             line.latest = part.step
@@ -179,7 +186,7 @@ class StepAssembler:
             self._grow_world(job, part)
             return [CompleteStep(part, (), (token,), "late")]
         for reason, group in self._parts.add(key, (part, token), part["rank"].tolist(), now, job):
-            self._complete(group, reason)
+            self._complete(group, reason, now)
         return self._released()
 
     def _grow_world(self, job: JobRun, late: StepBatch) -> None:
@@ -219,7 +226,7 @@ class StepAssembler:
             elif self._timelines[job_run].latest > key[2] and now - group.last_seen >= cfg.settle_s:
                 ready.append((key, "settled"))
         for key, reason in reversed(ready):  # released in step order, as the temporal stage wants them
-            self._complete(parts.release(key), reason)
+            self._complete(parts.release(key), reason, now)
         return self._released()
 
     def drop_open(self) -> list[Any]:
@@ -229,17 +236,17 @@ class StepAssembler:
         give a step twice). Returns the dropped parts' tokens."""
         return [token for group in self._parts.drop() for _, token in group.parts]
 
-    def drain(self) -> Iterator[CompleteStep]:
+    def drain(self, now: float = 0.0) -> Iterator[CompleteStep]:
         """Complete and release everything that waits (shutdown)."""
         for key in sorted(self._parts.groups):
-            self._complete(self._parts.release(key), "timeout")
+            self._complete(self._parts.release(key), "timeout", now)
         yield from self._released()
 
     def _released(self) -> list[CompleteStep]:
         out, self._out = self._out, []
         return out
 
-    def _complete(self, group: PartGroup[_Held], reason: str) -> None:
+    def _complete(self, group: PartGroup[_Held], reason: str, now: float) -> None:
         """A released step: its implausible parts rejected, the rest one batch; the job's world,
         frontier and completed steps learn from it."""
         job, step, held = group.job, group.key[2], group.parts
@@ -256,6 +263,7 @@ class StepAssembler:
         world = self._parts.learn(job, dense_world(batch["rank"]))
         line = self._timelines[group.key[:2]]
         line.frontier = step if line.frontier is None else max(line.frontier, step)
+        line.pace.advance(step, now)
         present = np.zeros(world, dtype=bool)
         present[batch["rank"][batch["rank"] < world]] = True
         missing = tuple(np.flatnonzero(~present)[: self.config.max_missing].tolist())

@@ -20,7 +20,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Hashable
 
-__all__ = ["MAX_GAPS", "Reorderer", "add_gap", "next_in_order", "take_late"]
+__all__ = ["AHEAD_FLOOR", "MAX_GAPS", "Pace", "Reorderer", "add_gap", "next_in_order", "take_late"]
+
+AHEAD_FLOOR = 4096
+"""Steps past a job's frontier that are always plausible, whatever its pace: more than a
+worker catching up reads out of order (the reorder window holds 1,024)."""
 
 MAX_GAPS = 256
 """Ranges of given-up steps kept per job (the oldest are forgotten beyond: a step of one of
@@ -147,3 +151,60 @@ def take_late(gaps: Gaps, step: int) -> bool:
     first, last = gaps[i]
     gaps[i : i + 1] = [r for r in ([first, step - 1], [step + 1, last]) if r[0] <= r[1]]
     return True
+
+
+class Pace:
+    """How fast a job's frontier (its last completed or diagnosed step) moves, on the
+    receiver's clock, and so how far ahead of it a step may plausibly be.
+
+    A step number is its sender's claim. One record 50,000 steps ahead of a job of 10
+    steps/s, held and then taken for the job's latest step, made every real step after it
+    look old (its summaries stopped, its anomaly window was cut). A step is plausible when
+    it is at most ``floor`` past the frontier plus twice what the job could have run since
+    the frontier moved at its observed pace (step numbers per second since its first step).
+    A job whose step numbers jump (a counter of samples, not steps) has a pace to match.
+    Plain data (a JSON-able list), so the temporal stage keeps it in the job's state.
+    """
+
+    __slots__ = ("first_s", "first_step", "frontier", "frontier_s")
+
+    def __init__(
+        self, first_step: int = -1, first_s: float = 0.0, frontier: int = -1, frontier_s: float = 0.0
+    ):
+        self.first_step, self.first_s, self.frontier, self.frontier_s = (
+            first_step,
+            first_s,
+            frontier,
+            frontier_s,
+        )
+
+    def to_list(self) -> list[float]:
+        """The pace as plain data."""
+        return [self.first_step, self.first_s, self.frontier, self.frontier_s]
+
+    @classmethod
+    def from_list(cls, data: list[float] | None) -> Pace:
+        """Inverse of :meth:`to_list` (a fresh pace for None)."""
+        if not data:
+            return cls()
+        first_step, first_s, frontier, frontier_s = data
+        return cls(int(first_step), float(first_s), int(frontier), float(frontier_s))
+
+    def advance(self, step: int, now: float) -> None:
+        """The frontier moved to ``step`` at ``now`` (seconds, the receiver's clock)."""
+        if self.first_step < 0:
+            self.first_step, self.first_s = step, now
+        if step > self.frontier:
+            self.frontier, self.frontier_s = step, now
+
+    def steps_per_s(self) -> float:
+        """Step numbers per second from the first step to the frontier (0 while unknown)."""
+        elapsed = self.frontier_s - self.first_s
+        return (self.frontier - self.first_step) / elapsed if elapsed >= 1.0 else 0.0
+
+    def too_far(self, step: int, now: float, *, floor: int = AHEAD_FLOOR) -> bool:
+        """Whether ``step`` lies further past the frontier than the job could have run."""
+        if self.frontier < 0:
+            return False
+        since = max(0.0, now - self.frontier_s)
+        return step - self.frontier > floor + 2.0 * self.steps_per_s() * since

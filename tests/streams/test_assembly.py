@@ -166,9 +166,32 @@ def test_a_step_far_ahead_of_the_jobs_frontier_is_rejected() -> None:
     assert rejected.reason == "far_future" and rejected.tokens == ("far",)
     done = [c for i in (1, 2, 3) for c in asm.add(batches[i], i, now=33.0)]
     assert [(c.batch.step, c.reason) for c in done] == [(1, "all_ranks"), (2, "all_ranks"), (3, "all_ranks")]
-    ahead = type(batches[1])("victim", batches[1].run, 3 + 100_000, batches[1].columns)
-    (done,) = asm.add(ahead, "ok", now=34.0)  # within max_steps_ahead: a step like any other
+    ahead = type(batches[1])("victim", batches[1].run, 3 + 4096, batches[1].columns)
+    (done,) = asm.add(ahead, "ok", now=34.0)  # within the floor: a step like any other
     assert done.reason == "all_ranks"
+
+
+def test_a_step_further_ahead_than_the_job_could_have_run_is_rejected() -> None:
+    """Issue 34, item 3: one record 50,000 steps ahead of a job running 10 steps/s (inside
+    the fixed 100,000 bound) was taken, held, released and then made every real step look
+    old. "Ahead" is judged by the job's pace since its frontier moved, on the receiver's clock."""
+    sim = ClusterSimulator(Layout(dp=1, tp=8, pp=1), seed=7, job="paced")
+    batches = [s.batch for s in sim.run(40)]
+    asm = StepAssembler(AssemblyConfig(quiet_s=0.25))
+    asm.add(batches[0], 0, now=0.0)
+    asm.due(now=31.0)  # the first step completes by waiting: the world is learned
+    done = [c for i in range(1, 40) for c in asm.add(batches[i], i, now=31.0 + 0.1 * i)]
+    assert len(done) == 39  # 10 steps/s
+    far = type(batches[1])("paced", batches[1].run, 39 + 50_000, batches[1].columns)
+    (rejected,) = asm.add(far, "far", now=35.0)
+    assert rejected.reason == "far_future" and rejected.tokens == ("far",)
+    nxt = type(batches[1])("paced", batches[1].run, 40, batches[1].columns)
+    (done_40,) = asm.add(nxt, 40, now=35.1)
+    assert (done_40.batch.step, done_40.reason) == (40, "all_ranks")
+    # After an hour of silence a job of 10 steps/s may well be 50,000 steps on.
+    resumed = type(batches[1])("paced", batches[1].run, 40 + 50_000, batches[1].columns)
+    (done_resumed,) = asm.add(resumed, "resumed", now=35.1 + 3600)
+    assert done_resumed.reason == "all_ranks"
 
 
 def test_late_parts_beyond_the_world_grow_it() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from argus.streams.ordering import Reorderer, add_gap, next_in_order, take_late
+import pytest
+
+from argus.streams.ordering import AHEAD_FLOOR, Pace, Reorderer, add_gap, next_in_order, take_late
 
 
 def test_in_order_steps_go_at_once_and_early_ones_wait() -> None:
@@ -75,3 +77,15 @@ def test_held_bytes_bound_the_wait_like_the_count() -> None:
     r.hold("j", held, 11, 0.0)
     assert r.release("j", held, 9, 1.0, held_bytes=50) is None
     assert r.release("j", held, 9, 1.0, held_bytes=150) == 11 and held == set()
+
+
+def test_the_pace_allows_what_the_job_could_have_run_since_its_frontier_moved() -> None:
+    pace = Pace()
+    assert not pace.too_far(10**9, 0.0)  # no frontier yet: nothing to judge by
+    for i in range(101):
+        pace.advance(i, 100.0 + 0.1 * i)  # 10 steps/s
+    assert pace.steps_per_s() == pytest.approx(10.0)
+    assert not pace.too_far(100 + AHEAD_FLOOR, 110.0)
+    assert pace.too_far(100 + 50_000, 110.0)
+    assert not pace.too_far(100 + 50_000, 110.0 + 3600.0)  # an hour on, it may be there
+    assert Pace.from_list(pace.to_list()).to_list() == pace.to_list() and Pace.from_list(None).frontier == -1

@@ -3,6 +3,7 @@ counter and a log line say why not (issue 34, item 1), on the real broker and `a
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 from argus.kafka_admin import end_offsets, read_records
 from argus.producers.publisher import Publisher
 from argus.schemas import STEP_SUMMARIES, STEPS
-from argus.simulate import layout_for, publish_simulation
+from argus.simulate import layout_for, parse_fault, publish_simulation
+from tests.figures import report
 from tests.workers import fresh_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -70,3 +72,73 @@ def test_a_step_whose_findings_come_after_the_job_moved_on_still_gets_its_one_su
     assert f"job {job} run 0: step {late} came after the diagnosis went past it" in log, log[-3000:]
     assert "late 1: came after the diagnosis went past it, summary sent" in log, log[-3000:]
     assert f"steps {late}-{late} not in after waiting" in log, log[-3000:]
+
+
+def _burn(stop: Any) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def test_a_1024_rank_job_replayed_on_a_loaded_machine_has_one_summary_per_step(
+    kafka_conf, worker_factory, unique
+) -> None:
+    """The issue's replay: a 1,024-rank job (64 ranks per message) published as fast as the
+    publisher goes, through the broker and `argus worker`, while two processes burn the CPU.
+    Every step gets exactly one summary; a step the temporal stage had to give up on counts
+    as late, never as missing. ARGUS_TEST_SUMMARY_STEPS sets the length (CI: 150; the bench:
+    1,000, or 300 with --quick)."""
+    import multiprocessing
+
+    steps = int(os.environ.get("ARGUS_TEST_SUMMARY_STEPS", "150"))
+    job = f"replay-{unique}"
+    app = fresh_group(kafka_conf, f"r-{unique}")
+    start = end_offsets(kafka_conf, [STEP_SUMMARIES])
+    worker = worker_factory(app)
+    stop = multiprocessing.Event()
+    burners = [multiprocessing.Process(target=_burn, args=(stop,), daemon=True) for _ in range(2)]
+    for b in burners:
+        b.start()
+    began = time.monotonic()
+    try:
+        publisher = Publisher(kafka_conf)
+        layout = layout_for(1024)
+        publish_simulation(
+            publisher.publish,
+            job=job,
+            layout=layout,
+            steps=steps,
+            faults=[parse_fault(f"compute_straggler@{steps // 3}+{steps // 4}:77", layout)],
+            seed=11,
+            ranks_per_message=64,
+        )
+        assert publisher.flush(60) == 0
+        seen, last = [-1], [time.monotonic()]  # summaries read, and when the count last grew
+
+        def done(c: Counter[int]) -> bool:
+            now = time.monotonic()
+            if c.total() != seen[0]:
+                seen[0], last[0] = c.total(), now
+            return (len(c) >= steps and now - last[0] > 5) or now - last[0] > 90
+
+        counts = _summaries(kafka_conf, start, job, done, timeout=120 + steps)
+    finally:
+        stop.set()
+        for b in burners:
+            b.join(5)
+    seconds = time.monotonic() - began
+    worker.stop()
+    log = Path(worker.log.name).read_text()
+    missing = sorted(set(range(steps)) - set(counts))
+    doubled = {s: n for s, n in counts.items() if n > 1}
+    report(
+        "summaries_1024_ranks",
+        sent=steps,
+        received=len(counts),
+        lost=len(missing),
+        duplicated=sum(n - 1 for n in doubled.values()),
+        summaries_missing=len(missing),
+        late_summaries=log.count("came after the diagnosis went past it"),
+        seconds_to_last_summary=round(seconds, 1),
+    )
+    assert not missing, (missing[:40], log[-3000:])
+    assert not doubled, doubled
