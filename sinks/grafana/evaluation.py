@@ -3,9 +3,16 @@
 No Grafana server runs here, so the alert-timeline harness (:mod:`argus.alert_timeline`)
 evaluates every rule of ``provisioning/alerting/argus.yaml`` with this model: the rule's
 query over its ``relativeTimeRange`` (the caller runs it, e.g. on chDB), then the reduce and
-threshold expressions, then the instance state machine. What it follows, read in
-github.com/grafana/grafana (``pkg/services/ngalert``, the stored copies of ``state/state.go``
-with the ``Recovering`` state, i.e. Grafana 12.x, and ``state/manager.go``):
+threshold expressions, then the instance state machine. It models Grafana v12.1.2, the
+release docker-compose pins (the first whose file provisioning reads ``keepFiringFor`` and
+``missing_series_evals_to_resolve``: grafana#109710 on release-12.1.2; ``keepFiringFor`` and
+the Recovering state came in v12.0, grafana#103248). What it follows was read in
+github.com/grafana/grafana, ``pkg/services/ngalert/state/state.go`` (``resultNormal``,
+``resultAlerting``, ``resultError``, ``resultNoData``, ``resultKeepLast``, ``transition``)
+and ``pkg/services/ngalert/state/manager.go`` (``setNextStateForRule``,
+``setNextStateForAll``, ``processMissingSeriesStates``, ``stateIsStale``), in the copies a
+code index holds of the v12 line (their commits are not tagged there: where a later release
+changes these functions, this model has to follow):
 
 - **Instances** (``state/manager.go`` ``setNextStateForRule``): one per label set of the
   condition's result; its identity (cache id) is the rule's labels plus the result's labels.
@@ -13,7 +20,9 @@ with the ``Recovering`` state, i.e. Grafana 12.x, and ``state/manager.go``):
   numeric column the value (two rows with one label set are an evaluation error in SSE).
 - **Reduce** ``last`` of a number is the number itself; **threshold** ``gt`` with an
   ``unloadEvaluator`` is Grafana's hysteresis: an instance already firing keeps its
-  condition true until the value meets the unload evaluator (``lt``).
+  condition true until the value meets the unload evaluator (``lt``). Which instances count
+  as firing there (the scheduler's loaded dimensions) is taken as Alerting and Recovering;
+  the shipped rules' values are 0 or 1, for which either reading gives the same result.
 - **State** (``state/state.go`` ``resultAlerting`` / ``resultNormal``): condition true:
   Normal → Pending when ``for`` > 0, else Alerting; Pending → Alerting once
   ``now - StartsAt >= for``; Recovering → Alerting (no Pending). Condition false: Alerting →
