@@ -413,8 +413,9 @@ RESENT_S = 150
 """A hang or lost-rank anomaly pages while its latest version is at most this old: the worker
 re-sends it every 60 s while the job is stalled (``streams.hangs.HangTracker.update_s``)."""
 SCAN_S = 86_400
-"""How far back a rule looks for an anomaly's versions: its labels come from its first version,
-so an incident pages as one instance for up to a day."""
+"""How far back a rule looks for an anomaly (a straggler's ``time`` is its confirmation): an
+incident pages as one instance for up to a day. The rows are ordered current first, so the
+``LIMIT`` never cuts one that pages."""
 
 
 def _hang_rule_sql(cause: str) -> str:
@@ -426,7 +427,7 @@ def _hang_rule_sql(cause: str) -> str:
            AS from_ms,
        toFloat64(max(time) >= $__toTime - INTERVAL {RESENT_S} SECOND) AS stalled
 FROM anomalies WHERE anomalies.level = 'hang' AND anomalies.cause = '{cause}' AND $__timeFilter(time)
-GROUP BY job, id ORDER BY job, anomaly LIMIT 1000"""
+GROUP BY job, id ORDER BY stalled DESC, job, anomaly LIMIT 1000"""
 
 
 ALERTS = (
@@ -446,7 +447,7 @@ LEFT JOIN (SELECT job, run, step, max(time) AS seen FROM step_summaries
            WHERE time > $__toTime - INTERVAL 600 SECOND AND time <= $__toTime GROUP BY job, run, step) AS s
        ON s.job = a.job AND s.run = a.run AND s.step = a.last_step
 WHERE a.latest_severity = 'page'
-ORDER BY job, onset, suspect LIMIT 1000""",
+ORDER BY slow DESC, job, onset, suspect LIMIT 1000""",
         value="slow",
         fire_above=0.5,
         recover_below=0.5,
