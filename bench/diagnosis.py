@@ -668,6 +668,18 @@ def space_table(jobs: list[SpaceJobResult]) -> dict[str, object]:
     )
     if causes:
         print("unexplained anomalies by class: " + ", ".join(f"{k} {v}" for k, v in sorted(causes.items())))
+    print(
+        f"{'quiet jobs':16s} {'jobs':>4s} {'steps':>7s} {'page':>5s} {'warn':>5s} {'info':>5s} {'per 10k':>8s} {'one step':>8s}"
+    )
+    kinds = sorted({f"{j.size} {j.path}" for j in quiet})
+    for kind in kinds:
+        js = [j for j in quiet if f"{j.size} {j.path}" == kind]
+        st = sum(j.steps for j in js)
+        sev = [e[0] for j in js for e in j.extras]
+        print(
+            f"{kind:16s} {len(js):4d} {st:7,d} {sev.count('page'):5d} {sev.count('warn'):5d} {sev.count('info'):5d} "
+            f"{len(sev) * 10_000 / max(st, 1):8.2f} {sum(e[1] for j in js for e in j.extras):8d}"
+        )
     bands: dict[str, list[SpaceFaultResult]] = defaultdict(list)
     for f in faults:
         k = int(np.searchsorted(SNR_BANDS, f.snr, side="right")) - 1
