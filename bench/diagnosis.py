@@ -63,6 +63,7 @@ from argus.producers.simulator import (
     ONE_OFF_KINDS,
     PIPELINE_STAGE_IMBALANCE,
     REALISTIC,
+    Background,
     ClusterSimulator,
     Fault,
     HangScenario,
@@ -475,6 +476,28 @@ class SpaceJobResult:
     """Per anomaly no fault explains: severity, one step long, class."""
     faults: list[SpaceFaultResult]
     seconds: float
+    traits: tuple[str, ...] = ()
+    """The background's notable components (:func:`space_traits`)."""
+
+
+def space_traits(bg: Background) -> tuple[str, ...]:
+    """A background's notable components, to tell which phenomenon false anomalies follow."""
+    marks = {
+        "heavy tails (df<3)": bg.df < 3,
+        "strong AR (>0.7)": bg.ar > 0.7,
+        "jitter >2%": bg.jitter > 0.02,
+        "offsets >6%": bg.offset > 0.06,
+        "speed groups": bg.slow_group > 1,
+        "shared step factor": bg.shared_sd > 0.01,
+        "replica/stage factor": bg.group_sd > 0.01,
+        "host blips": bg.blip_rate > 0,
+        "rank spikes": bg.spike_rate > 0,
+        "GC pauses": bg.gc_rate > 0,
+        "eval steps": bg.eval_every > 0,
+        "unannotated ckpt": bg.ckpt_every > 0,
+        "missing samples": bg.missing > 0,
+    }
+    return tuple(k for k, v in marks.items() if v)
 
 
 def _space_window(at: np.ndarray, step_t: np.ndarray, step: int) -> int:
@@ -541,7 +564,17 @@ def space_job(seed: int, faulty: bool) -> SpaceJobResult:
         for i, a in enumerate(anomalies)
         if i not in matched_any
     ]
-    return SpaceJobResult(seed, not faulty, size, job.path, steps, extras, results, time.perf_counter() - t0)
+    return SpaceJobResult(
+        seed,
+        not faulty,
+        size,
+        job.path,
+        steps,
+        extras,
+        results,
+        time.perf_counter() - t0,
+        space_traits(job.background),
+    )
 
 
 def _space_one(arg: tuple[int, bool]) -> SpaceJobResult:
@@ -679,6 +712,18 @@ def space_table(jobs: list[SpaceJobResult]) -> dict[str, object]:
         print(
             f"{kind:16s} {len(js):4d} {st:7,d} {sev.count('page'):5d} {sev.count('warn'):5d} {sev.count('info'):5d} "
             f"{len(sev) * 10_000 / max(st, 1):8.2f} {sum(e[1] for j in js for e in j.extras):8d}"
+        )
+    rates = []
+    for trait in sorted({t for j in quiet for t in j.traits}):
+        with_, without = [j for j in quiet if trait in j.traits], [j for j in quiet if trait not in j.traits]
+        per = [
+            sum(len(j.extras) for j in g) * 10_000 / max(sum(j.steps for j in g), 1) for g in (with_, without)
+        ]
+        rates.append(f"{trait} {per[0]:.1f} ({len(with_)}) vs {per[1]:.1f}")
+    if rates:
+        print(
+            "false anomalies per 10k steps on quiet jobs with a component (jobs) vs without: "
+            + "; ".join(rates)
         )
     bands: dict[str, list[SpaceFaultResult]] = defaultdict(list)
     for f in faults:
