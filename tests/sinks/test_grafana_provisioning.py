@@ -449,3 +449,28 @@ def test_rule_annotations_link_to_on_call_anchors_and_expand_nothing_at_load(roo
             assert anchor in anchors, anchor
         assert rule["uid"] in anchors
         assert "http://localhost:3000/d/" in rule["annotations"]["dashboard_url"]
+
+
+def test_export_writes_the_sites_urls_integrations_and_team_routes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from argus.cli import app
+
+    args = ["grafana", "export", "--out", str(tmp_path), "--base-url", "https://grafana.example.com"]
+    args += ["--integration", "pagerduty", "--integration", "slack", "--team-route", "llm=llm-pager"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rules = (tmp_path / "provisioning/alerting/argus.yaml").read_text()
+    assert "${" not in rules and "https://grafana.example.com/d/argus-" in rules and "localhost" not in rules
+    doc = yaml.safe_load((tmp_path / "provisioning/alerting/notifications.yaml").read_text())
+    assert [r["type"] for r in doc["contactPoints"][0]["receivers"]] == ["pagerduty", "slack"]
+    assert doc["policies"][0]["routes"][0]["routes"] == [
+        {"receiver": "llm-pager", "object_matchers": [["team", "=", "llm"]]}
+    ]
+    for bad in (
+        ["--base-url", "${ARGUS_GRAFANA_URL}"],
+        ["--integration", "carrier-pigeon"],
+        ["--team-route", "llm"],
+    ):
+        result = CliRunner().invoke(app, ["grafana", "export", "--out", str(tmp_path), *bad])
+        assert result.exit_code != 0 and "Traceback" not in result.output, bad
