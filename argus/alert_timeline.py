@@ -37,8 +37,8 @@ from argus.producers.simulator import (
     HangScenario,
     HangSimulator,
     Layout,
+    PhaseTimes,
 )
-from argus.producers.simulator._cluster import PhaseTimes
 from argus.schemas import Anomaly
 from argus.sinks import Store, to_arrow
 from argus.sinks.grafana.evaluation import EvaluationError, RuleEvaluator, RuleModel, numbers
@@ -53,9 +53,11 @@ __all__ = [
     "FaultResult",
     "Scenario",
     "TimelineReport",
+    "hang_job",
     "rule_models",
     "run_timeline",
     "scenarios",
+    "step_job",
 ]
 
 START = datetime(2030, 6, 1, tzinfo=UTC)
