@@ -192,9 +192,12 @@ def sketch_accuracy(raw: Sequence[Activity], emitted: Sequence[Any]) -> dict[str
 
 
 def profiler_phase_ms(trace: dict[str, Any], phases: Sequence[str]) -> dict[str, list[float]]:
-    """GPU milliseconds of each ``record_function`` range named in ``phases``, in order: the
-    span from the first to the last device activity launched inside the range (its runtime
-    calls, on any thread, matched to kernels, copies and sets by correlation id)."""
+    """GPU milliseconds of each ``record_function`` range named in ``phases``, in order, as a
+    pair of CUDA events around the range measures them: from when the GPU could reach the
+    start (the range's CPU start, or the end of the device work launched before it, if
+    later) to the end of the last device activity launched inside the range (its runtime
+    calls, on any thread, matched to kernels, copies and sets by correlation id). Kineto
+    puts CPU and GPU events on one clock."""
     events = trace.get("traceEvents", [])
     ranges: dict[str, list[tuple[float, float]]] = {p: [] for p in phases}
     launches: list[tuple[float, int]] = []
@@ -212,13 +215,19 @@ def profiler_phase_ms(trace: dict[str, Any], phases: Sequence[str]) -> dict[str,
             device[c] = (s, t) if old is None else (min(old[0], s), max(old[1], t))
     launches.sort()
     ts = np.array([t for t, _ in launches])
+    ends = np.array([device[c][1] if c in device else -np.inf for _, c in launches])
+    busy_until = np.maximum.accumulate(ends) if len(ends) else ends  # by launch order
     out: dict[str, list[float]] = {}
     for p, rs in ranges.items():
         spans = []
         for a, b in sorted(rs):
             lo, hi = np.searchsorted(ts, a), np.searchsorted(ts, b, side="right")
             dev = [device[c] for _, c in launches[lo:hi] if c in device]
-            spans.append((max(d[1] for d in dev) - min(d[0] for d in dev)) / 1e3 if dev else 0.0)
+            if not dev:
+                spans.append(0.0)
+                continue
+            start = max(a, float(busy_until[lo - 1])) if lo > 0 else a
+            spans.append((max(d[1] for d in dev) - min(start, min(d[0] for d in dev))) / 1e3)
         out[p] = spans
     return out
 
@@ -290,7 +299,15 @@ def build(size: Size, device: str) -> tuple[Any, Any, list[tuple[Any, Any]]]:
     return model, opt, data
 
 
-def train_step(model: Any, opt: Any, batch: tuple[Any, Any], *, marks: bool = False, slow: int = 0) -> None:
+def train_step(
+    model: Any,
+    opt: Any,
+    batch: tuple[Any, Any],
+    *,
+    marks: bool = False,
+    slow: int = 0,
+    before_step: Any = None,
+) -> None:
     """One step (bf16 autocast on CUDA); ``marks``: each phase in a ``record_function``;
     ``slow``: GPU cycles of busy-wait before the forward (a slowed GPU)."""
     import torch
@@ -306,6 +323,8 @@ def train_step(model: Any, opt: Any, batch: tuple[Any, Any], *, marks: bool = Fa
             loss = model(*batch)
     with mark("argus.backward"):
         loss.backward()
+    if before_step is not None:
+        before_step()
     with mark("argus.optimizer"):
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -610,8 +629,8 @@ def part_straggler(size: Size, device: str, out: Path) -> dict[str, Any]:
                 __file__,
                 "--rank-of-straggler",
                 str(r),
-                "--size",
-                _size_name(size),
+                "--steps",
+                str(steps),
                 "--to",
                 str(f),
                 *(["--cpu"] * (device != "cuda")),
@@ -620,7 +639,12 @@ def part_straggler(size: Size, device: str, out: Path) -> dict[str, Any]:
         )
         for r, f in enumerate(files)
     ]
-    codes = [p.wait(timeout=300) for p in procs]
+    try:
+        codes = [p.wait(timeout=150) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        return {"error": "rank processes did not finish in 150 s"}
     if codes != [0, 0]:
         return {"error": f"rank processes exited {codes}"}
     recs = [pickle.loads(f.read_bytes()) for f in files]
@@ -650,31 +674,35 @@ def part_straggler(size: Size, device: str, out: Path) -> dict[str, Any]:
     }
 
 
-def _size_name(size: Size) -> str:
-    return next(k for k, v in SIZES.items() if v == size)
-
-
-def straggler_rank(rank: int, size: Size, to: Path, device: str) -> None:
+def straggler_rank(rank: int, steps: int, to: Path, device: str) -> None:
     """One rank of the straggler part (run in its own process)."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    small = Size(2048, 256, 4, 4, 256, 8, 0, 0, 0, size.straggler_steps, 0)
+    small = Size(2048, 256, 4, 4, 256, 8, 0, 0, 0, steps, 0)
     if device != "cuda":
-        small = Size(512, 32, 1, 2, 16, 2, 0, 0, 0, size.straggler_steps, 0)
+        small = Size(512, 32, 1, 2, 16, 2, 0, 0, 0, steps, 0)
     model, opt, data = build(small, device)
-    ddp = DistributedDataParallel(model, device_ids=[0] if device == "cuda" else None)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
-    steps = size.straggler_steps
+    # Data parallel by hand: the gradients' mean over gloo each step (DDP's bucketed gloo
+    # all-reduce of CUDA tensors stalled on a first run; the peer's wait is the same).
+    flat = torch.zeros(sum(p.numel() for p in model.parameters()))
+
+    def mean_grads() -> None:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        flat[: sum(g.numel() for g in grads)] = torch.cat([g.flatten().float().cpu() for g in grads])
+        dist.all_reduce(flat)
+        flat.div_(2)
+
     lo, hi = steps // 3, 2 * (steps // 3)
     sink = ListSink()
     agent = new_agent(sink, rank=rank, world=2)
-    agent.install(ddp, opt)
+    agent.install(model, opt)
     for s in range(steps):
         cycles = int(40e6) if rank == 1 and lo <= s < hi else 20_000  # ~20 ms vs ~10 us at ~2 GHz
-        train_step(ddp, opt, data[s % len(data)], slow=cycles)
+        train_step(model, opt, data[s % len(data)], slow=cycles, before_step=mean_grads)
+        if s % 10 == 0:
+            print(f"straggler rank {rank}: step {s}", file=sys.stderr, flush=True)
     _sync(device)
     time.sleep(1.5)
     agent.close()
@@ -765,7 +793,7 @@ def run_part(name: str, size: Size, out: Path, device: str) -> dict[str, Any]:
         elif name == "overhead":
             res = part_overhead(size, device, "agent")
             # torch.profiler's figure is there to compare with: half the rounds
-            prof = part_overhead(size, device, "profiler", max(2, size.rounds // 2))
+            prof = part_overhead(size, device, "profiler", max(2, size.rounds // 3))
             res = {
                 "overhead_gpu_pct": res["overhead_pct"],
                 "overhead_gpu_se_pct": res["overhead_se_pct"],
@@ -828,13 +856,14 @@ def main() -> None:
     ap.add_argument("--size", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rank-of-straggler", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--to", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     size_name = args.size or ("smoke" if args.smoke else "quick" if args.quick else "full")
     size = SIZES[size_name]
     out = args.out or Path(tempfile.mkdtemp(prefix="argus-gpu-"))
     out.mkdir(parents=True, exist_ok=True)
     if args.rank_of_straggler is not None:
-        straggler_rank(args.rank_of_straggler, size, args.to, "cpu" if args.cpu else "cuda")
+        straggler_rank(args.rank_of_straggler, args.steps, args.to, "cpu" if args.cpu else "cuda")
         return
     if args.one:
         device = "cuda" if _cuda()[0] and not args.cpu else "cpu"

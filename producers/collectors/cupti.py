@@ -141,12 +141,32 @@ def _steps_of(correlation_ids: np.ndarray, external: dict[int, int]) -> np.ndarr
     return np.where(corr[pos] == correlation_ids, ext[pos], -1)
 
 
-def step_events(a: ActivityArrays) -> dict[int, np.ndarray]:
-    """Row indices of the device activity of each step (by external correlation id).
+def _steps_between(correlation_ids: np.ndarray, external: dict[int, int]) -> np.ndarray:
+    """:func:`_steps_of`, and for an untagged id between two tagged ones the step of the one
+    below. Correlation ids count every CUDA API call of the process in call order, while a
+    step's tag is pushed on the training thread only: the kernels that autograd's device
+    thread (or a communication thread) launches inside a step lie between that step's tagged
+    ones. An untagged id above every tagged one is -1 until a later tag comes."""
+    steps = _steps_of(correlation_ids, external)
+    miss = steps < 0
+    if not miss.any() or not external:
+        return steps
+    corr = np.sort(np.fromiter(external.keys(), np.int64, len(external)))
+    below = np.searchsorted(corr, correlation_ids[miss], side="right") - 1
+    inside = (below >= 0) & (below < len(corr) - 1)
+    filled = np.full(int(miss.sum()), -1, np.int64)
+    filled[inside] = _steps_of(corr[below[inside]], external)
+    steps[miss] = filled
+    return steps
 
-    Activity whose correlation id has no external id (launched outside any step) is left out.
+
+def step_events(a: ActivityArrays) -> dict[int, np.ndarray]:
+    """Row indices of the device activity of each step (by external correlation id; see
+    :func:`_steps_between` for activity launched from other threads inside a step).
+
+    Activity launched before the first tag or after the last one is left out.
     """
-    steps = _steps_of(a.correlation_ids, a.external)
+    steps = _steps_between(a.correlation_ids, a.external)
     return {int(s): np.flatnonzero(steps == s) for s in np.unique(steps[steps >= 0])}
 
 
@@ -207,7 +227,9 @@ def cupti_version_mismatch(torch_cuda: str | None = None, cupti_version: str | N
 class CuptiCollector:
     """Live CUPTI activity collection for one rank, drained into kernel sketches per step."""
 
-    KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "EXTERNAL_CORRELATION")
+    # RUNTIME: CUPTI writes an external-correlation record only beside an API record (seen on
+    # an H100 with CUPTI 13.0: without it no kernel was tagged); the API records are skipped.
+    KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "EXTERNAL_CORRELATION", "RUNTIME")
 
     def __init__(
         self, job: str, run: int, rank: int, *, buffer_bytes: int = 8 << 20, key_every: int = 32
@@ -222,6 +244,8 @@ class CuptiCollector:
         self._external: dict[int, int] = {}
         self.dropped_records = 0
         self.sync_ns: dict[int, int] = {}
+        self._carry: ActivityArrays | None = None
+        self.carry_limit = 200_000
 
     def _requested(self) -> tuple[int, int]:
         return self.buffer_bytes, 0
@@ -271,9 +295,20 @@ class CuptiCollector:
         if len(self._external) > 4_000_000:  # bound the map on very long runs
             self._external.clear()
         self._external.update(a.external)
+        if self._carry is not None:  # untagged activity of the last feed, above every tag then
+            a = _concat(self._carry, a)
+            self._carry = None
         a = replace(a, external=self._external)  # a kernel may come in a later buffer than its tag
-        by_step = step_events(a)
-        self.dropped_records += len(a) - sum(len(r) for r in by_step.values())
+        steps = _steps_between(a.correlation_ids, self._external)
+        wait = np.flatnonzero((steps < 0) & (a.correlation_ids > max(self._external, default=0)))
+        if 0 < len(wait) <= self.carry_limit:
+            self._carry = _take(a, wait)
+        by_step = {int(st): np.flatnonzero(steps == st) for st in np.unique(steps[steps >= 0])}
+        self.dropped_records += (
+            len(a)
+            - sum(len(r) for r in by_step.values())
+            - (len(self._carry) if self._carry is not None else 0)
+        )
         for step, rows in by_step.items():
             self._pending.setdefault(step, []).append(_take(a, rows))
         for step, ns in sync_ns_per_step(a).items():
@@ -358,6 +393,15 @@ def _copy(r: Any) -> Activity | None:
         correlation_id=int(r.correlation_id),
         copy_kind=int(r.copy_kind) if kind == KIND_MEMCPY else 0,
         bytes=int(r.bytes) if kind in (KIND_MEMCPY, KIND_MEMSET) else 0,
+    )
+
+
+def _concat(x: ActivityArrays, y: ActivityArrays) -> ActivityArrays:
+    """Device activity of ``x`` then ``y`` (synchronization and tags: ``y``'s)."""
+    cols = ("start_ns", "end_ns", "stream_ids", "correlation_ids", "nbytes")
+    joined = [np.concatenate([getattr(x, c), getattr(y, c)]) for c in cols]
+    return ActivityArrays(
+        x.names + y.names, *joined, y.sync_start_ns, y.sync_end_ns, y.sync_correlation_ids, y.external
     )
 
 

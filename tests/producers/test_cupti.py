@@ -130,3 +130,25 @@ def test_collector_emits_names_once_and_sketches_with_exact_counts():
             assert stats.count[i] == len(ds) and stats.total_ns[i] == int(ds.sum())
             assert stats.min_ns[i] == ds.min() and stats.max_ns[i] == ds.max()
     assert c.dropped_records == 0
+
+
+def test_kernels_from_other_threads_inside_a_step_join_it_and_late_ones_wait_for_a_tag():
+    """Autograd's device thread launches the backward's kernels without the training thread's
+    tag: their correlation ids lie between the step's tagged ones, so they belong to it."""
+    from argus.producers.collectors.cupti import KIND_CONCURRENT_KERNEL, KIND_EXTERNAL_CORRELATION, Activity
+
+    def k(corr, t):
+        return Activity(KIND_CONCURRENT_KERNEL, f"k{corr % 3}", t, t + 100, 7, corr)
+
+    def tag(corr, step):
+        return Activity(KIND_EXTERNAL_CORRELATION, correlation_id=corr, external_kind=3, external_id=step)
+
+    first = [tag(1, 0), k(1, 1000), k(2, 2000), k(3, 3000), tag(4, 0), k(4, 4000), k(5, 5000)]
+    c = CuptiCollector("j", 0, 0)
+    assert c.feed(first, current_step=0, lag=1) == []  # step 0 still open; k5 waits for a tag
+    later = [tag(6, 1), k(6, 6000)]
+    out = c.feed(later, current_step=1, lag=1)
+    (sk,) = [r for r in out if isinstance(r, KernelSketch)]
+    assert sk.step == 0
+    assert int(decode_payload(sk.payload).count.sum()) == 5  # k1..k5: k2, k3 and k5 untagged
+    assert c.dropped_records == 0
