@@ -9,6 +9,7 @@
 # checkout on the path, then runs within a hard budget of 8 minutes in all: bench/gpu.py (a
 # JSON line per part: cupti, events, nvml, overhead, straggler) and the tests marked `gpu`.
 # Without a CUDA device it runs what needs none and says in one line where it stopped.
+# ARGUS_GPU_BUDGET_S (480) bounds the whole run; ARGUS_GPU_PARTS=cupti,events,... picks parts.
 # Uses the machine's python3 (its torch); nothing is fetched.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ print(f"python={platform.python_version()}")
 PY
 
 status=0
-timeout --kill-after=10 "$(( $(left) - 100 ))" "$py" bench/gpu.py --out "$out" 2>&1 | tee "$out/bench.log"
+timeout --kill-after=10 "$(( $(left) - 100 ))" "$py" bench/gpu.py --out "$out" ${ARGUS_GPU_PARTS:+--parts "$ARGUS_GPU_PARTS"} 2>&1 | tee "$out/bench.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 if "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   if (( $(left) > 30 )); then
