@@ -348,6 +348,8 @@ class ServerStore:
 
         try:
             return clickhouse_connect.get_client(**kwargs)
+        except ValueError as exc:  # e.g. a port out of range or not a number: the setting's fault
+            raise ValueError(f"the ClickHouse URL is malformed: {exc}") from None
         except self._retryable as exc:
             raise StoreUnavailableError(f"ClickHouse server unreachable: {exc}") from exc
         except self._errors as exc:

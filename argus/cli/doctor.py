@@ -13,10 +13,11 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..config import redact_url
 from ..wiring import open_configured_store
-from ._app import EXIT_UNAVAILABLE, app, console, settings
+from ._app import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, app, console, settings
 
 __all__ = ["Check", "install_kind", "run_checks"]
 
@@ -36,7 +37,7 @@ class Check:
     """One line of the doctor's report (its detail one line, credentials redacted)."""
 
     name: str
-    status: str  # ok | warn | fail | absent
+    status: str  # ok | warn | fail | invalid (a setting Argus cannot use) | absent
     detail: str
     required: bool = False
 
@@ -47,8 +48,33 @@ class Check:
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 
 
+def _secrets() -> list[str]:
+    """Every form a configured password may take in a message: as set, and as a URL carries
+    it (percent-encoded, spaces as ``+``), from ``ARGUS_CLICKHOUSE_PASSWORD`` and from the
+    user info of ``ARGUS_CLICKHOUSE_URL`` however it is written (``user:pw@host`` without a
+    scheme, a space in the password), which the URL redaction does not all recognize."""
+    from urllib.parse import quote, quote_plus, unquote
+
+    s = settings()  # read before any check runs: a bad value has ended the command already
+    found = [s.clickhouse_password]
+    m = _USERINFO.match(s.clickhouse_url or "")
+    if m:
+        found.append(m.group("pw"))
+    out = set()
+    for pw in filter(None, found):
+        for form in (pw, unquote(pw), quote(pw, safe=""), quote_plus(pw), quote(unquote(pw), safe="")):
+            if len(form) >= 3:  # a one- or two-character password cannot be told from text
+                out.add(form)
+    return sorted(out, key=len, reverse=True)
+
+
+_USERINFO = re.compile(r"^\s*(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@]*:(?P<pw>.*)@[^@]*$", re.S)
+
+
 def _one_line(text: str, limit: int = 240) -> str:
-    """A cause in one short line: a socket error's own words when there is one, no URL password."""
+    """A cause in one short line: a socket error's own words when there is one, no password."""
+    for secret in _secrets():
+        text = text.replace(secret, "***")
     text = redact_url(text)
     m = _ERRNO.search(text)
     if m and "HTTPConnectionPool" in text:  # urllib3's retry wrapper around a socket error
@@ -103,6 +129,8 @@ def _clickhouse() -> Check:
     kind = "server" if s.clickhouse_url else "embedded chDB"
     try:
         store = open_configured_store(s)
+    except ValueError as exc:  # a malformed URL: the setting is wrong, not the server
+        return Check("ClickHouse", "invalid", f"ARGUS_CLICKHOUSE_URL={where}: {exc}", True)
     except StoreLockedError as exc:
         return Check("ClickHouse", "warn", f"{kind}: {exc}", True)
     except SinkError as exc:
@@ -159,6 +187,7 @@ _STYLE = {
     "ok": "[green]ok[/]",
     "warn": "[yellow]in use[/]",
     "fail": "[bold red]FAIL[/]",
+    "invalid": "[bold red]INVALID[/]",
     "absent": "[dim]absent[/]",
 }
 
@@ -175,7 +204,7 @@ def doctor() -> None:
     table.add_column("status", no_wrap=True)
     table.add_column("detail", no_wrap=not sys.stdout.isatty(), overflow="fold")
     for c in checks:
-        table.add_row(c.name, _STYLE[c.status], escape(c.detail))
+        table.add_row(c.name, _STYLE[c.status], Text(c.detail))  # text: no markup, no :emoji: codes
     if sys.stdout.isatty():
         console.print(table)
     else:  # piped or logged: one line per part, however long (never folded at 80 columns)
@@ -183,7 +212,8 @@ def doctor() -> None:
 
         width = max(len(c.name) for c in checks) + max(len(c.detail) for c in checks) + 20
         Console(width=max(width, console.width), soft_wrap=False, highlight=False).print(table)
+    invalid = [c.name for c in checks if c.required and c.status == "invalid"]
     failed = [c.name for c in checks if c.required and c.status == "fail"]
-    if failed:
-        console.print(f"[bold red]not ready:[/] {', '.join(failed)}")
-        raise typer.Exit(EXIT_UNAVAILABLE)
+    if invalid or failed:
+        console.print(f"[bold red]not ready:[/] {escape(', '.join(invalid + failed))}")
+        raise typer.Exit(EXIT_BAD_INPUT if invalid else EXIT_UNAVAILABLE)

@@ -194,3 +194,32 @@ def test_report_finds_a_job_named_with_backslashes(home: Path, tmp_path: Path) -
     out = run(["report", "--job", job, "--output", str(tmp_path / "r.html")], home)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "r.html").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "argus:S3cretPW@127.0.0.1:1",
+        "http://argus:S3cret PW@127.0.0.1:1/x",
+        "http://argus:S3cret%20PW@127.0.0.1:1/x",
+        "https://argus:S3cret+PW@127.0.0.1:1",
+    ],
+)
+def test_doctor_never_prints_the_clickhouse_password(tmp_path: Path, url: str) -> None:
+    """Issue 34, item 10: a password in ARGUS_CLICKHOUSE_URL without a scheme, or with a space,
+    was printed as is."""
+    out = run(["doctor"], tmp_path, ARGUS_KAFKA_BOOTSTRAP="127.0.0.1:1", ARGUS_CLICKHOUSE_URL=url)
+    assert out.returncode == 3
+    text = out.stdout + out.stderr
+    assert "S3cret" not in text and "PW@" not in text, text
+    assert len([ln for ln in out.stdout.splitlines() if "│ ClickHouse " in ln]) == 1
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://argus:S3cretPW@127.0.0.1:abc/argus"])
+def test_doctor_with_a_malformed_clickhouse_url_gives_one_line_and_exit_2(tmp_path: Path, url: str) -> None:
+    """Issue 34, item 10: a bad port gave a 62-line traceback and exit 1."""
+    out = run(["doctor"], tmp_path, ARGUS_KAFKA_BOOTSTRAP="127.0.0.1:1", ARGUS_CLICKHOUSE_URL=url)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and "S3cret" not in out.stdout + out.stderr
+    (line,) = [ln for ln in out.stdout.splitlines() if "│ ClickHouse " in ln]
+    assert "INVALID" in line and "malformed" in line
