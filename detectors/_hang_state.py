@@ -18,7 +18,7 @@ import numpy as np
 
 from argus.schemas import Heartbeat, HeartbeatBatch
 
-__all__ = ["HangState", "batch_refusals", "observe_heartbeats"]
+__all__ = ["ClockOffsets", "HangState", "batch_refusals", "observe_heartbeats"]
 
 Refusal = tuple[Any, str, str]
 """A refused record's token, the reason (``absurd_rank``, ``too_many_groups``), the detail."""
@@ -278,6 +278,58 @@ def _refusals(
     return out
 
 
+class ClockOffsets:
+    """Per sending host, how far its clock is from the receiver's, learned from the stream:
+    the smallest ``arrival - sent`` of its heartbeats over the last one to two ``window_s``
+    (the offset plus the quickest delivery; a backlog only delays, so the minimum is the
+    freshest). A heartbeat's times plus its host's offset are on the receiver's clock, so
+    a host whose clock runs 60 s behind is not lost and one 1 h ahead does not look alive
+    forever. Rows without a host name are learned per rank. At most ``max_hosts`` hosts
+    are kept (the least recently heard forgotten): a host name is a sender's claim.
+    """
+
+    def __init__(self, window_s: float = 60.0, max_hosts: int = 65_536) -> None:
+        self.window_ns = int(window_s * 1e9)
+        self.max_hosts = max_hosts
+        self._est: dict[str, tuple[int, int, int]] = {}  # host -> (min now, min before, window start)
+
+    def __len__(self) -> int:
+        return len(self._est)
+
+    def offset_ns(self, host: str, delay_ns: int, arrival_ns: int) -> int:
+        """Learn one host's smallest ``arrival - sent`` of a batch; its offset now."""
+        cur, prev, since = self._est.pop(host, (delay_ns, delay_ns, arrival_ns))
+        if arrival_ns - since > self.window_ns:
+            cur, prev, since = delay_ns, cur, arrival_ns
+        cur = min(cur, delay_ns)
+        self._est[host] = (cur, prev, since)  # re-inserted last: least recently heard first
+        while len(self._est) > self.max_hosts:
+            del self._est[next(iter(self._est))]
+        return min(cur, prev)
+
+    def correct(self, batch: HeartbeatBatch, arrival_ns: int) -> HeartbeatBatch:
+        """The batch with its times (``time_ns``, ``pause_until_ns``) on the receiver's
+        clock, every host's offset learned from its rows first (one pass per host)."""
+        if not len(batch):
+            return batch
+        hosts = batch["host"]
+        keys = np.where(hosts != "", hosts, "\0rank " + batch["rank"].astype(str).astype(object))
+        names, inverse = np.unique(keys, return_inverse=True)
+        delay = arrival_ns - batch["time_ns"]
+        smallest = np.full(len(names), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(smallest, inverse, delay)
+        offsets = np.array(
+            [self.offset_ns(str(h), int(d), arrival_ns) for h, d in zip(names, smallest, strict=True)],
+            np.int64,
+        )
+        shift = offsets[inverse]
+        cols = dict(batch.columns)
+        cols["time_ns"] = batch["time_ns"] + shift
+        until = batch["pause_until_ns"]
+        cols["pause_until_ns"] = np.where(until > 0, until + shift, 0)
+        return HeartbeatBatch(batch.job, batch.run, cols)
+
+
 def observe_heartbeats(
     states: MutableMapping[tuple[str, int], HangState],
     records: Sequence[tuple[Heartbeat | HeartbeatBatch, Any]],
@@ -286,13 +338,17 @@ def observe_heartbeats(
     max_groups: int = 64,
     progress_points: int = 64,
     max_jobs: int = 16_384,
+    clocks: ClockOffsets | None = None,
+    arrival_ns: int = 0,
 ) -> tuple[int, list[Refusal]]:
     """Feed a consumer batch of heartbeats and heartbeat batches (each with its token) to
     the job states, one vectorized pass per job: the job's single heartbeats become one
     batch, concatenated with its node batches. Returns the heartbeats taken and the refused
     records' tokens with a reason (``absurd_rank``, ``too_many_groups``: see
     :func:`batch_refusals`). ``states`` is ordered least recently seen first and kept to
-    ``max_jobs`` jobs (the least recently seen dropped)."""
+    ``max_jobs`` jobs (the least recently seen dropped). With ``clocks``, the heartbeats'
+    times are put on the receiver's clock first (``arrival_ns``: when the batch came;
+    :class:`ClockOffsets`)."""
     taken, refused = 0, list[Refusal]()
     for key, (batches, singles) in _by_job(records).items():
         state = states.pop(key, None)  # re-inserted last: least recently seen first
@@ -302,6 +358,8 @@ def observe_heartbeats(
         joined = _admit_batches(state, batches, refused, rank_slack, max_groups)
         joined = _admit_singles(state, singles, joined, refused, rank_slack, max_groups)
         if joined is not None:
+            if clocks is not None:
+                joined = clocks.correct(joined, arrival_ns)
             taken += state.observe_batch(joined)
     while len(states) > max_jobs:
         del states[next(iter(states))]

@@ -38,11 +38,12 @@ from argus.schemas import Anomaly
 from argus.schemas.causes import HANG, LOST_RANK
 
 from ._finding import anomaly_id
-from ._hang_state import HangState, batch_refusals, observe_heartbeats
+from ._hang_state import ClockOffsets, HangState, batch_refusals, observe_heartbeats
 from ._wait_graph import WaitGraph, behind_in, figures, stuck_groups, wait_graph, waiting_for_lost
 from .cost import gpu_hours
 
 __all__ = [
+    "ClockOffsets",
     "HangConfig",
     "HangFinding",
     "HangState",
@@ -262,9 +263,11 @@ def detect_hang(state: HangState, now_ns: int, config: HangConfig | None = None)
         threshold and is not paused by a declaration or gone.
 
     Notes:
-        Heartbeats are compared with ``now_ns`` across hosts: clock skew adds to (or takes
-        from) the stall and the heartbeat age. Sequence numbers are compared only within a
-        group, so groups need not advance together.
+        Heartbeats are compared with ``now_ns`` across hosts: their times must be on the
+        receiver's clock (the worker corrects each host's by the offset it learned from
+        the stream, :class:`ClockOffsets`), or clock skew adds to (or takes from) the stall
+        and the heartbeat age. Sequence numbers are compared only within a group, so
+        groups need not advance together.
     """
     cfg = config or HangConfig()
     st = state

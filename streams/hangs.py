@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from argus.detectors import HangConfig, HangState, detect_hang, hang_anomalies, observe_heartbeats
+from argus.detectors.hang import ClockOffsets
 from argus.schemas import Anomaly, Heartbeat, HeartbeatBatch
 
 __all__ = ["HangTracker"]
@@ -37,6 +38,7 @@ class HangTracker:
         max_jobs: int = 16_384,
         job_ttl_s: float = 6 * 3600.0,
         update_s: float = 60.0,
+        max_hosts: int = 65_536,
     ) -> None:
         self.config = config or HangConfig()
         self.rank_slack = rank_slack
@@ -46,16 +48,20 @@ class HangTracker:
         self.update_s = update_s
         self.states: dict[tuple[str, int], HangState] = {}
         self.sent: dict[str, float] = {}  # anomaly id -> when last sent (monotonic)
+        self.clocks = ClockOffsets(max_hosts=max_hosts)
 
     @property
     def jobs(self) -> int:
         return len(self.states)
 
     def observe(
-        self, records: Sequence[tuple[Heartbeat | HeartbeatBatch, Any]]
+        self, records: Sequence[tuple[Heartbeat | HeartbeatBatch, Any]], arrival_ns: int | None = None
     ) -> tuple[int, list[tuple[Any, str, str]]]:
         """Feed a consumer batch of heartbeats (each with its token): the heartbeats taken,
-        and the refused records' tokens with a reason and an error."""
+        and the refused records' tokens with a reason and an error. ``arrival_ns``: when the
+        batch came, on the clock :meth:`due` is given; the heartbeats' times are put on it by
+        their host's learned offset (:class:`~detectors.ClockOffsets`). None: the senders'
+        clocks are taken as they are (a replay of recorded heartbeats)."""
         return observe_heartbeats(
             self.states,
             records,
@@ -63,6 +69,8 @@ class HangTracker:
             max_groups=self.max_groups,
             progress_points=self.config.progress_points,
             max_jobs=self.max_jobs,
+            clocks=self.clocks if arrival_ns is not None else None,
+            arrival_ns=arrival_ns or 0,
         )
 
     def due(self, now_ns: int, now: float) -> Iterator[tuple[Anomaly, bool]]:

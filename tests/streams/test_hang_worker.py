@@ -5,6 +5,8 @@ its ranks' heartbeats come one per message (no relay) or as node batches from th
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 import zlib
 
@@ -15,6 +17,7 @@ from argus.kafka_admin import ensure_topics
 from argus.producers.publisher import Publisher
 from argus.producers.simulator import HangScenario, HangSimulator, Layout
 from argus.schemas import ALL_TOPICS, ANOMALIES, HEARTBEATS, Anomaly, HeartbeatBatch, decode, job_key
+from tests.figures import report
 from tests.workers import Worker, fresh_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -69,3 +72,66 @@ def test_the_worker_names_a_hung_rank_and_its_all_reduce(kafka_conf, tmp_path, u
         consumer.close()
         publisher.shutdown(5)
         worker.stop()
+
+
+def test_skewed_host_clocks_neither_page_nor_hide_a_hang_in_the_worker(kafka_conf, tmp_path, unique) -> None:
+    """Issue 34, item 6, live: two jobs' heartbeats sent as their hosts' clocks say, one host
+    of each 60 s behind and another 1 h ahead. The healthy job gets no page; the hung job's
+    rank (on the host 1 h ahead) is named, once, as a hang. Before, the healthy job was
+    paged as lost every few seconds and the hang went unnamed."""
+    ensure_topics(kafka_conf, ALL_TOPICS, partitions=16)
+    healthy, hung = f"skew-ok-{unique}", f"skew-hung-{unique}"
+    worker = Worker(fresh_group(kafka_conf, f"skew-{unique}"), tmp_path, kafka_conf["bootstrap.servers"])
+    consumer = Consumer({**kafka_conf, "group.id": f"peek-skew-{unique}", "auto.offset.reset": "latest"})
+    consumer.subscribe([ANOMALIES])
+    publisher = Publisher(kafka_conf)
+    layout = Layout(dp=4, tp=8, pp=1, gpus_per_host=8)  # 4 hosts
+    start = time.time_ns() - int(10e9)
+    sims = {
+        healthy: HangSimulator(
+            layout,
+            HangScenario("collective_hang", at_s=10_000.0, rank=3),
+            job=healthy,
+            heartbeat_s=1.0,
+            start_ns=start,
+        ),
+        hung: HangSimulator(
+            layout,
+            HangScenario("collective_hang", at_s=20.0, rank=17),
+            job=hung,
+            heartbeat_s=1.0,
+            start_ns=start,
+        ),
+    }
+    skew = {Layout.host_name(1): -60 * 10**9, Layout.host_name(2): 3600 * 10**9}  # rank 17: host 2
+    pages: dict[str, list[Anomaly]] = {healthy: [], hung: []}
+    try:
+        sent_to, deadline = start, time.monotonic() + float(os.environ.get("ARGUS_TEST_SKEW_S", "45"))
+        while time.monotonic() < deadline:
+            now = time.time_ns()
+            for job, sim in sims.items():
+                for beat in sim.beats(sent_to, now):
+                    shifted = dataclasses.replace(beat, time_ns=beat.time_ns + skew.get(beat.host, 0))
+                    publisher.publish(HEARTBEATS, job_key(job), shifted)
+            sent_to = now
+            publisher.flush(5)
+            for m in consumer.consume(100, timeout=0.5):
+                if not m.error():
+                    a = decode(m.value())
+                    if a.job in pages and a.id not in {p.id for p in pages[a.job]}:
+                        pages[a.job].append(a)
+    finally:
+        consumer.close()
+        publisher.shutdown(5)
+        worker.stop()
+    wrong = [a for a in pages[hung] if (a.cause, a.suspect) != ("hang", "rank:17")]
+    report(
+        "skewed_clocks",
+        sent=1,
+        received=int(any(a.suspect == "rank:17" for a in pages[hung])),
+        lost=int(not any(a.suspect == "rank:17" for a in pages[hung])),
+        duplicated=0,
+        skew_false_pages=len(pages[healthy]) + len(wrong),
+    )
+    assert pages[healthy] == [], [(a.cause, a.suspect) for a in pages[healthy]]
+    assert [(a.cause, a.suspect) for a in pages[hung]] == [("hang", "rank:17")]
