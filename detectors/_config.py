@@ -67,7 +67,9 @@ class DiagnoserConfig:
     ends after about ``cp_end_steps`` steps back below half its size (its size follows it
     with weight ``cp_size_alpha``). Changes whose onsets are within ``cp_onset_within``
     steps and whose sizes are within a factor ``cp_size_ratio`` are one cause
-    (:mod:`detectors.common_cause`). A job of fewer than ``small_job`` ranks leads with the
+    (:mod:`detectors.common_cause`). A rank whose last four spikes (``cp_spike`` or more
+    over its baseline) came at regular gaps (2 to ``cp_max_period`` steps) is slow every
+    k-th step: one change from the first of them. A job of fewer than ``small_job`` ranks leads with the
     rank's own past: a rank that only stands out against its few peers (a naturally slower
     worker) is never paged.
     """
@@ -123,4 +125,6 @@ class DiagnoserConfig:
     cp_size_alpha: float = 0.1
     cp_onset_within: int = 4
     cp_size_ratio: float = 1.6
+    cp_spike: float = 0.25
+    cp_max_period: int = 64
     small_job: int = 16

@@ -49,7 +49,7 @@ SERIES: tuple[str, ...] = ("group", "replica")
 """The references a rank's residual is taken against: its group (pp stage), its dp replica."""
 _OWN = np.array([METRICS.index(m) for m in OWN_WORK])
 _REF_Q = 0.25
-_MEAN_OF_PEERS = 8
+_SMALL_GROUP = 8
 _MIN_REPLICA = 4
 """A replica of fewer ranks is no reference (a log's ranks are one replica each)."""
 
@@ -92,15 +92,20 @@ def _low_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
 
 def _others(work: np.ndarray, gi: GroupIndex, ref: np.ndarray) -> np.ndarray:
     """Each rank's reference: its group's fast side, but in a group of at most
-    ``_MEAN_OF_PEERS`` ranks the mean of its peers (there, the fast side is the same one or
-    two ranks every step, whose residual would be nothing whatever their noise; NaN alone)."""
+    ``_SMALL_GROUP`` ranks, where the fast side is the same one or two ranks every step
+    (whose residual would be nothing whatever their noise), the group's median, of two or
+    three the mean of its peers (NaN alone)."""
     size = gi.sizes[gi.inverse]
-    if int(size.min(initial=0)) > _MEAN_OF_PEERS:
+    if int(size.min(initial=0)) > _SMALL_GROUP:
         return ref
     total = np.bincount(gi.inverse, weights=work)[gi.inverse]
     with np.errstate(invalid="ignore", divide="ignore"):
         peers = np.where(size > 1, (total - work) / (size - 1), np.nan)
-    return np.where(size <= _MEAN_OF_PEERS, peers, ref)
+    med = np.empty(gi.n_groups)
+    xs = work[gi.order]
+    for j, (s, k) in enumerate(zip(gi.starts.tolist(), gi.sizes.tolist(), strict=True)):
+        med[j] = np.median(xs[s : s + k]) if k <= _SMALL_GROUP else 0.0
+    return np.where(size <= 3, peers, np.where(size <= _SMALL_GROUP, med[gi.inverse], ref))
 
 
 def step_residuals(batch: StepBatch, config: DiagnoserConfig | None = None) -> RankResiduals:
@@ -139,21 +144,11 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
 
 
 _FIELDS = (
-    "n",
-    "base",
-    "sig",
-    "ac",
-    "prev",
-    "s",
-    "s_from",
-    "s_sum",
-    "s_cnt",
-    "onset",
-    "size",
-    "t",
-    "t_from",
-    "seen",
-)
+    "n", "base", "sig", "ac", "prev", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
+    "t_from", "seen",
+)  # fmt: skip
+_SPIKES = 4
+"""Spikes whose regular gaps make a rank slow every k-th step."""
 _INT_FIELDS = frozenset({"n", "s_from", "onset", "t_from", "seen"})
 
 
@@ -162,7 +157,9 @@ class ChangeState:
     """Per rank (row = rank id) and series: samples seen ``n``, ``base`` and robust ``sig``
     of the residual, ``ac`` its lag-1 autocorrelation (EW), ``prev`` the last deviation;
     the opening CUSUM ``s`` since ``s_from`` (and the sum and count of the deviations
-    since), an open change's ``onset`` (-1: none) and ``size``, the closing CUSUM ``t``
+    since, as they are and clipped), an open change's ``onset`` (-1: none), ``size`` (its
+    mean deviation) and ``csize`` (of the deviations clipped as the test clips them: a
+    slowdown of every k-th step is a small clipped shift), the closing CUSUM ``t``
     since ``t_from``; ``seen`` the last step the rank reported. ``phase``: per rank, the
     own-work phase that rose when its change opened."""
 
@@ -175,12 +172,17 @@ class ChangeState:
     s_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
     s_sum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     s_cnt: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    c_sum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     onset: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
     size: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    csize: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     t: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     t_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
     seen: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
     phase: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    spikes: np.ndarray = field(default_factory=lambda: np.zeros((0, _SPIKES), np.int64))
+    period: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), np.int64))
+    spike_size: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def n_ranks(self) -> int:
@@ -198,14 +200,22 @@ class ChangeState:
             pad = np.full((len(SERIES), n - old), fill, a.dtype)
             setattr(self, name, np.concatenate((a, pad), axis=1))
         self.phase = np.concatenate((self.phase, np.zeros(n - old, np.int8)))
+        self.spikes = np.concatenate((self.spikes, np.full((n - old, _SPIKES), -1, np.int64)))
+        self.period = np.concatenate((self.period, np.full((3, n - old), -1, np.int64)), axis=1)
+        self.spike_size = np.concatenate((self.spike_size, np.zeros(n - old)))
 
     def open_ranks(self) -> np.ndarray:
-        """Ranks with a change open on any series."""
-        return np.flatnonzero((self.onset >= 0).any(axis=0))
+        """Ranks with a change open on any series, or slow every k-th step."""
+        return np.flatnonzero((self.onset >= 0).any(axis=0) | (self.period[0] >= 0))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (arrays as base64 of their bytes: ~100 bytes per rank)."""
-        out: dict[str, Any] = {"ranks": self.n_ranks}
+        out: dict[str, Any] = {
+            "ranks": self.n_ranks,
+            "spikes": base64.b64encode(self.spikes.astype(np.int32).tobytes()).decode(),
+            "period": base64.b64encode(self.period.astype(np.int32).tobytes()).decode(),
+            "spike_size": base64.b64encode(self.spike_size.astype(np.float32).tobytes()).decode(),
+        }
         for name in (*_FIELDS, "phase"):
             a = getattr(self, name)
             a = a.astype(np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32)
@@ -219,6 +229,11 @@ class ChangeState:
         n = int(data.get("ranks", 0)) if data else 0
         if not n:
             return st
+        st.spikes = (
+            np.frombuffer(base64.b64decode(data["spikes"]), np.int32).reshape(n, _SPIKES).astype(np.int64)
+        )
+        st.period = np.frombuffer(base64.b64decode(data["period"]), np.int32).reshape(3, n).astype(np.int64)
+        st.spike_size = np.frombuffer(base64.b64decode(data["spike_size"]), np.float32).astype(float)
         for name in (*_FIELDS, "phase"):
             dt = np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32
             a = np.frombuffer(base64.b64decode(data[name]), dt)
@@ -262,6 +277,43 @@ def _scales(st: ChangeState, cols: np.ndarray, cfg: DiagnoserConfig) -> tuple[np
     return sig, k, c, h
 
 
+def _periodic(
+    st: ChangeState,
+    cols: np.ndarray,
+    d: np.ndarray,
+    ready: np.ndarray,
+    c: np.ndarray,
+    step: int,
+    cfg: DiagnoserConfig,
+) -> None:
+    """Slow every k-th step: a rank's last ``_SPIKES`` spikes (over ``max(clip,
+    cp_spike)``), at regular gaps (within a step of each other, 2 to ``cp_max_period``)
+    open a periodic change at the first of them; it ends ``2k`` steps after its last spike
+    (``period``: onset, gap, last spike per rank; ``spike_size``: the spikes' mean
+    deviation, EW). One spike adds at most the clip to the
+    CUSUM, so a slowdown of every fifth step or rarer is found here, not there."""
+    spike = ready & (d > np.maximum(c, cfg.cp_spike))
+    rows = cols[spike]
+    per = st.period
+    if len(rows):
+        st.spikes[rows] = np.concatenate((st.spikes[rows, 1:], np.full((len(rows), 1), step)), axis=1)
+        st.spike_size[rows] += 0.25 * (d[spike] - st.spike_size[rows])
+        sp = st.spikes[rows]
+        gaps = np.diff(sp, axis=1)
+        regular = (
+            (sp[:, 0] >= 0) & (gaps.min(axis=1) >= 2) & (gaps.max(axis=1) - gaps.min(axis=1) <= 1)
+            & (gaps.max(axis=1) <= cfg.cp_max_period)
+        )  # fmt: skip
+        new = rows[regular & (per[0, rows] < 0)]
+        per[0, new] = st.spikes[new, 0]
+        per[1, new] = np.median(np.diff(st.spikes[new], axis=1), axis=1).astype(np.int64)
+        per[2, rows] = np.where(per[0, rows] >= 0, step, per[2, rows])
+    live = cols[per[0, cols] >= 0]
+    over = live[step - per[2, live] > 2 * per[1, live] + 1]
+    per[0, over] = -1
+    st.spikes[over] = -1
+
+
 def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) -> ChangeStep:
     """Fold one step's residuals into ``st`` (in place): learn baselines, accumulate
     evidence, open and close changes. Ranks absent from the step keep their state.
@@ -283,27 +335,33 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     s, s_from = st.s[:, cols], st.s_from[:, cols]
     onset, size = st.onset[:, cols], st.size[:, cols]
     t, t_from = st.t[:, cols], st.t_from[:, cols]
-    s_sum, s_cnt = st.s_sum[:, cols], st.s_cnt[:, cols]
+    s_sum, s_cnt, c_sum = st.s_sum[:, cols], st.s_cnt[:, cols], st.c_sum[:, cols]
+    csize = st.csize[:, cols]
     closed_now = ready & (onset < 0)
     # the opening CUSUM
-    s_new = np.where(closed_now, np.maximum(s + np.clip(d, -c, c) - k, 0.0), 0.0)
+    dc = np.clip(d, -c, c)
+    s_new = np.where(closed_now, np.maximum(s + dc - k, 0.0), 0.0)
     building = closed_now & (s_new > 0)
     fresh = building & (s <= 0)
     s_from = np.where(fresh, step, s_from)
     s_sum = np.where(building, np.where(fresh, 0.0, s_sum) + np.minimum(d, 4 * c), 0.0)
     s_cnt = np.where(building, np.where(fresh, 0.0, s_cnt) + 1.0, 0.0)
+    c_sum = np.where(building, np.where(fresh, 0.0, c_sum) + dc, 0.0)
     opens = closed_now & (s_new >= h)
     onset = np.where(opens, s_from, onset)
     size = np.where(opens, s_sum / np.maximum(s_cnt, 1.0), size)
+    csize = np.where(opens, c_sum / np.maximum(s_cnt, 1.0), csize)
     t = np.where(opens, 0.0, t)
     # the closing CUSUM of an open change: its half size minus the deviation
     is_open = ready & (onset >= 0) & ~opens
-    half = np.maximum(size / 2, k)
-    t_new = np.where(is_open, np.maximum(t + np.clip(half - d, -half, half), 0.0), t)
+    half = np.maximum(csize / 2, k)
+    t_new = np.where(is_open, np.maximum(t + half - dc, 0.0), t)
     t_from = np.where(is_open & (t <= 0) & (t_new > 0), step, t_from)
-    ends = is_open & (t_new >= np.maximum(h, cfg.cp_end_steps * half))
-    # an open change's size follows it (a ramp grows)
-    size = np.where(is_open & (t_new <= 0), size + cfg.cp_size_alpha * (np.minimum(d, 4 * c) - size), size)
+    ends = is_open & (t_new >= np.maximum(2 * h, cfg.cp_end_steps * half))
+    # an open change's size follows it while it holds (a ramp grows)
+    holds = is_open & (t_new <= 0)
+    size = np.where(holds, size + cfg.cp_size_alpha * (np.minimum(d, 4 * c) - size), size)
+    csize = np.where(holds, csize + cfg.cp_size_alpha * (dc - csize), csize)
     # the baseline: learned, then followed slowly, from samples that add no evidence
     quiet = ok & (onset < 0) & ~opens & (s_new < h / 2)
     learning = quiet & (n < cfg.cp_learn)
@@ -323,12 +381,14 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     st.ac[:, cols] = ac
     st.prev[:, cols] = np.where(ok, d, prev)
     st.s[:, cols], st.s_from[:, cols] = s_new, s_from
-    st.s_sum[:, cols], st.s_cnt[:, cols] = s_sum, s_cnt
+    st.s_sum[:, cols], st.s_cnt[:, cols], st.c_sum[:, cols] = s_sum, s_cnt, c_sum
+    st.csize[:, cols] = csize
     st.t[:, cols], st.t_from[:, cols] = np.where(ends, 0.0, t_new), t_from
     end_step = t_from - 1
     st.onset[:, cols] = np.where(ends, -1, onset)
     st.size[:, cols] = size
     st.seen[:, cols] = np.where(ok, step, st.seen[:, cols])
+    _periodic(st, cols, np.where(ok[0], d[0], 0.0), ready[0] & (onset[0] < 0), c[0], step, cfg)
     oi, oj = np.nonzero(opens)
     if len(oj):
         st.phase[cols[oj]] = res.phase[oj]

@@ -110,11 +110,25 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
         return []
     ranks = np.array(present)
     rows = np.array([row_of[r] for r in present])
-    on = np.where(st.onset[:, ranks] >= 0, st.onset[:, ranks], np.iinfo(np.int64).max).min(axis=0)
-    size = np.where(st.onset[:, ranks] >= 0, st.size[:, ranks], -np.inf).max(axis=0)
+    shift = (st.onset[:, ranks] >= 0).any(axis=0)
+    per = st.period[:, ranks]
+    # a sustained shift first; else slow every k-th step: its mean excess per step
+    on = np.where(
+        shift,
+        np.where(st.onset[:, ranks] >= 0, st.onset[:, ranks], np.iinfo(np.int64).max).min(axis=0),
+        per[0],
+    )
+    size = np.where(
+        shift,
+        np.where(st.onset[:, ranks] >= 0, st.size[:, ranks], -np.inf).max(axis=0),
+        st.spike_size[ranks] / np.maximum(per[1], 1),
+    )
     sig = np.where(st.onset[:, ranks] >= 0, st.sig[:, ranks], np.inf).min(axis=0)
+    sig = np.where(shift, sig, st.sig[0, ranks])
+    period = np.where(shift, 0, per[1])
     # a change whose closing sum is building (back below half its size) is no sighting
     back: np.ndarray = np.asarray((np.where(st.onset[:, ranks] >= 0, st.t[:, ranks], np.inf) > 0).all(axis=0))
+    back = np.where(shift, back, per[2] != st.seen[0, ranks])  # periodic: sighted on its spikes
     out = []
     for c in _clusters(on, size, cfg):
         if back[c].all():
@@ -134,6 +148,9 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
             "change_sigmas": round(float(np.median(size[c] / np.maximum(sig[c], 1e-9))), 4),
             "step_ms": round(res.work_ms, 4),
         }
+        k = int(np.median(period[c]))
+        if k:
+            ev["period_steps"] = float(k)
         order = np.argsort(members)
         out.append(
             Finding(

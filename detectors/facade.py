@@ -239,6 +239,8 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
         f"{e.cause} at {e.suspect}{since}: decided by {e.decided_by}="
         f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {e.hits} step(s)"
     )
+    if ev.get("period_steps"):
+        summary += f"; slow every {ev['period_steps']:.0f} steps"
     if e.detail:
         summary += f"; {e.detail}"
     return Anomaly(
@@ -371,7 +373,7 @@ def apply_findings(
     late still deepen it, and the anomaly is sent again, ``level="kernel"``; steps without any
     data for the suspect do not count).
 
-    Severity (DESIGN.md): a sighting becomes an anomaly once it is sustained (seen in
+    Severity (docs/architecture.md#engine): a sighting becomes an anomaly once it is sustained (seen in
     ``min_steps`` steps, gaps up to ``close_after`` bridged) or, for a one-off stall, once
     it cost at least ``min_cost_frac`` of a step; otherwise it closes as a transient. On a
     step the whole job is far slower than its baseline (evaluation, checkpoint, warm-up),
@@ -563,12 +565,22 @@ def _episode_of(
     """The episode a finding is a sighting of, opened at ``step`` when there is none (a new
     host or link episode takes over its ranks' open ones, and their later findings)."""
     key = _route(f, groups)
+    if f.decided_by == CHANGE_FIGURE and key not in state.episodes:  # a host or link not confirmed yet
+        members = set(f.ranks)
+        key = next(
+            (
+                k
+                for k, o in state.episodes.items()
+                if o.suspect_kind in _GROUP_KINDS and members & set(o.ranks)
+            ),
+            key,
+        )
     e = state.episodes.get(key)
     if e is None:
         e = state.episodes[key] = _open(f, step)
         if f.suspect_kind in _GROUP_KINDS:
             _absorb(state, key, e)
-            if f.suspect_kind != "ranks":
+            if f.suspect_kind not in ("ranks", "host"):
                 groups.update({(_family(f.cause), r): key for r in f.ranks})
     return key, e
 
@@ -633,12 +645,14 @@ def _unsighted(
 ) -> list[Anomaly]:
     """Episodes not sighted this step wait one step more, or close: a confirmed one still near
     its threshold stays open (hysteresis: its window ends at its last clear sighting); one
-    past its patience closes (its final anomaly, or a transient). The anomalies closed."""
+    past its patience closes (its final anomaly, or a transient); one of a rank slow every
+    k-th step stays open while its spikes keep their rhythm. The anomalies closed."""
     out = []
+    changing = {int(r) for r in np.flatnonzero(state.changes.period[0] >= 0)}
     for key, e in list(state.episodes.items()):
         if key in seen:
             continue
-        if e.emitted and _near(e, weak, verdict, cfg):
+        if e.emitted and (_near(e, weak, verdict, cfg) or (e.change_onset >= 0 and changing & set(e.ranks))):
             e.idle = 0
             continue
         e.idle += 1
@@ -812,10 +826,11 @@ def _group_index(state: JobState) -> dict[tuple[str, int], str]:
     """(cause family, rank) -> key of the open episode the rank belongs to (a host or link
     episode before a rank's own). Ranks of a group across hosts belong to it once it is
     confirmed: before, they are whichever ranks a step flagged, and noise that moves about
-    a large group would add up to one sustained fault."""
+    a large group would add up to one sustained fault. The same for a host before it is
+    confirmed: a blip of one of its ranks is no sighting of the host."""
     out: dict[tuple[str, int], str] = {}
     for k, e in sorted(state.episodes.items(), key=lambda kv: kv[1].suspect_kind in _GROUP_KINDS):
-        if e.suspect_kind != "ranks" or e.emitted:
+        if e.suspect_kind not in ("ranks", "host") or e.emitted:
             out.update({(_family(e.cause), r): k for r in e.ranks})
     return out
 
