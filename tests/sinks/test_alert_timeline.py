@@ -101,3 +101,29 @@ def test_a_store_outage_neither_opens_nor_closes_a_page(timeline) -> None:
             assert not (OUTAGE[0] <= t < OUTAGE[1]), row  # the evaluations that failed
     grow = next(r for r in report.table if r["scenario"] == "straggler" and r["rule"] == "argus-slow-rank")
     assert grow["fired_at"][0] < OUTAGE[0] < OUTAGE[1] < grow["resolved_at"][0]
+
+
+OLD_HANG_SQL = """SELECT job, cause, suspect, argMax(summary, time) AS detail, max(evidence['stalled_s']) AS stalled_s
+FROM anomalies WHERE level = 'hang' AND $__timeFilter(time)
+GROUP BY job, cause, suspect ORDER BY stalled_s DESC LIMIT 100"""
+
+
+def test_the_harness_catches_a_label_that_changes_during_one_hang(store: Any) -> None:
+    """The hang rule of main at 58fdf91 labelled its instance with the latest summary ("no step
+    for N s"), re-stored every minute: on the same timeline one hang is many instances."""
+    tag = uuid.uuid4().hex[:8]
+    doc = yaml.safe_load(RULES.read_text())
+    group = doc["groups"][0]
+    old = next(r for r in group["rules"] if r["uid"] == "argus-hang")
+    old = {**old, "keepFiringFor": "2m", "labels": {"severity": "page"}}
+    old["data"] = [
+        {**q, "model": {**q["model"], "rawSql": OLD_HANG_SQL}, "relativeTimeRange": {"from": 600, "to": 0}}
+        if q["datasourceUid"] != "__expr__"
+        else q
+        for q in old["data"]
+    ]
+    rules = rule_models({"groups": [{**group, "rules": [old]}]})
+    scs = [s for s in scenarios(tag, 30) if s.name == "hang"]
+    report = run_timeline(store, scs, rules, minutes=30, tag=tag)
+    (row,) = [r for r in report.table if r["scenario"] == "hang"]
+    assert row["instances"] > 5 and len(row["fired_at"]) == row["instances"]
