@@ -89,7 +89,7 @@ def stream_config(settings: Settings, **overrides: Any) -> Any:
         "kafka_config": settings.kafka_client_config(),
         "partitions": settings.kafka_partitions,
         "store": settings.streams_store,
-        "datadir": str(settings.home / "streams"),
+        "datadir": str(private_dir(settings.home / "streams")),  # job names, stacks: 0700, not Faust's 0755
         "assembly": AssemblyConfig(max_wait_s=settings.streams_step_timeout_s),
         "session_timeout_s": settings.streams_session_timeout_s,
         "job_ttl_s": settings.streams_job_ttl_s,

@@ -43,7 +43,10 @@ primary gid not allowed (by default: the relay's own uid) is refused, counted in
 ``refused["peer"]`` and never forwarded. A datagram over ``max_datagram`` bytes (a
 one-row step record is under 2 KB) is refused the same way (``refused["size"]``): rank
 clients send such a record to Kafka directly instead. The socket's directory is made 0750
-and the socket 0660: ranks reach it through the directory's group.
+and the socket 0660: ranks reach it through the directory's group. A directory it was given
+is never chmodded: in one writable by others (``/tmp``) it makes its own private
+subdirectory, ``argus-relay/``, and serves there (:func:`served_path`, which the rank side
+resolves the same way).
 """
 
 from __future__ import annotations
@@ -91,7 +94,25 @@ __all__ = [
     "RelayClient",
     "RelayError",
     "StepMerger",
+    "served_path",
 ]
+
+_OWN_DIR = "argus-relay"
+
+
+def served_path(path: str | Path) -> Path:
+    """Where the relay configured at ``path`` serves its socket, as both ends resolve it:
+    ``path`` itself, or ``<dir>/argus-relay/<name>`` when ``path``'s directory is writable
+    by others (``/tmp``: 1777): a private subdirectory the relay makes there, because it
+    never changes the mode of a directory it was given (0750 on ``/tmp`` locked every other
+    user out of it)."""
+    p = Path(path)
+    try:
+        shared = p.parent.stat().st_mode & 0o022
+    except OSError:  # not there (yet): the relay creates it, private
+        return p
+    return p.parent / _OWN_DIR / p.name if shared else p
+
 
 RELAYED_TOPICS = frozenset({STEPS, HEARTBEATS})
 """The topics whose records a rank's publisher hands to the relay."""
@@ -302,7 +323,7 @@ class NodeRelay:
         self._sock = self._bind()
 
     def _bind(self) -> socket.socket:
-        self._private_dir()
+        self.path = self._private_dir()
         try:
             mode = self.path.lstat().st_mode
         except FileNotFoundError:
@@ -327,21 +348,39 @@ class NodeRelay:
         sock.setblocking(False)
         return sock
 
-    def _private_dir(self) -> None:
-        """Create the socket's directory 0750, or tighten it to 0750 if it is ours and looser."""
+    def _private_dir(self) -> Path:
+        """The socket's path (:func:`served_path`), its directory made private (0750) where
+        the relay creates it: a missing directory, or its own subdirectory of a shared one.
+        A directory it was given is never chmodded."""
         parent = self.path.parent
+        existed = parent.is_dir()
         try:
             parent.mkdir(mode=0o750, parents=True, exist_ok=True)
-            st = parent.stat()
+            if not existed:
+                os.chmod(parent, 0o750)  # mkdir's mode is cut by the umask
         except OSError as exc:
             raise RelayError(f"cannot create {parent}: {exc.strerror}") from None
-        if st.st_mode & 0o027 and st.st_uid == os.geteuid():
-            try:
-                os.chmod(parent, 0o750)
-            except OSError as exc:
-                log.warning("cannot restrict %s to 0750: %s", parent, exc.strerror)
-        elif st.st_mode & 0o002:
-            log.warning("%s is world-writable and not ours: anyone may replace the relay socket", parent)
+        served = served_path(self.path)
+        if served == self.path:
+            return served
+        own = served.parent
+        try:
+            own.mkdir(mode=0o750, exist_ok=True)
+            st = own.lstat()
+        except OSError as exc:
+            raise RelayError(f"cannot create {own}: {exc.strerror}") from None
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            # someone else made it in the shared directory first: it is not private
+            raise RelayError(f"cannot serve in {own}: it exists and is not a directory of this user's")
+        if stat.S_IMODE(st.st_mode) != 0o750:
+            os.chmod(own, 0o750)  # our own subdirectory
+        log.info(
+            "%s is shared (mode %o): serving the relay in %s",
+            parent,
+            stat.S_IMODE(parent.stat().st_mode),
+            own,
+        )
+        return served
 
     def _remove_stale(self) -> None:
         """Remove a dead relay's socket; refuse one that a live relay serves."""
@@ -521,7 +560,7 @@ class RelayClient:
     """
 
     def __init__(self, path: str | Path, retry_s: float = 5.0) -> None:
-        self.path = str(path)
+        self.path = str(path)  # the relay's configured path: resolved at each connect (served_path)
         self.retry_s = retry_s
         self._sock: socket.socket | None = None
         self._retry_at = 0.0
@@ -551,7 +590,7 @@ class RelayClient:
         try:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sock.setblocking(False)
-            self._sock.connect(self.path)
+            self._sock.connect(str(served_path(self.path)))
         except OSError:  # no relay (yet), or out of file descriptors
             self._drop()
         return self._sock

@@ -439,13 +439,52 @@ def test_an_oversized_datagram_is_refused_and_the_client_sends_it_direct(tmp_pat
     relay._sock.close()
 
 
-def test_an_existing_socket_directory_of_ours_is_tightened_to_0750(tmp_path):
+@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o775])
+def test_a_shared_socket_directory_keeps_its_mode_and_the_relay_serves_in_its_own(tmp_path, mode):
+    """Issue 34, item 11: pointed at a socket in a root-owned 1777 directory (/tmp), the relay
+    made it 0750, locking every other user out. It makes a private subdirectory instead,
+    and a rank given the same path finds the socket there."""
+    from argus.producers.relay import RelayClient, served_path
+    from argus.schemas import encode
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(mode)
+    relay = NodeRelay(shared / "relay.sock", Keep())
+    try:
+        assert stat.S_IMODE(shared.stat().st_mode) == mode
+        assert relay.path == shared / "argus-relay" / "relay.sock" == served_path(shared / "relay.sock")
+        assert stat.S_IMODE(relay.path.parent.stat().st_mode) == 0o750
+        assert stat.S_IMODE(relay.path.stat().st_mode) == 0o660
+        assert RelayClient(shared / "relay.sock").send(encode(part("j", 0, 0)))
+        _serve_until(relay, lambda: relay.received >= 1)
+    finally:
+        relay._sock.close()
+
+
+def test_a_private_socket_directory_it_was_given_keeps_its_mode(tmp_path):
     d = tmp_path / "run"
-    d.mkdir(mode=0o755)
-    d.chmod(0o777)
+    d.mkdir()
+    d.chmod(0o755)
     relay = NodeRelay(d / "relay.sock", Null())
-    assert stat.S_IMODE(d.stat().st_mode) == 0o750
+    assert stat.S_IMODE(d.stat().st_mode) == 0o755 and relay.path == d / "relay.sock"
     relay._sock.close()
+    fresh = NodeRelay(tmp_path / "new" / "relay.sock", Null())  # made by the relay: 0750
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o750
+    fresh._sock.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a subdirectory of another user needs root (chown)")
+def test_a_subdirectory_another_user_made_in_the_shared_directory_is_refused(tmp_path):
+    from argus.producers.relay import RelayError
+
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / "argus-relay").mkdir()
+    os.chown(shared / "argus-relay", 65534, 65534)
+    with pytest.raises(RelayError, match="not a directory of this user's"):
+        NodeRelay(shared / "relay.sock", Null())
 
 
 _HOSTILE = r"""

@@ -58,3 +58,16 @@ def test_an_existing_loose_home_is_tightened(tmp_path: Path) -> None:
     os.chmod(home, 0o755)
     private_dir(home)
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+def test_the_stream_workers_data_directory_is_0700(tmp_path: Path) -> None:
+    """Issue 34, item 11: ``$ARGUS_HOME/streams`` (Faust's data: job names, stacks) was 0755."""
+    from argus.config import Settings
+    from argus.wiring import stream_config
+
+    home = tmp_path / "home"
+    config = stream_config(Settings(home=home))
+    streams = home / "streams"
+    assert Path(config.datadir) == streams
+    assert stat.S_IMODE(streams.stat().st_mode) == 0o700
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
