@@ -143,7 +143,7 @@ TRAIN_ACCEPT: dict[str, frozenset[str]] = {"compute_straggler": frozenset({"mask
 """The real run's slowed rank is slower in forward while its peers wait for it in the
 all-reduce: a compute straggler, or a masked one when the waiting dominates."""
 MIN_IOU = 0.8
-"""Every matched window must overlap its injected fault's by this much (DESIGN.md)."""
+"""Every matched window must overlap its injected fault's by this much (docs/architecture.md#numbers)."""
 
 
 @dataclass(frozen=True)

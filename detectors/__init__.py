@@ -1,7 +1,7 @@
 """The diagnosis: pure functions over step batches, kernel statistics and stacks.
 
 Hangs and fail-stops: :mod:`~detectors.hang` (latest heartbeats + now → suspects).
-Progressive, as in DESIGN.md: :mod:`~detectors.iteration` (job step time),
+Progressive, as in docs/architecture.md#engine: :mod:`~detectors.iteration` (job step time),
 :mod:`~detectors.cross_rank` (robust z-scores within the layout's groups),
 :mod:`~detectors.kernel` and :mod:`~detectors.stacks` (only for suspects),
 :mod:`~detectors.rootcause` (one class per suspect, with evidence) and

@@ -1,5 +1,5 @@
 """The causes the detectors decide (:mod:`argus.schemas.causes` defines their names, the
-exact strings of DESIGN.md) and the figure that decides each."""
+exact strings of docs/architecture.md#engine) and the figure that decides each."""
 
 from __future__ import annotations
 

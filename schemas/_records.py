@@ -1,4 +1,4 @@
-"""Record types of the contracts in DESIGN.md.
+"""Record types of the contracts in docs/architecture.md#contracts.
 
 Every record is a frozen dataclass whose fields are named as in its Avro schema
 (``schemas/avro/*.avsc``). Step records travel as :class:`StepBatch`, a columnar batch

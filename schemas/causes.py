@@ -1,4 +1,4 @@
-"""Root-cause classes: the vocabulary of ``Anomaly.cause`` (DESIGN.md), shared by the
+"""Root-cause classes: the vocabulary of ``Anomaly.cause`` (docs/architecture.md#engine), shared by the
 simulator's faults and the detectors' findings."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Faust app of the stream workers: topics, table and agents, declared once.
 
-Two stages (DESIGN.md):
+Two stages (docs/architecture.md#rekey):
 
 - **cross-rank** (agent ``assemble``, source ``argus.steps`` keyed by job/step): the parts
   of a step (one StepBatch per host or per rank) meet in one worker and are assembled

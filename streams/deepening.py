@@ -9,7 +9,7 @@ with the step findings: a job's sketches and its diagnosis meet in one worker. T
 :meth:`EvidenceHistory.deepener` hands :func:`detectors.apply_findings` what a confirmed
 suspect and its peers did (:func:`detectors.deepen_ranks` decides; one engine).
 
-Bounded (DESIGN.md: nothing grows with what an input claims): per rank at most
+Bounded (docs/architecture.md#contracts: nothing grows with what an input claims): per rank at most
 ``steps`` steps of at most ``max_kernels`` kernels (the most GPU time) and ``max_stacks``
 folded stacks (the most samples) of at most ``max_stack_chars`` characters each, at most
 ``max_names`` kernel names of ``max_name_chars``; a delta chain's base at most

@@ -1,7 +1,7 @@
 """``argus import-trace``: PyTorch profiler (Kineto) traces → the pipeline, like a live rank.
 
-The imported steps are diagnosed by the one engine (``detectors.JobDiagnoser``, DESIGN.md
-"One engine, three entry points"): with ``--local`` here, over whole steps (every imported
+The imported steps are diagnosed by the one engine (``detectors.JobDiagnoser``,
+docs/architecture.md#engine): with ``--local`` here, over whole steps (every imported
 rank) in step order, and the anomalies go into the embedded store's ``anomalies`` table as
 the sink writes them; to Kafka, the stream worker diagnoses what arrives on ``argus.steps``
 (the same engine) and publishes to ``argus.anomalies``, which the sink stores.
