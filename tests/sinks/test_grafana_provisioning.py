@@ -175,6 +175,9 @@ def check_clickhouse_settings(json_data: dict[str, Any]) -> list[str]:
 # (MuteTimeV1: orgId + an inline MuteTimeInterval); the route's keys, its matchers and the checks
 # on receivers and time intervals: definition.Route / ObjectMatchers / checkTimeInterval /
 # PostableApiAlertingConfig.Validate in grafana/alerting's definition package (Grafana 12.x).
+# Interpolation: pkg/services/provisioning/values/values.go interpolateValue (os.ExpandEnv on
+# every string, after setting.ExpandVar: $__env{}, $__file{}; "$$" for a literal "$"), so a
+# contact point or policy must hold no "$" but the variables it means.
 FILE_KEYS = {
     "apiVersion", "groups", "deleteRules", "contactPoints", "deleteContactPoints", "policies", "resetPolicies",
     "muteTimes", "deleteMuteTimes", "templates", "deleteTemplates",
@@ -199,6 +202,8 @@ def check_notifications(doc: dict[str, Any], env: dict[str, str]) -> list[str]:
     """What Grafana's file provisioning refuses in contact points, policies and mute timings,
     with the file's $VAR references expanded from ``env`` as Grafana does (values.JSONValue)."""
     errors = [f"unknown top-level key {k!r} (dropped)" for k in set(doc) - FILE_KEYS]
+    stray = set(re.findall(r"\$\{?(\w+)", json.dumps({k: doc.get(k) for k in ("contactPoints", "policies")})))
+    errors += [f"${name} would be expanded from Grafana's environment" for name in stray - set(env)]
     names = set()
     for cp in doc.get("contactPoints", []):
         errors += [f"contact point key {k!r} (dropped)" for k in set(cp) - CONTACT_POINT_KEYS]
