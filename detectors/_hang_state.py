@@ -56,6 +56,19 @@ _ROW_COLUMNS = (
 _SLOT_COLUMNS = (("ent", "seq_entered"), ("fin", "seq_finished"), ("nbytes", "nbytes"))
 """Per rank and group slot, numbers: the state's column, the batch's."""
 
+MIN_STACK_CHARS = 64
+"""A rank's stack is never cut shorter than this (its innermost frames: what it is doing)."""
+
+
+def keep_inner(stack: str, chars: int) -> str:
+    """A folded stack cut to about its innermost ``chars`` characters, at a frame boundary
+    (the innermost frames say what the rank is doing: :func:`detectors.hang.stack_where`)."""
+    if len(stack) <= chars:
+        return stack
+    tail = stack[-chars:]
+    cut = tail.find(";")
+    return "…;" + (tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail)
+
 
 class HangState:
     """The latest heartbeat of every rank of one job run, as columns; progress points.
@@ -80,9 +93,22 @@ class HangState:
     kind: np.ndarray
     nbytes: np.ndarray
 
-    def __init__(self, job: str, run: int = 0, *, progress_points: int = 64) -> None:
+    def __init__(
+        self,
+        job: str,
+        run: int = 0,
+        *,
+        progress_points: int = 64,
+        max_stack_bytes: int = 8 * 2**20,
+        stack_chars: int = 4096,
+    ) -> None:
         self.job = job
         self.run = run
+        self.max_stack_bytes = max_stack_bytes
+        self.stack_chars = stack_chars
+        """Each rank's stack is cut to this (its innermost frames); lowered while the job's
+        stacks together exceed ``max_stack_bytes`` (:meth:`shrink_stacks`)."""
+        self.stack_bytes = 0  # the characters of every rank's stack
         self.groups = _Interner()
         self.kinds = _Interner()
         self.n = 0
@@ -181,8 +207,15 @@ class HangState:
         """Rows ``pick`` of the batch become the latest heartbeats of ranks ``rows``; group
         and kind names are interned in the order of ``pick``."""
         self.prev_ns[rows] = self.time_ns[rows]
+        before = sum(map(len, self.stack[rows].tolist()))
         for mine, theirs in _ROW_COLUMNS:
             getattr(self, mine)[rows] = batch[theirs][pick]
+        stacks = self.stack[rows].tolist()
+        if max(map(len, stacks)) > self.stack_chars:
+            self.stack[rows] = stacks = [keep_inner(x, self.stack_chars) for x in stacks]
+        self.stack_bytes += sum(map(len, stacks)) - before
+        if self.stack_bytes > self.max_stack_bytes:
+            self.shrink_stacks(self.max_stack_bytes)
         k = batch["ngroups"][pick]
         width = int(k.max())  # the batch's padding beyond is not kept
         used = np.arange(width) < k[:, None]  # the slots a row's groups fill
@@ -194,6 +227,17 @@ class HangState:
             vals = np.zeros((len(rows), self.width), np.int64)
             vals[:, :width] = np.where(used, batch[theirs][pick, :width], 0)
             getattr(self, mine)[rows] = vals
+
+    def shrink_stacks(self, budget: int) -> None:
+        """Cut every rank's stack (to its innermost frames) so that together they take about
+        ``budget`` characters at most (never below :data:`MIN_STACK_CHARS` a rank): a stack is
+        a sender's claim, 102,400 claimed ranks of 2 KB each took a worker 435 MB."""
+        ranks = max(1, int(np.count_nonzero(self.seen)))
+        self.stack_chars = min(self.stack_chars, max(MIN_STACK_CHARS, budget // ranks))
+        long = np.flatnonzero(np.fromiter(map(len, self.stack.tolist()), np.int64, self.n) > self.stack_chars)
+        if len(long):
+            self.stack[long] = [keep_inner(x, self.stack_chars) for x in self.stack[long].tolist()]
+        self.stack_bytes = sum(map(len, self.stack.tolist()))
 
     def step_s(self) -> float:
         """The job's step time: the median over its progress points of time per step (0 before two)."""
@@ -340,6 +384,7 @@ def observe_heartbeats(
     max_jobs: int = 16_384,
     clocks: ClockOffsets | None = None,
     arrival_ns: int = 0,
+    max_stack_bytes: int = 8 * 2**20,
 ) -> tuple[int, list[Refusal]]:
     """Feed a consumer batch of heartbeats and heartbeat batches (each with its token) to
     the job states, one vectorized pass per job: the job's single heartbeats become one
@@ -348,12 +393,12 @@ def observe_heartbeats(
     :func:`batch_refusals`). ``states`` is ordered least recently seen first and kept to
     ``max_jobs`` jobs (the least recently seen dropped). With ``clocks``, the heartbeats'
     times are put on the receiver's clock first (``arrival_ns``: when the batch came;
-    :class:`ClockOffsets`)."""
+    :class:`ClockOffsets`). A new job's state keeps its stacks to ``max_stack_bytes``."""
     taken, refused = 0, list[Refusal]()
     for key, (batches, singles) in _by_job(records).items():
         state = states.pop(key, None)  # re-inserted last: least recently seen first
         if state is None:
-            state = HangState(*key, progress_points=progress_points)
+            state = HangState(*key, progress_points=progress_points, max_stack_bytes=max_stack_bytes)
         states[key] = state
         joined = _admit_batches(state, batches, refused, rank_slack, max_groups)
         joined = _admit_singles(state, singles, joined, refused, rank_slack, max_groups)

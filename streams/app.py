@@ -156,6 +156,10 @@ class StreamConfig:
     """Process groups per heartbeat at most (the hang state is ranks × groups wide)."""
     max_hang_jobs: int = 16_384
     """Jobs whose heartbeats are kept at once (the least recently seen is dropped beyond)."""
+    max_hang_job_stack_bytes: int = 8 * 2**20
+    """Heartbeat stacks kept per job, characters (each rank's cut to its innermost frames beyond)."""
+    max_hang_stack_bytes: int = 64 * 2**20
+    """Heartbeat stacks kept over all jobs, characters."""
     history: HistoryConfig = field(default_factory=HistoryConfig)
     """The kernel sketches and stack samples kept per rank for the kernel level."""
 
@@ -239,6 +243,13 @@ def _doc(raw: bytes | None) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
+def _cut_line(text: str, limit: int = 400) -> str:
+    """Sender-given text for one log line: at most ``limit`` characters (a hang's summary
+    quotes a stack frame as long as the rank sent it), control characters escaped."""
+    cut = text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut.encode("unicode_escape").decode("ascii", errors="replace") if not cut.isprintable() else cut
+
+
 def _forget_unacked(app: faust.App, events: Sequence[Any]) -> None:
     """Let Faust's consumer stop waiting for events that will never be acknowledged.
 
@@ -286,6 +297,8 @@ class Streams:
             max_jobs=cfg.max_hang_jobs,
             job_ttl_s=cfg.job_ttl_s,
             update_s=cfg.hang_update_s,
+            max_job_stack_bytes=cfg.max_hang_job_stack_bytes,
+            max_stack_bytes=cfg.max_hang_stack_bytes,
         )
         groups = consumer_groups(cfg.app_id)
         beats_group, evidence_group = (
@@ -756,7 +769,7 @@ class Streams:
                 await fut
                 if first:
                     self.metrics.anomalies[anomaly.cause] += 1
-                    log.warning("hang: %s", anomaly.summary)
+                    log.warning("hang: %s", _cut_line(anomaly.summary))
             self.hangs.mark_sent(anomaly.id, now)  # not again before the next update
         self.hangs.prune(now)
 

@@ -27,7 +27,12 @@ log = logging.getLogger("argus.streams")
 
 class HangTracker:
     """The latest heartbeat of every rank of every job (a :class:`detectors.HangState` per
-    job run) and when each hang anomaly was last sent."""
+    job run) and when each hang anomaly was last sent.
+
+    Bounded: ``max_jobs`` jobs, ranks by ``rank_slack`` and groups by ``max_groups`` (the
+    heartbeats that claim more are refused), heartbeat stacks (each rank's is a sender's
+    text) to ``max_job_stack_bytes`` characters a job and ``max_stack_bytes`` in all (cut to
+    their innermost frames beyond), learned clock offsets to ``max_hosts`` hosts."""
 
     def __init__(
         self,
@@ -39,6 +44,8 @@ class HangTracker:
         job_ttl_s: float = 6 * 3600.0,
         update_s: float = 60.0,
         max_hosts: int = 65_536,
+        max_job_stack_bytes: int = 8 * 2**20,
+        max_stack_bytes: int = 64 * 2**20,
     ) -> None:
         self.config = config or HangConfig()
         self.rank_slack = rank_slack
@@ -49,6 +56,9 @@ class HangTracker:
         self.states: dict[tuple[str, int], HangState] = {}
         self.sent: dict[str, float] = {}  # anomaly id -> when last sent (monotonic)
         self.clocks = ClockOffsets(max_hosts=max_hosts)
+        self.max_job_stack_bytes = max_job_stack_bytes
+        self.max_stack_bytes = max_stack_bytes
+        self._cut_to = 0  # the share every job's stacks were last cut to
 
     @property
     def jobs(self) -> int:
@@ -62,7 +72,7 @@ class HangTracker:
         batch came, on the clock :meth:`due` is given; the heartbeats' times are put on it by
         their host's learned offset (:class:`~detectors.ClockOffsets`). None: the senders'
         clocks are taken as they are (a replay of recorded heartbeats)."""
-        return observe_heartbeats(
+        taken, refused = observe_heartbeats(
             self.states,
             records,
             rank_slack=self.rank_slack,
@@ -71,7 +81,33 @@ class HangTracker:
             max_jobs=self.max_jobs,
             clocks=self.clocks if arrival_ns is not None else None,
             arrival_ns=arrival_ns or 0,
+            max_stack_bytes=self.max_job_stack_bytes,
         )
+        self.bound_stacks()
+        return taken, refused
+
+    @property
+    def stack_bytes(self) -> int:
+        """The characters of every kept stack, all jobs together."""
+        return sum(state.stack_bytes for state in self.states.values())
+
+    def bound_stacks(self) -> None:
+        """Keep all jobs' stacks to ``max_stack_bytes`` together: beyond, every job above an
+        equal share has its stacks cut to that share (their innermost frames stay)."""
+        if self.stack_bytes <= self.max_stack_bytes:
+            return
+        share = self.max_stack_bytes // max(1, len(self.states))
+        for state in self.states.values():
+            if state.stack_bytes > share:
+                state.shrink_stacks(share)
+        if share != self._cut_to:  # once per share, not every batch
+            self._cut_to = share
+            log.warning(
+                "hang stage: heartbeat stacks of %d jobs over %d bytes; cut to %d bytes a job",
+                len(self.states),
+                self.max_stack_bytes,
+                share,
+            )
 
     def due(self, now_ns: int, now: float) -> Iterator[tuple[Anomaly, bool]]:
         """The hang anomalies to send now, each with whether it is named for the first time.
