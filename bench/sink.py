@@ -42,7 +42,16 @@ sys.path.insert(0, str(REPO))
 from argus.config import load_settings  # noqa: E402
 from argus.kafka_admin import ensure_topics, probe_kafka  # noqa: E402
 from argus.report import build_report  # noqa: E402
-from argus.schemas import Anomaly, GpuSample, StackSample, StepBatch, StepSummary, encode, step_key  # noqa: E402
+from argus.schemas import (  # noqa: E402
+    STEPS,
+    Anomaly,
+    GpuSample,
+    StackSample,
+    StepBatch,
+    StepSummary,
+    encode,
+    step_key,
+)
 from argus.sinks import ChdbStore, migrate, to_arrow  # noqa: E402
 from argus.sinks.grafana import ALERTS, all_panels, expand  # noqa: E402
 from argus.sinks.grafana.queries import REPORT  # noqa: E402
@@ -147,7 +156,7 @@ def insert_rate(store: ChdbStore, conf: dict[str, Any], rows: int) -> dict[str, 
     t = time.perf_counter()
     messages = publish(conf, topic, job, steps)
     published_s = time.perf_counter() - t
-    sink = KafkaSink(lambda: Borrowed(store), conf, topics=[topic], group=f"bench-sink-{tag}")
+    sink = KafkaSink(lambda: Borrowed(store), conf, topics={topic: STEPS}, group=f"bench-sink-{tag}")
     first: float | None = None
     deadline = time.monotonic() + 600
     try:
@@ -337,7 +346,8 @@ def main() -> None:
             start = datetime.fromtimestamp(job.t0_ns / 1e9, UTC) - timedelta(minutes=1)
             end = now + timedelta(minutes=1)
             interval = max(1, int((end - start).total_seconds()) // 600)
-            variables = {"job": job.name, "rank": str(job.straggler)}
+            # every dashboard variable: the job, the straggler, its slowest kernel
+            variables = {"job": job.name, "rank": str(job.straggler), "kernel": "kernel_15"}
             panels = time_queries(
                 store, [(f"{d.uid}/{p.key}", p.sql) for d, p in all_panels()], variables, start, end, interval
             )

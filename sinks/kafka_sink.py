@@ -471,11 +471,14 @@ class KafkaSink:
             by_run.setdefault((r.job, r.run), []).append(j)
         for (job, run), members in by_run.items():
             joined = np.concatenate([keys[j] for j in members])
-            fresh = np.zeros(len(joined), bool)
-            fresh[np.unique(joined, return_index=True)[1]] = True  # the first of each key
-            steps = joined >> np.uint64(20)
-            stored = self._stored_keys(table, key_sql, job, run, int(steps.min()), int(steps.max()))
-            if stored is not None:
+            steps = [records[j].step for j in members]
+            if len(set(steps)) == len(steps):  # most often: keys unique already (a rank once per step)
+                fresh = np.ones(len(joined), bool)
+            else:
+                fresh = np.zeros(len(joined), bool)
+                fresh[np.unique(joined, return_index=True)[1]] = True  # the first of each key
+            stored = self._stored_keys(table, key_sql, job, run, min(steps), max(steps))
+            if stored is not None and len(stored):
                 fresh &= ~np.isin(joined, stored)
             for j, part in zip(
                 members, np.split(fresh, np.cumsum([len(keys[j]) for j in members])[:-1]), strict=True
