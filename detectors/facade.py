@@ -120,6 +120,30 @@ class Episode:
     change_onset: int = -1
 
 
+STATE_VERSION = 2
+"""The version :meth:`JobState.to_dict` writes (1: before it was written; 2: stamped,
+read field-tolerantly). Raise it when a field's meaning changes; rename through
+:data:`EPISODE_RENAMES`."""
+
+EPISODE_RENAMES: Mapping[str, str] = {}
+"""An Episode field's former name -> its name now (read from an older build's state)."""
+
+_BLANK = {"str": "", "int": 0, "float": 0.0, "bool": False}
+
+
+def _episode(data: Mapping[str, Any]) -> Episode:
+    """An Episode from any version's dict: renamed fields under their new names, unknown
+    ones ignored, missing ones as their defaults (blank when they have none)."""
+    fields = {f.name: f for f in dataclasses.fields(Episode)}
+    values = {EPISODE_RENAMES.get(k, k): v for k, v in data.items()}
+    kw: dict[str, Any] = {k: v for k, v in values.items() if k in fields}
+    for name, f in fields.items():
+        if name not in kw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kind = str(f.type)
+            kw[name] = _BLANK[kind] if kind in _BLANK else ({} if kind.startswith("dict") else [])
+    return Episode(**kw)
+
+
 @dataclass
 class JobState:
     """Everything the diagnosis keeps about one job run between steps (a few KB).
@@ -159,9 +183,11 @@ class JobState:
         return cls(job, run, IterationState(window=np.zeros(cfg.iter_window)))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict (for a changelog-backed table)."""
+        """Plain JSON-able dict (for a changelog-backed table), stamped with
+        :data:`STATE_VERSION`."""
         it = self.iteration
         return {
+            "version": STATE_VERSION,
             "job": self.job,
             "run": self.run,
             "last_step": self.last_step,
@@ -188,20 +214,23 @@ class JobState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobState:
-        """Inverse of :meth:`to_dict`."""
-        it = data["iteration"]
+        """Inverse of :meth:`to_dict`, for any version's dict (a rolling upgrade restores
+        what the previous build wrote, a rollback what the next wrote): fields it does not
+        know are ignored, fields it lacks start as a new job's (:func:`_episode`)."""
+        it = data.get("iteration", {})
+        blank = IterationState()
         return cls(
             job=data["job"],
             run=int(data["run"]),
             iteration=IterationState(
-                np.asarray(it["window"], float),
-                int(it["n"]),
-                np.asarray(it["ref"], float),
-                float(it["ckpt_ref_ms"]),
+                np.asarray(it.get("window", blank.window), float),
+                int(it.get("n", 0)),
+                np.asarray(it.get("ref", blank.ref), float),
+                float(it.get("ckpt_ref_ms", 0.0)),
                 float(it.get("work_ref_ms", 0.0)),
             ),
-            episodes={k: Episode(**v) for k, v in data["episodes"].items()},
-            last_step=int(data["last_step"]),
+            episodes={k: _episode(v) for k, v in data.get("episodes", {}).items()},
+            last_step=int(data.get("last_step", -1)),
             first_step=int(data.get("first_step", -1)),
             steps=int(data.get("steps", 0)),
             last_end_ns=int(data.get("last_end_ns", 0)),
@@ -211,7 +240,7 @@ class JobState:
             fast_ref=float(data.get("fast_ref", 0.0)),
             settled=bool(data.get("settled", False)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
-            closed={k: Episode(**v) for k, v in data.get("closed", {}).items()},
+            closed={k: _episode(v) for k, v in data.get("closed", {}).items()},
             changes=ChangeState.from_dict(data.get("changes")),
         )
 
