@@ -24,10 +24,13 @@ in one cannot take the others down; a part that fails says why in its JSON line.
   in rounds off/on/on/off (or the mirror), a fresh agent per block, the first step of a
   block untimed; torch.profiler the same way in a process of its own. Medians of the
   rounds' ratios and their standard errors.
-- ``straggler``: two processes on the one GPU (DDP over gloo with CUDA tensors), rank 1
-  slowed by a GPU busy-wait kernel (``torch.cuda._sleep``) in its forward for a stretch of
-  steps; the records of both agents go through the one engine with the kernel level (the
-  stream worker's ``EvidenceHistory``); it must name rank 1 with kernel evidence.
+- ``straggler``: two processes on the one GPU (under CUDA MPS where the machine has it:
+  without it the GPU time-slices the two contexts and both ranks slow together), data
+  parallel by hand (the gradients all-reduced over gloo each step), rank 1 slowed by a GPU
+  busy-wait kernel (``torch.cuda._sleep``, which every rank runs, ~10 us on the healthy
+  ones) in its forward for a stretch of steps; the records of both agents go through the
+  one engine with the kernel level (the stream worker's ``EvidenceHistory``); it must name
+  rank 1 with kernel evidence.
 
 Without a CUDA device it runs the part that needs none (the sketch-vs-exact comparison on
 cupti-python records built here, through the same code) and says in one line that the rest
@@ -114,7 +117,7 @@ class Size:
 
 
 SIZES = {
-    "full": Size(16384, 1024, 12, 16, 1024, 8, 60, 12, 25, 60, 30.0),
+    "full": Size(16384, 1024, 12, 16, 1024, 8, 60, 10, 20, 60, 30.0),
     "quick": Size(8192, 512, 6, 8, 512, 8, 30, 6, 15, 60, 10.0),
     "smoke": Size(512, 64, 2, 4, 32, 2, 6, 1, 2, 24, 1.0),
 }
@@ -584,6 +587,7 @@ def part_overhead(size: Size, device: str, side: str = "agent", rounds: int | No
             agent.close()
         return ms
 
+    block(True)  # untimed: CUPTI's or the profiler's first start in this process costs seconds
     ratios, off, on = [], [], []
     absent: dict[str, str] = {}
     for r in range(rounds or size.rounds):
@@ -599,7 +603,9 @@ def part_overhead(size: Size, device: str, side: str = "agent", rounds: int | No
         absent = dict(probe.absent)
         probe.close()
     med = statistics.median(ratios)
-    se = 1.2533 * statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else math.nan
+    # the median's standard error from the rounds' MAD (one stalled round must not swamp it)
+    mad = statistics.median(abs(r - med) for r in ratios)
+    se = 1.2533 * 1.4826 * mad / math.sqrt(len(ratios)) if len(ratios) > 1 else math.nan
     return {
         "side": side,
         "rounds": len(ratios),
@@ -612,16 +618,48 @@ def part_overhead(size: Size, device: str, side: str = "agent", rounds: int | No
     }
 
 
+@contextlib.contextmanager
+def _mps(device: str) -> Iterator[dict[str, str] | None]:
+    """CUDA MPS for the straggler's two processes where the machine has it (its environment),
+    else None. Without MPS the GPU time-slices the two processes' contexts, so one rank's
+    busy-wait kernel stalls its peer's kernels too and the two ranks slow together (seen on
+    an H100: the slowed rank was not named); under MPS the one-block spin kernel holds one SM
+    and the peer runs beside it, as on a machine with a GPU per rank."""
+    import shutil
+
+    ctl = shutil.which("nvidia-cuda-mps-control")
+    if device != "cuda" or ctl is None:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="argus-mps-")
+    env = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=folder, CUDA_MPS_LOG_DIRECTORY=folder)
+    if subprocess.run([ctl, "-d"], env=env, capture_output=True, timeout=20).returncode != 0:
+        yield None
+        return
+    try:
+        yield {"CUDA_MPS_PIPE_DIRECTORY": folder, "CUDA_MPS_LOG_DIRECTORY": folder}
+    finally:
+        subprocess.run([ctl], input=b"quit\n", env=env, capture_output=True, timeout=20)
+
+
 def part_straggler(size: Size, device: str, out: Path) -> dict[str, Any]:
-    """Two DDP processes on the one GPU, rank 1 slowed by a busy-wait kernel; the engine
-    with the kernel level must name rank 1 with kernel evidence."""
+    """Two processes on the one GPU (under MPS where it runs), rank 1 slowed by a busy-wait
+    kernel; the engine with the kernel level must name rank 1 with kernel evidence."""
+    with _mps(device) as mps:
+        res = _straggler(size, device, mps)
+    return {"mps": mps is not None, **res}
+
+
+def _straggler(size: Size, device: str, mps: dict[str, str] | None) -> dict[str, Any]:
     steps = size.straggler_steps
     slow = (steps // 3, steps // 3 + steps // 3)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     files = [Path(tempfile.mkdtemp(prefix="argus-gpu-straggler-")) / f"rank{r}.pkl" for r in range(2)]
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1", **(mps or {})
+    )
     procs = [
         subprocess.Popen(
             [
@@ -793,7 +831,7 @@ def run_part(name: str, size: Size, out: Path, device: str) -> dict[str, Any]:
         elif name == "overhead":
             res = part_overhead(size, device, "agent")
             # torch.profiler's figure is there to compare with: half the rounds
-            prof = part_overhead(size, device, "profiler", max(2, size.rounds // 3))
+            prof = part_overhead(size, device, "profiler", max(2, size.rounds // 4))
             res = {
                 "overhead_gpu_pct": res["overhead_pct"],
                 "overhead_gpu_se_pct": res["overhead_se_pct"],
