@@ -93,6 +93,9 @@ class Settings:
     streams_store: str = "memory://"
     streams_step_timeout_s: float = 30.0
     """A step completes at the latest this long after its first part (missing ranks named)."""
+    streams_replication_factor: int = 0
+    """Replicas of the topics a worker creates (its tables' changelogs, its internal topic, the
+    pipeline's topics when missing); 0: the brokers' ``default.replication.factor``."""
     streams_session_timeout_s: float = 15.0
     """A killed worker's partitions move to the others after this long."""
     streams_job_ttl_s: float = 6 * 3600.0
@@ -279,6 +282,7 @@ def _check_mechanism(text: str) -> str:
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "ttl_days": _check_range(1, MAX_TTL_DAYS),
     "kafka_partitions": _check_range(1, 100_000),
+    "streams_replication_factor": _check_range(0, 32_767),
     "streams_step_timeout_s": _check_positive,  # the step assembler's max_wait_s
     "relay_allowed_uids": _check_ids,
     "relay_allowed_gids": _check_ids,

@@ -100,8 +100,10 @@ def ensure_topics(
     partitions: int,
     timeout: float = 30.0,
     config: dict[str, str] | None = None,
+    replication_factor: int = 0,
 ) -> list[str]:
-    """Create the topics that do not exist yet (with topic ``config``); return the ones created."""
+    """Create the topics that do not exist yet (with topic ``config``, ``replication_factor``
+    replicas, 0: the brokers' default); return the ones created."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
@@ -116,7 +118,12 @@ def ensure_topics(
     if not wanted:
         return []
     futures = admin.create_topics(
-        [NewTopic(t, num_partitions=partitions, replication_factor=-1, config=config or {}) for t in wanted],
+        [
+            NewTopic(
+                t, num_partitions=partitions, replication_factor=replication_factor or -1, config=config or {}
+            )
+            for t in wanted
+        ],
         operation_timeout=timeout,
     )
     created = []

@@ -92,6 +92,7 @@ def stream_config(settings: Settings, **overrides: Any) -> Any:
         "datadir": str(private_dir(settings.home / "streams")),  # job names, stacks: 0700, not Faust's 0755
         "assembly": AssemblyConfig(max_wait_s=settings.streams_step_timeout_s),
         "session_timeout_s": settings.streams_session_timeout_s,
+        "replication_factor": settings.streams_replication_factor,
         "job_ttl_s": settings.streams_job_ttl_s,
         "hang": HangConfig(
             floor_s=settings.hang_floor_s,

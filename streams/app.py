@@ -108,6 +108,7 @@ __all__ = [
     "Topics",
     "build_app",
     "consumer_groups",
+    "own_topics",
 ]
 
 WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS)
@@ -146,6 +147,9 @@ class StreamConfig:
     start_wait_s: float = 5.0
     session_timeout_s: float = 15.0
     """A worker that stops heartbeating (killed) loses its partitions after this long."""
+    replication_factor: int = 0
+    """Replicas of the topics the worker creates (:meth:`Streams.own_topics`); 0: the
+    brokers' default. One replica loses the job states with one broker."""
     hang: HangConfig = field(default_factory=HangConfig)
     hang_tick_s: float = 1.0
     hang_update_s: float = 60.0
@@ -174,7 +178,10 @@ def faust_app(cfg: StreamConfig) -> faust.App:
         store=cfg.store,
         datadir=cfg.datadir,
         topic_partitions=cfg.partitions,
-        topic_replication_factor=1,
+        # The app's own topics are created before it starts (own_topics), with the brokers'
+        # default unless a factor is set; Faust's value counts only for a topic it must create.
+        topic_replication_factor=cfg.replication_factor or 3,
+        topic_disable_leader=True,  # no leader-only timers: no leader topic to create
         key_serializer="raw",
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",
@@ -215,6 +222,17 @@ class Topics:
             dead=topic(DEAD_LETTER),
             evidence=topic(EVIDENCE_TOPIC, partitions=partitions, internal=True, acks=False),
         )
+
+
+def own_topics(app: faust.App) -> list[tuple[str, dict[str, str]]]:
+    """The topics of a worker's app that Faust would otherwise create itself, with a fixed
+    replication factor, each with its topic config: its tables' changelogs (compacted) and
+    its internal evidence topic; all co-partitioned with the findings topic. The worker
+    creates them before it starts, with ``StreamConfig.replication_factor``."""
+    changelogs = [
+        (t.changelog_topic.get_topic_name(), {"cleanup.policy": "compact"}) for t in app.tables.values()
+    ]
+    return [*changelogs, (EVIDENCE_TOPIC, {})]
 
 
 def consumer_groups(app_id: str) -> dict[str, tuple[str, ...]]:

@@ -39,7 +39,7 @@ def worker(
 
     from argus.schemas import STEP_FINDINGS
     from argus.streams import build_app
-    from argus.streams.app import WORKER_TOPICS, consumer_groups
+    from argus.streams.app import WORKER_TOPICS, consumer_groups, own_topics
     from argus.streams.metrics import summary
 
     from ..kafka_admin import ensure_topics, probe_kafka, topic_partitions
@@ -49,19 +49,17 @@ def worker(
     conf = s.kafka_client_config()
     with exit_on_error():
         probe_kafka(conf)
-        ensure_topics(conf, list(WORKER_TOPICS), partitions=s.kafka_partitions)
+        replicas = s.streams_replication_factor  # 0: the brokers' default
+        ensure_topics(conf, list(WORKER_TOPICS), partitions=s.kafka_partitions, replication_factor=replicas)
         # The job-state table is co-partitioned with the findings topic: take what exists.
         partitions = topic_partitions(conf, STEP_FINDINGS)
         faust_app, metrics = build_app(stream_config(s, app_id=app_id, partitions=partitions))
         # Faust declares its tables' changelog topics itself but does not wait for them: a
         # table written before the broker's metadata shows the new topic stops its agent
-        # (PartitionsMismatch). Create them here, compacted as Faust would, and wait.
-        ensure_topics(
-            conf,
-            [table.changelog_topic.get_topic_name() for table in faust_app.tables.values()],
-            partitions=partitions,
-            config={"cleanup.policy": "compact"},
-        )
+        # (PartitionsMismatch); and it would create them with a fixed replication factor.
+        # Create them here (compacted as Faust would), and the internal topic, and wait.
+        for topic, config in own_topics(faust_app):
+            ensure_topics(conf, [topic], partitions=partitions, config=config, replication_factor=replicas)
     if metrics_port:
         from argus.streams.metrics import Family, metric_families
 
