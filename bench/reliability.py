@@ -20,11 +20,16 @@ their environment knobs and tabulates the figures each prints (``ARGUS-FIGURES {
 | a hung job whose stack has a 5,000-character frame | one hang | same |
 | a sink replay cut by other chunks (rollups checked) | 6 batches | same |
 | pipeline fuzzers: bytes → decode → worker stage → sink rows | 10,000 cases per record type | same |
+| a claimed-size bomb and a forged record of every type on every topic (sink, decoder) | 15 bombs, 69 forged | same |
+| broker outage under the real Publisher (8 ranks, 5 steps/s) + producer retries, rollups vs `steps FINAL` | 60 s | 15 s |
+| a re-cut redelivery and producer retries, rollups vs `steps FINAL` | 10 steps | same |
 
     python bench/reliability.py [--quick]
 
 Last line: JSON with lost_total, duplicated_total, crashes, max_step_delay_ms, hostile_records
-(hostile input sent) and dead_lettered (of it, dead-lettered or refused with a counter).
+(hostile input sent) and dead_lettered (of it, dead-lettered or refused with a counter),
+rollup_excess (rows the rollups count beyond ``steps FINAL``) and forged_stored (records
+stored from a topic that does not carry their type).
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ def run(tests: list[str], env: dict[str, str], timeout: float) -> tuple[bool, li
         text=True,
         timeout=timeout,
     )
-    figures = [json.loads(ln[len(PREFIX) :]) for ln in proc.stdout.splitlines() if ln.startswith(PREFIX)]
+    # a test's line may follow pytest's progress dots of the tests before it: ".ARGUS-FIGURES {...}"
+    figures = [json.loads(ln.split(PREFIX, 1)[1]) for ln in proc.stdout.splitlines() if PREFIX in ln]
     tail = "\n".join(proc.stdout.splitlines()[-15:])
     return proc.returncode == 0, figures, time.monotonic() - began, tail
 
@@ -150,10 +156,36 @@ def spool_and_relay_scenarios(quick: bool) -> list[Scenario]:
     ]
 
 
+def sink_integrity_scenarios(quick: bool) -> list[Scenario]:
+    """Issue 34, items 2, 4, 5: claimed-size bombs and forged records on every topic; rollups
+    exact through a broker outage, a re-cut redelivery and producer retries."""
+    return [
+        (
+            "bombs + forged",
+            [
+                "tests/sinks/test_kafka_sink.py::"
+                "test_each_topic_stores_only_its_own_records_and_size_bombs_are_dead_lettered",
+                "tests/schemas/test_codec.py::test_no_claimed_size_bomb_escapes_the_error_tree",
+            ],
+            {},
+        ),
+        (
+            "outage, rollups",
+            [
+                "tests/sinks/test_kafka_sink.py::test_rollups_stay_exact_through_a_broker_outage_and_producer_retries",
+                "tests/sinks/test_kafka_sink.py::"
+                "test_rollups_count_each_row_once_after_a_re_cut_redelivery_and_a_producer_retry",
+            ],
+            {"ARGUS_TEST_ROLLUP_OUTAGE_S": "15" if quick else "60"},
+        ),
+    ]
+
+
 SCENARIOS: list[Callable[[bool], list[Scenario]]] = [
     issue9_scenarios,
     spool_and_relay_scenarios,
     hostile_input_scenarios,
+    sink_integrity_scenarios,
 ]
 """The registry: each function gives its scenarios for ``--quick`` or full size; append yours."""
 
@@ -201,6 +233,8 @@ def main() -> None:
                 "max_step_delay_ms": max(delays) if delays else None,
                 "hostile_records": sum(r.get("hostile_records", 0) for r in rows),
                 "dead_lettered": sum(r.get("dead_lettered", 0) for r in rows),
+                "rollup_excess": sum(r.get("rollup_excess", 0) for r in rows),
+                "forged_stored": sum(r.get("forged_stored", 0) for r in rows),
                 "scenarios": len(scenarios),
                 "failed": [r["scenario"] for r in rows if not r["passed"]],
             }
