@@ -536,7 +536,7 @@ class KafkaSink:
         records = [pending.records[i] for i in index]
         try:
             table, data = to_arrow(records)
-        except (pa.ArrowException, OverflowError, ValueError, TypeError) as exc:
+        except (pa.ArrowException, OverflowError, ValueError, TypeError, MemoryError) as exc:
             error: Exception = QueryError(f"not convertible to the table's columns: {exc}")
         else:
             try:
