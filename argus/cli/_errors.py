@@ -1,17 +1,15 @@
 """The exit codes of the ``argus`` command and the one table that maps errors to them.
 
-======  ==================  =====================================================================
-code    name                meaning
-======  ==================  =====================================================================
-0       ``EXIT_OK``         done
-1       ``EXIT_MISSED``     ``argus demo`` ran but its diagnosis missed or misnamed a fault (and
-                            any exception the table does not know: a bug, with its traceback)
-2       ``EXIT_BAD_INPUT``  bad input: an argument, a setting, a file, a query, a job the store
-                            does not have; an extra the command needs is not installed
-3       ``EXIT_UNAVAILABLE`` a service could not be reached or refused: Kafka, ClickHouse,
-                            Grafana; a part ``doctor`` or ``node-agent`` needs is absent
-130     ``EXIT_INTERRUPTED`` interrupted (Ctrl-C)
-======  ==================  =====================================================================
+code  name              meaning
+----  ----------------  -------------------------------------------------------------------
+0     EXIT_OK           done
+1     EXIT_MISSED       ``argus demo`` ran but its diagnosis missed or misnamed a fault (and
+                        any exception the table does not know: a bug, with its traceback)
+2     EXIT_BAD_INPUT    bad input: an argument, a setting, a file, a query, a job the store
+                        does not have; an extra the command needs is not installed
+3     EXIT_UNAVAILABLE  a service could not be reached or refused: Kafka, ClickHouse,
+                        Grafana; a part ``doctor`` or ``node-agent`` needs is absent
+130   EXIT_INTERRUPTED  interrupted (Ctrl-C)
 
 :data:`ERROR_EXITS` says which error is which, most specific first (the first row whose
 class the error is an instance of wins). A command runs its work inside
