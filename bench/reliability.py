@@ -23,13 +23,19 @@ their environment knobs and tabulates the figures each prints (``ARGUS-FIGURES {
 | a claimed-size bomb and a forged record of every type on every topic (sink, decoder) | 15 bombs, 69 forged | same |
 | broker outage under the real Publisher (8 ranks, 5 steps/s) + producer retries, rollups vs `steps FINAL` | 60 s | 15 s |
 | a re-cut redelivery and producer retries, rollups vs `steps FINAL` | 10 steps | same |
+| a 1,024-rank job (64 ranks a message) through the worker while 2 processes burn the CPU | 1,000 steps | 300 |
+| a step whose findings come after its job moved on; a record 50,000 steps ahead | 100 / 420 steps | same |
+| skewed host clocks (60 s behind, 1 h ahead): a healthy and a hung job, live | 45 s | 30 s |
+| an upgrade mid-job: the previous build's worker, then this one, from the changelog | 80 steps, 3 faults | same |
 
     python bench/reliability.py [--quick]
 
 Last line: JSON with lost_total, duplicated_total, crashes, max_step_delay_ms, hostile_records
 (hostile input sent) and dead_lettered (of it, dead-lettered or refused with a counter),
 rollup_excess (rows the rollups count beyond ``steps FINAL``) and forged_stored (records
-stored from a topic that does not carry their type).
+stored from a topic that does not carry their type), summaries_missing (steps the worker
+completed without a summary on ``argus.step-summaries``) and skew_false_pages (hang pages
+caused by skewed clocks).
 """
 
 from __future__ import annotations
@@ -181,11 +187,51 @@ def sink_integrity_scenarios(quick: bool) -> list[Scenario]:
     ]
 
 
+def stream_integrity_scenarios(quick: bool) -> list[Scenario]:
+    """Issue 34, items 1, 3, 6, 13: every step summarized once under load; a late step and
+    a far-ahead record; skewed host clocks; an upgrade mid-job."""
+    return [
+        (
+            "1,024 ranks, loaded",
+            [
+                "tests/streams/test_summaries.py::"
+                "test_a_1024_rank_job_replayed_on_a_loaded_machine_has_one_summary_per_step"
+            ],
+            {"ARGUS_TEST_SUMMARY_STEPS": "300" if quick else "1000"},
+        ),
+        (
+            "late + far-ahead steps",
+            [
+                "tests/streams/test_summaries.py::"
+                "test_a_step_whose_findings_come_after_the_job_moved_on_still_gets_its_one_summary",
+                "tests/streams/test_far_ahead.py",
+            ],
+            {},
+        ),
+        (
+            "skewed clocks",
+            [
+                "tests/streams/test_hang_worker.py::"
+                "test_skewed_host_clocks_neither_page_nor_hide_a_hang_in_the_worker"
+            ],
+            {"ARGUS_TEST_SKEW_S": "30" if quick else "45"},
+        ),
+        (
+            "upgrade mid-job",
+            [
+                "tests/streams/test_state_upgrade.py::test_an_upgrade_mid_job_finishes_it_with_the_same_anomalies"
+            ],
+            {},
+        ),
+    ]
+
+
 SCENARIOS: list[Callable[[bool], list[Scenario]]] = [
     issue9_scenarios,
     spool_and_relay_scenarios,
     hostile_input_scenarios,
     sink_integrity_scenarios,
+    stream_integrity_scenarios,
 ]
 """The registry: each function gives its scenarios for ``--quick`` or full size; append yours."""
 
@@ -235,6 +281,8 @@ def main() -> None:
                 "dead_lettered": sum(r.get("dead_lettered", 0) for r in rows),
                 "rollup_excess": sum(r.get("rollup_excess", 0) for r in rows),
                 "forged_stored": sum(r.get("forged_stored", 0) for r in rows),
+                "summaries_missing": sum(r.get("summaries_missing", 0) for r in rows),
+                "skew_false_pages": sum(r.get("skew_false_pages", 0) for r in rows),
                 "scenarios": len(scenarios),
                 "failed": [r["scenario"] for r in rows if not r["passed"]],
             }

@@ -688,8 +688,16 @@ class Streams:
         doc = _doc(self.job_states.get(state_key))
         if not doc or doc.get("seen_s", 0) >= time.time() - self.cfg.job_ttl_s:
             return  # it came back meanwhile
-        for step in doc.get("held", ()):
+        held = doc.get("held", ())
+        for step in held:
             self.held_findings.pop(_held_key(state_key, step), None)
+        if held:  # the release orders should have let them go long before
+            self.metrics.summaries["lost"] += len(held)
+            log.warning(
+                "job %s: %d held steps forgotten with it, not summarized",
+                state_key.decode(errors="replace"),
+                len(held),
+            )
         del self.job_states[state_key]
         self.reorderer.forget(state_key)
         self.idle_sent.pop(state_key, None)
