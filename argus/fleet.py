@@ -11,12 +11,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from argus.detectors.fleet import NODE_CAUSES, NODE_SUSPECT_KINDS, FleetConfig, node_health
-from argus.sinks.fleet import HostEvidence, LostByDay, lost_by_cause_day, node_evidence, node_table
+from argus.sinks.fleet import (
+    HostEvidence,
+    LostByDay,
+    lost_by_cause_day,
+    node_evidence,
+    node_table,
+    record_suspects,
+)
 from argus.sinks.store import Store
 
-__all__ = ["FleetView", "SuspectNode", "fleet_view", "parse_since"]
+__all__ = ["FleetView", "SuspectNode", "fleet_view", "parse_since", "record"]
 
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -52,14 +60,31 @@ class SuspectNode:
     ratio_low: float
     jobs: int
     expected: float
-    anomalies: int
     gpu_hours: float
-    gpu_hours_lost: float
-    xid_samples: int
-    ecc_errors: int
-    throttled_samples: int
-    link_errors: int
     evidence: HostEvidence
+
+    def row(self) -> dict[str, Any]:
+        """The suspect as one flat record: ``argus fleet``'s TSV and JSON, ``node_suspects``."""
+        ev = self.evidence
+        return {
+            "host": self.host,
+            "confidence": self.confidence,
+            "rate_x_fleet_min": self.ratio_low,
+            "jobs": self.jobs,
+            "jobs_expected": self.expected,
+            "anomalies": ev.anomalies,
+            "gpu_hours_hosted": self.gpu_hours,
+            "gpu_hours_lost": ev.gpu_hours_lost,
+            "causes": ev.causes,
+            "gpus": ev.gpus,
+            "xid_samples": ev.xid_samples,
+            "ecc_errors": ev.ecc_errors,
+            "throttled_samples": ev.throttled_samples,
+            "link_errors": ev.link_errors,
+            "xids": list(ev.xids),
+            "jobs_list": list(ev.jobs),
+            "anomaly_ids": list(ev.ids),
+        }
 
 
 @dataclass(frozen=True)
@@ -104,14 +129,8 @@ def fleet_view(
             float(health.ratio_low[i]),
             int(table.jobs[i]),
             float(health.expected[i]),
-            int(table.anomalies[i]),
             float(table.gpu_hours[i]),
-            float(table.gpu_hours_lost[i]),
-            int(table.xid_samples[i]),
-            int(table.ecc_errors[i]),
-            int(table.throttled_samples[i]),
-            int(table.link_errors[i]),
-            evidence.get(str(table.hosts[i]), HostEvidence(str(table.hosts[i]), (), {}, {}, ())),
+            evidence.get(str(table.hosts[i]), HostEvidence(str(table.hosts[i]))),
         )
         for i in order
     ]
@@ -119,3 +138,9 @@ def fleet_view(
     return FleetView(
         since, until, cause, health.rate, len(table), float(table.gpu_hours.sum()), suspects, lost
     )
+
+
+def record(store: Store, view: FleetView) -> int:
+    """Store the view's suspects in ``node_suspects`` (for the dashboard and the alert rule),
+    recorded at the view's end; returns how many."""
+    return record_suspects(store, view.until, view.since, [n.row() for n in view.suspects])

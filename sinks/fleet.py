@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from .store import Store
 
@@ -33,38 +34,27 @@ __all__ = [
     "lost_by_cause_day",
     "node_evidence",
     "node_table",
+    "record_suspects",
 ]
 
 THROTTLE_MASK = 0xE8
 """NVML clock-event reasons counted as throttling (hardware slowdown, software and hardware
 thermal slowdown, hardware power brake), as ``gpu_health_daily`` counts them (232)."""
 
-_LATEST = """
-    SELECT host, id, any(job) AS a_job, any(cause) AS a_cause,
-           sum(gpu_hours_lost) AS lost, groupUniqArray(gpu_uuid) AS gpus
-    FROM anomaly_nodes FINAL
-    WHERE time >= {since:DateTime64(3)} AND time < {until:DateTime64(3)}
+_IMPLICATING = """time >= {since:DateTime64(3)} AND time < {until:DateTime64(3)}
       AND has(splitByChar(',', {causes:String}), toString(cause))
-      AND has(splitByChar(',', {kinds:String}), toString(suspect_kind)) {hosts_filter}
-    GROUP BY host, id
-"""
-"""One row per (host, anomaly): its latest version, the host's share of its cost, its GPUs."""
+      AND has(splitByChar(',', {kinds:String}), toString(suspect_kind))"""
+"""The anomaly_nodes rows of the window that implicate their host (the caller's causes and kinds)."""
 
 
 @dataclass(frozen=True)
 class NodeTable:
-    """Per host (one entry each, sorted by name): GPU-hours hosted, distinct jobs and
-    anomalies that implicated it, GPU-hours those cost (its share), and health events."""
+    """Per host (one entry each, sorted by name): GPU-hours hosted and the distinct jobs whose
+    anomalies implicated it: what the fleet model needs of every host."""
 
     hosts: np.ndarray
     gpu_hours: np.ndarray
     jobs: np.ndarray
-    anomalies: np.ndarray
-    gpu_hours_lost: np.ndarray
-    xid_samples: np.ndarray
-    ecc_errors: np.ndarray
-    throttled_samples: np.ndarray
-    link_errors: np.ndarray
 
     def __len__(self) -> int:
         return len(self.hosts)
@@ -79,15 +69,24 @@ class NodeTable:
 
 @dataclass(frozen=True)
 class HostEvidence:
-    """What implicated one host: jobs, classes (anomalies per cause), GPUs (distinct jobs per
-    GPU), the anomalies' ids (costliest first) and the XIDs its GPUs reported."""
+    """What implicated one host: its jobs, anomalies (each once, latest version) and the
+    GPU-hours they cost (its share), classes (anomalies per cause), GPUs (distinct jobs per
+    GPU), the anomalies' ids (costliest first); and its GPUs' NVML health over the window's
+    days: samples with an XID (and which), samples throttled, the rise of the ECC double-bit
+    and NVLink error counters."""
 
     host: str
-    jobs: tuple[str, ...]
-    causes: dict[str, int]
-    gpus: dict[str, int]
-    ids: tuple[str, ...]
-    xids: tuple[int, ...] = field(default_factory=tuple)
+    jobs: tuple[str, ...] = ()
+    anomalies: int = 0
+    gpu_hours_lost: float = 0.0
+    causes: dict[str, int] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
+    ids: tuple[str, ...] = ()
+    xids: tuple[int, ...] = ()
+    xid_samples: int = 0
+    throttled_samples: int = 0
+    ecc_errors: int = 0
+    link_errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -124,7 +123,8 @@ def _window(since: datetime, until: datetime) -> dict[str, Any]:
 def node_table(
     store: Store, since: datetime, until: datetime, *, causes: Iterable[str], kinds: Iterable[str]
 ) -> NodeTable:
-    """Every host that hosted steps or was implicated in ``[since, until)``.
+    """Every host that hosted steps or was implicated in ``[since, until)``: its GPU-hours
+    (whole hours: the hours that start in the window) and its implicating jobs.
 
     ``causes`` and ``kinds``: the anomaly causes and suspect kinds that implicate a node."""
     p = {**_window(since, until), "causes": _names(causes), "kinds": _names(kinds)}
@@ -133,42 +133,20 @@ def node_table(
         "WHERE hour >= toStartOfHour({since:DateTime64(3)}) AND hour < {until:DateTime64(3)} GROUP BY host",
         p,
     )
+    # versions of one anomaly share its job: no need to find the latest to count jobs
     hit = store.query_rows(
-        "SELECT host, uniqExact(a_job), count(), sum(lost) FROM ("
-        + _LATEST.replace("{hosts_filter}", "")
-        + ") GROUP BY host",
-        p,
+        f"SELECT host, uniqExact(job) FROM anomaly_nodes WHERE {_IMPLICATING} GROUP BY host", p
     )
-    health = store.query_rows(
-        """SELECT host, sum(xs), sum(ecc), sum(thr), sum(link) FROM (
-               SELECT host, gpu_uuid, sum(xid_samples) AS xs, max(ecc_max) - min(ecc_min) AS ecc,
-                      sum(throttled) AS thr, max(link_err_max) - min(link_err_min) AS link
-               FROM gpu_health_daily
-               WHERE day >= toDate({since:DateTime64(3)}) AND day <= toDate({until:DateTime64(3)})
-               GROUP BY host, gpu_uuid)
-           GROUP BY host""",
-        p,
-    )
-    hosts = np.array(sorted({str(r[0]) for r in (*hours, *hit, *health)}), dtype=object)
+    hosts = np.array(sorted({str(r[0]) for r in (*hours, *hit)}), dtype=object)
 
-    def column(rows: Sequence[tuple[Any, ...]], pos: int, dtype: type) -> np.ndarray:
+    def column(rows: Sequence[tuple[Any, ...]], dtype: type) -> np.ndarray:
         out: np.ndarray = np.zeros(len(hosts), dtype=dtype)
         if rows:
             idx = np.searchsorted(hosts, np.array([str(r[0]) for r in rows], dtype=object))
-            out[idx] = [r[pos] for r in rows]
+            out[idx] = [r[1] for r in rows]
         return out
 
-    return NodeTable(
-        hosts,
-        column(hours, 1, float),
-        column(hit, 1, np.int64),
-        column(hit, 2, np.int64),
-        column(hit, 3, float),
-        column(health, 1, np.int64),
-        column(health, 2, np.int64),
-        column(health, 3, np.int64),
-        column(health, 4, np.int64),
-    )
+    return NodeTable(hosts, column(hours, float), column(hit, np.int64))
 
 
 def node_evidence(
@@ -181,27 +159,37 @@ def node_evidence(
     kinds: Iterable[str],
     max_ids: int = 10,
 ) -> dict[str, HostEvidence]:
-    """The evidence of a few hosts (the suspects): their jobs, classes, GPUs, anomaly ids."""
+    """The evidence of a few hosts (the suspects): their jobs, anomalies, classes, GPUs,
+    anomaly ids and health. Reads those hosts' rows only (the tables are sorted by host)."""
     if not hosts:
         return {}
     p = {**_window(since, until), "causes": _names(causes), "kinds": _names(kinds), "hosts": _names(hosts)}
+    mine = "has(splitByChar(',', {hosts:String}), toString(host))"
     rows = store.query_rows(
-        "SELECT host, groupUniqArray(a_job), "
-        "groupArray(a_cause), groupArray(lost), groupArray(id), groupArray(gpus), groupArray(a_job) FROM ("
-        + _LATEST.replace("{hosts_filter}", "AND has(splitByChar(',', {hosts:String}), toString(host))")
-        + ") GROUP BY host",
+        f"""SELECT host, groupArray(a_cause), groupArray(a_lost), groupArray(id), groupArray(a_gpus),
+                  groupArray(a_job)
+            FROM (SELECT host, id, any(job) AS a_job, any(cause) AS a_cause,
+                         argMax(gpu_hours_lost, end_step) AS a_lost, argMax(gpus, end_step) AS a_gpus
+                  FROM anomaly_nodes WHERE {mine} AND {_IMPLICATING} GROUP BY host, id)
+            GROUP BY host""",
         p,
     )
-    xids = dict(
-        store.query_rows(
-            "SELECT host, groupUniqArrayArray(xids) FROM gpu_health_daily "
-            "WHERE has(splitByChar(',', {hosts:String}), toString(host)) AND day >= toDate({since:DateTime64(3)}) "
-            "AND day <= toDate({until:DateTime64(3)}) GROUP BY host",
+    health = {
+        str(r[0]): r[1:]
+        for r in store.query_rows(
+            f"""SELECT host, sum(xs), sum(thr), sum(ecc), sum(link), groupUniqArrayArray(x) FROM (
+                    SELECT host, gpu_uuid, sum(xid_samples) AS xs, sum(throttled) AS thr,
+                           max(ecc_max) - min(ecc_min) AS ecc, max(link_err_max) - min(link_err_min) AS link,
+                           groupUniqArrayArray(xids) AS x
+                    FROM gpu_health_daily
+                    WHERE {mine} AND day >= toDate({{since:DateTime64(3)}}) AND day <= toDate({{until:DateTime64(3)}})
+                    GROUP BY host, gpu_uuid)
+                GROUP BY host""",
             p,
         )
-    )
+    }
     out: dict[str, HostEvidence] = {}
-    for host, jobs, *columns in rows:
+    for host, *columns in rows:
         items = list(zip(*columns, strict=True))  # (cause, lost, id, gpus, job) per anomaly
         by_cause: dict[str, int] = {}
         gpu_jobs: dict[str, set[str]] = {}
@@ -209,14 +197,20 @@ def node_evidence(
             by_cause[cause] = by_cause.get(cause, 0) + 1
             for g in gpus:
                 gpu_jobs.setdefault(str(g), set()).add(job)
-        ids = tuple(str(i[2]) for i in sorted(items, key=lambda i: -float(i[1]))[:max_ids])
+        xs, thr, ecc, link, xids = health.get(str(host), (0, 0, 0, 0, []))
         out[str(host)] = HostEvidence(
             str(host),
-            tuple(sorted(str(j) for j in jobs)),
+            tuple(sorted({str(i[4]) for i in items})),
+            len(items),
+            float(sum(i[1] for i in items)),
             dict(sorted(by_cause.items(), key=lambda kv: -kv[1])),
             {g: len(j) for g, j in sorted(gpu_jobs.items(), key=lambda kv: -len(kv[1]))},
-            ids,
-            tuple(sorted(int(x) for x in xids.get(host, ()))),
+            tuple(str(i[2]) for i in sorted(items, key=lambda i: -float(i[1]))[:max_ids]),
+            tuple(sorted(int(x) for x in xids)),
+            int(xs),
+            int(thr),
+            int(ecc),
+            int(link),
         )
     return out
 
@@ -232,10 +226,54 @@ def lost_by_cause_day(
         p["causes"] = _names(causes)
         where = "AND has(splitByChar(',', {causes:String}), toString(cause))"
     rows = store.query_rows(
-        f"""SELECT toDate(time) AS day, cause, count(), sum(gpu_hours_lost)
-            FROM anomalies FINAL
-            WHERE time >= {{since:DateTime64(3)}} AND time < {{until:DateTime64(3)}} {where}
-            GROUP BY day, cause ORDER BY day, cause""",
+        f"""SELECT a_day, a_cause, count(), sum(a_lost)
+            FROM (SELECT id, toDate(min(time)) AS a_day, any(cause) AS a_cause,
+                         argMax(gpu_hours_lost, end_step) AS a_lost
+                  FROM anomalies
+                  WHERE time >= {{since:DateTime64(3)}} AND time < {{until:DateTime64(3)}} {where}
+                  GROUP BY id)
+            GROUP BY a_day, a_cause ORDER BY a_day, a_cause""",
         p,
     )
     return [LostByDay(str(d), str(c), int(n), float(g)) for d, c, n, g in rows]
+
+
+_SUSPECT_COLUMNS = {
+    "host": pa.string(),
+    "confidence": pa.float64(),
+    "rate_x_fleet_min": pa.float64(),
+    "jobs": pa.uint32(),
+    "jobs_expected": pa.float64(),
+    "anomalies": pa.uint32(),
+    "gpu_hours_hosted": pa.float64(),
+    "gpu_hours_lost": pa.float64(),
+    "causes": pa.map_(pa.string(), pa.uint32()),
+    "gpus": pa.map_(pa.string(), pa.uint32()),
+    "xid_samples": pa.uint64(),
+    "ecc_errors": pa.uint64(),
+    "throttled_samples": pa.uint64(),
+    "link_errors": pa.uint64(),
+    "anomaly_ids": pa.list_(pa.string()),
+}
+"""The columns of ``node_suspects`` a recording fills (besides ``time`` and ``since``)."""
+
+
+def record_suspects(store: Store, at: datetime, since: datetime, suspects: Sequence[dict[str, Any]]) -> int:
+    """Store the suspects of the window ``[since, at)`` (one dict per host, keyed by the
+    columns of ``node_suspects``) as recorded at ``at``; returns how many were stored."""
+    if not suspects:
+        return 0
+    missing = set(_SUSPECT_COLUMNS).difference(suspects[0])
+    if missing:
+        raise ValueError(f"a suspect lacks {sorted(missing)}")
+    n = len(suspects)
+    when = pa.array([_utc(at).replace(tzinfo=None)] * n, pa.timestamp("s"))
+    start = pa.array([_utc(since).replace(tzinfo=None)] * n, pa.timestamp("s"))
+    columns: dict[str, pa.Array] = {"time": when, "since": start}
+    for name, kind in _SUSPECT_COLUMNS.items():
+        values = [s[name] for s in suspects]
+        if pa.types.is_map(kind):
+            values = [list(v.items()) for v in values]
+        columns[name] = pa.array(values, kind)
+    store.insert_arrow("node_suspects", pa.table(columns))
+    return n

@@ -20,9 +20,9 @@ from ._store import command_store
 from .sql import tsv_escape
 
 if TYPE_CHECKING:
-    from argus.fleet import FleetView, SuspectNode
+    from argus.fleet import FleetView
 
-__all__ = ["FleetFormat", "suspect_row", "view_json"]
+__all__ = ["FleetFormat", "view_json"]
 
 _COLUMNS = (
     "host", "confidence", "rate_x_fleet_min", "jobs", "jobs_expected", "anomalies", "gpu_hours_hosted",
@@ -40,30 +40,6 @@ class FleetFormat(StrEnum):
     json = "json"
 
 
-def suspect_row(n: SuspectNode) -> dict[str, Any]:
-    """One suspect as a flat record (the TSV columns, the JSON objects)."""
-    ev = n.evidence
-    return {
-        "host": n.host,
-        "confidence": n.confidence,
-        "rate_x_fleet_min": n.ratio_low,
-        "jobs": n.jobs,
-        "jobs_expected": n.expected,
-        "anomalies": n.anomalies,
-        "gpu_hours_hosted": n.gpu_hours,
-        "gpu_hours_lost": n.gpu_hours_lost,
-        "causes": ev.causes,
-        "gpus": ev.gpus,
-        "xid_samples": n.xid_samples,
-        "ecc_errors": n.ecc_errors,
-        "throttled_samples": n.throttled_samples,
-        "link_errors": n.link_errors,
-        "xids": list(ev.xids),
-        "jobs_list": list(ev.jobs),
-        "anomaly_ids": list(ev.ids),
-    }
-
-
 def view_json(view: FleetView) -> dict[str, Any]:
     """The whole view as plain JSON-able data."""
     return {
@@ -73,7 +49,7 @@ def view_json(view: FleetView) -> dict[str, Any]:
         "fleet_rate_per_gpu_hour": view.rate,
         "nodes": view.nodes,
         "gpu_hours_hosted": view.gpu_hours,
-        "suspects": [suspect_row(n) for n in view.suspects],
+        "suspects": [n.row() for n in view.suspects],
         "lost_by_day": [
             {"day": x.day, "cause": x.cause, "anomalies": x.anomalies, "gpu_hours_lost": x.gpu_hours_lost}
             for x in view.lost
@@ -105,14 +81,14 @@ def _print_table(view: FleetView) -> None:
         )  # fmt: skip
         for n in view.suspects:
             ev = n.evidence
-            health = f"XID {n.xid_samples}, ECC {n.ecc_errors}, throttled {n.throttled_samples}, link {n.link_errors}"
+            health = f"XID {ev.xid_samples}, ECC {ev.ecc_errors}, throttled {ev.throttled_samples}, link {ev.link_errors}"
             ids = ", ".join(ev.ids[:3]) + (f" (+{len(ev.ids) - 3})" if len(ev.ids) > 3 else "")
             t.add_row(
                 n.host,
                 f"{n.confidence:.4f}",
                 f"{n.ratio_low:.1f}x fleet",
                 f"{n.jobs} ({n.expected:.2f})",
-                f"{n.gpu_hours:.1f} / {n.gpu_hours_lost:.2f}",
+                f"{n.gpu_hours:.1f} / {ev.gpu_hours_lost:.2f}",
                 _short(ev.causes),
                 _short(ev.gpus, 2),
                 health,
@@ -135,7 +111,7 @@ def _print_tsv(view: FleetView, lost: bool) -> None:
         return
     out.write("\t".join(_COLUMNS) + "\n")
     for n in view.suspects:
-        row = suspect_row(n)
+        row = n.row()
         out.write("\t".join(tsv_escape(row[c]) for c in _COLUMNS) + "\n")
 
 
@@ -152,6 +128,9 @@ def fleet(
         "-f",
         help="auto (table on a terminal, TSV when piped), table, tsv, json",
     ),
+    save: bool = typer.Option(
+        False, "--record", help="also store the suspects (node_suspects: the dashboard and alert read them)"
+    ),
     lost: bool = typer.Option(
         False, "--lost", help="TSV: the GPU-hours lost by day and cause, not the suspects"
     ),
@@ -160,7 +139,7 @@ def fleet(
     they hosted), with their evidence, and the fleet's GPU-hours lost by day and cause."""
     import json
 
-    from argus.fleet import fleet_view, parse_since
+    from argus.fleet import fleet_view, parse_since, record
 
     with exit_on_error(ValueError):  # a ValueError here: --since or --until
         end = datetime.now(UTC) if not until else parse_since(until, datetime.now(UTC))
@@ -172,7 +151,11 @@ def fleet(
     if fmt is FleetFormat.auto:
         fmt = FleetFormat.table if sys.stdout.isatty() else FleetFormat.tsv
     with command_store() as store, exit_on_error(ValueError):  # fleet_view's: the --cause given
+        if save and cause:
+            raise ValueError("--record stores the view over every node cause: drop --cause")
         view = fleet_view(store, since=start, until=end, cause=cause or None)
+        if save:
+            record(store, view)
     if fmt is FleetFormat.json:
         sys.stdout.write(json.dumps(view_json(view)) + "\n")
     elif fmt is FleetFormat.tsv:

@@ -24,7 +24,8 @@ from tests.helpers.fleet import small_fleet
 s = ChdbStore(sys.argv[1])
 migrate(s)
 f = small_fleet(s, "cli", int(sys.argv[2]), n_hosts=60, n_jobs=40, bad_jobs=8)
-print(json.dumps({"bad": f.bad, "ids": f.bad_ids, "unlucky": f.unlucky, "end": f.end_ns, "jobs": f.jobs}))
+print(json.dumps({"bad": f.bad, "ids": f.bad_ids, "unlucky": f.unlucky, "end": f.end_ns, "jobs": f.jobs,
+                  "hosted": sum(1 for e in f.exposure_s.values() if e > 0)}))
 s.close()
 """
 
@@ -88,7 +89,7 @@ def test_json_holds_suspects_ids_and_lost_gpu_hours_by_day(fleet: tuple[Path, di
         "pipeline_stage_imbalance": 1,
         "gc_pause": 1,
     }
-    assert view["fleet_rate_per_gpu_hour"] > 0 and view["nodes"] == 60
+    assert view["fleet_rate_per_gpu_hour"] > 0 and view["nodes"] == info["hosted"]
 
 
 def test_cause_filters_both_the_suspects_and_the_lost_hours(fleet: tuple[Path, dict[str, object]]) -> None:
@@ -108,7 +109,7 @@ def test_the_terminal_table_reads_with_the_host_and_its_window(fleet: tuple[Path
     out = run(["fleet", "-f", "table", *_window(info)], home)
     assert out.returncode == 0, out.stderr
     assert "suspect nodes" in out.stdout and str(info["bad"]) in out.stdout
-    assert "60 nodes" in out.stdout and "GPU-hours lost" in out.stdout
+    assert f"{info['hosted']} nodes" in out.stdout and "GPU-hours lost" in out.stdout
 
 
 @pytest.mark.parametrize(
@@ -124,3 +125,24 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, args: list[str], 
     out = run(["fleet", *args], tmp_path)
     assert out.returncode == 2
     assert says in out.stderr and "Traceback" not in out.stderr
+
+
+def test_record_stores_the_suspects_for_the_dashboard_and_the_alert(
+    fleet: tuple[Path, dict[str, object]],
+) -> None:
+    home, info = fleet
+    out = run(["fleet", "--record", *_window(info)], home)
+    assert out.returncode == 0, out.stderr
+    stored = run(
+        [
+            "sql",
+            "SELECT host, jobs, causes['compute_straggler'], length(anomaly_ids), time FROM node_suspects",
+        ],
+        home,
+    )
+    assert stored.returncode == 0, stored.stderr
+    (row,) = [r.split("\t") for r in stored.stdout.splitlines()[1:]]
+    until = datetime.fromtimestamp(int(info["end"]) / 1e9, UTC)  # type: ignore[call-overload]
+    assert row == [str(info["bad"]), "7", "7", "7", f"{until:%Y-%m-%d %H:%M:%S}"]
+    refused = run(["fleet", "--record", "--cause", "link_degradation", *_window(info)], home)
+    assert refused.returncode == 2 and "drop --cause" in refused.stderr

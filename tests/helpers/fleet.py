@@ -114,14 +114,14 @@ def small_fleet(
                              anomalies[0].detected_ns, 0.04, end_step=19))  # fmt: skip
     store.insert_arrow("anomalies", to_arrow(anomalies)[1])  # type: ignore[attr-defined]
     samples = []
-    for k, h in enumerate(hosts):
+    for h in hosts:
         for g in range(GPUS):
             for i, t in enumerate((t0_ns, t0_ns + 6 * 3_600 * 10**9)):
                 throttled = h == bad and g == 3
                 samples.append(
                     GpuSample(
                         h, f"GPU-{h}-{g}", g, t,
-                        clock_event_reasons=0x40 if throttled else (0x1 if k == 2 else 0),
+                        clock_event_reasons=0x40 if throttled else (0x1 if h == unlucky else 0),
                         xid=79 if (h == bad and g == 3 and i == 1) else 0,
                         ecc_dbe=2 * i if throttled else 5,
                     )
