@@ -46,8 +46,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from argus.detectors import JobDiagnoser
-from argus.producers.simulator import KERNEL_NAMES
-from argus.producers.simulator._fleet import FleetSimulator
+from argus.producers.simulator import KERNEL_NAMES, FleetSimulator
 from argus.schemas import Anomaly
 
 MODES = {

@@ -40,6 +40,7 @@ from ._faults import (
     Label,
     random_fault,
 )
+from ._fleet import BAD_NODE_KINDS, THROTTLE_REASONS, BadNode, FleetJob, FleetSimulator
 from ._hangs import HANG_LOST, HANG_SCENARIOS, HangLabel, HangScenario, HangSimulator
 from ._kernels import KERNEL_NAMES, kernel_names
 from ._layout import Layout
@@ -48,6 +49,7 @@ from ._space import PATHS, SHAPES, WHO, Background, SpaceFault, SpaceJob, SpaceL
 from ._stacks import STACKS
 
 __all__ = [
+    "BAD_NODE_KINDS",
     "CHECKPOINT_STALL",
     "CLEAN",
     "COMPUTE_STRAGGLER",
@@ -69,10 +71,14 @@ __all__ = [
     "SEQUENCE_LENGTH_IMBALANCE",
     "SHAPES",
     "STACKS",
+    "THROTTLE_REASONS",
     "WHO",
     "Background",
+    "BadNode",
     "ClusterSimulator",
     "Fault",
+    "FleetJob",
+    "FleetSimulator",
     "HangLabel",
     "HangScenario",
     "HangSimulator",
