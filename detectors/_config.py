@@ -36,7 +36,9 @@ class DiagnoserConfig:
 
     Temporal: an episode becomes an anomaly when seen in ``min_steps`` steps (twice that for
     a rank of a job under ``group_min_size`` ranks), or for a one-off stall once it cost
-    ``min_cost_frac`` of a step in one step; it is sent again every ``update_every`` steps
+    ``min_cost_frac`` of a step in one step (the one-off floor: the step at least twice its
+    usual length; a shorter blip is a transient, counted, never an anomaly; a one-off is
+    never a page); it is sent again every ``update_every`` steps
     while open, and closes after ``close_after`` steps without a sighting (a weakly flagged
     rank keeps a confirmed one open; ``persistent_close_after`` for a straggler seen within
     ``persistent_within`` steps of the job's settling: past ``warmup_steps``, or where it
@@ -95,7 +97,7 @@ class DiagnoserConfig:
     iter_rel: float = 0.05
     checkpoint_ratio: float = 1.5
     min_steps: int = 4
-    min_cost_frac: float = 0.2
+    min_cost_frac: float = 1.0
     close_after: int = 3
     persistent_within: int = 2
     persistent_settle_steps: int = 200
@@ -113,13 +115,13 @@ class DiagnoserConfig:
     stack_min_delta: float = 0.1
     deepen_steps: int = 3
     max_sample: int | None = 256
-    cp_learn: int = 16
+    cp_learn: int = 24
     cp_alpha: float = 0.01
     cp_k: float = 0.75
     cp_clip: float = 3.0
     cp_fast_shift: float = 0.15
-    cp_h: float = 10.0
-    cp_min_shift: float = 0.04
+    cp_h: float = 12.0
+    cp_min_shift: float = 0.08
     cp_min_evidence: float = 0.35
     cp_end_steps: float = 3.0
     cp_size_alpha: float = 0.1

@@ -365,7 +365,9 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     # the baseline: learned, then followed slowly, from samples that add no evidence
     quiet = ok & (onset < 0) & ~opens & (s_new < h / 2)
     learning = quiet & (n < cfg.cp_learn)
-    following = quiet & ~learning
+    # followed from samples near it only: the reference's own shift (a replica mostly slowed
+    # leaves its other ranks below their baselines) must not move it
+    following = quiet & ~learning & (np.abs(d) <= 2 * sig)
     a = np.where(learning, 1.0 / (n + 1.0), np.where(following, cfg.cp_alpha, 0.0))
     lim = np.where(n >= 4, 3 * own_sig, np.inf)
     new_base = base + a * np.clip(d, -lim, lim)

@@ -446,6 +446,7 @@ def _job_level(
     if _settle(state, verdict, cfg):
         state.settled = True
         state.iteration.n = 0  # the baseline starts afresh without the warm-up's slow steps
+        state.changes = ChangeState()  # and so do the ranks' own baselines
         state.first_step = step - cfg.min_steps + 1
     elif state.first_step < 0 and step >= cfg.warmup_steps:
         state.first_step = step
@@ -549,8 +550,8 @@ def _sightings(
             e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
             if f.decided_by == CHANGE_FIGURE:
                 _sight_change(e, f, step_ms_added(f.step_ms_added, sf.step_ms), sf)
-                if not e.emitted:
-                    out.append(_confirm(state, key, e, sf, cfg, deepen))
+                if not e.emitted and (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
+                    out.append(a)
             continue
         if _faint(e, f, sf, cfg):
             continue
@@ -559,7 +560,8 @@ def _sightings(
         if f.decided_by == CHANGE_FIGURE:
             _sight_change(e, f, added, sf)
         if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
-            out.append(_confirm(state, key, e, sf, cfg, deepen))
+            if (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
+                out.append(a)
         elif e.emitted and sf.step - e.reported >= cfg.update_every:  # a live window and cost
             e.reported = sf.step
             out.append(_anomaly(state, e))
@@ -570,6 +572,8 @@ def _sight_change(e: Episode, f: Finding, added: float, sf: StepFindings) -> Non
     """A change point sighted: the episode's fault began at the change's onset, and was
     there on every step since (the evidence of a change is their sum)."""
     onset = int(f.evidence.get("change_onset", sf.step))
+    if "period_steps" in f.evidence:  # slow every k-th step: said in its summary
+        e.evidence["period_steps"] = f.evidence["period_steps"]
     e.change_onset = onset if e.change_onset < 0 else min(e.change_onset, onset)
     steps = sf.step - e.change_onset + 1
     if not e.emitted and steps > e.hits:
@@ -604,6 +608,8 @@ def _episode_of(
             ),
             key,
         )
+    if f.decided_by == CHANGE_FIGURE and (old := state.episodes.get(key)) is not None and old.persistent:
+        key = f"{f.key}|change"  # a change from a baseline: the baseline's sightings stay its own
     e = state.episodes.get(key)
     if e is None:
         e = state.episodes[key] = _open(f, step)
@@ -634,12 +640,18 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> fl
     return added
 
 
+_SILENT = 10**15
+"""``reported`` of a persistent episode: never sent."""
+
+
 def _confirm(
     state: JobState, key: str, e: Episode, sf: StepFindings, cfg: DiagnoserConfig, deepen: Deepen | None
-) -> Anomaly:
+) -> Anomaly | None:
     """A newly confirmed episode's anomaly: the same fault back continues the anomaly that
     closed lately; else its onset, persistence and severity are decided now, and the kernel
-    level has its first try."""
+    level has its first try. A rank or group slow since the job's start is its baseline (a
+    static offset, a persistent speed group): the episode stays, silent, so its sightings
+    make no other; a change from it is the change points' (None)."""
     old = _recurring(state, key, e, cfg)
     if old is not None:  # the same fault back: its anomaly goes on
         e = state.episodes[key] = _continue(old, e, cfg)
@@ -648,6 +660,9 @@ def _confirm(
     e.emitted = True
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
+    if e.persistent:
+        e.reported = _SILENT
+        return None
     e.severity = _severity(e, cfg)
     _drop_before_onset(e)
     e.detected_ns = sf.end_ns
@@ -697,7 +712,9 @@ def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[
     if not e.emitted:
         _count_transient(state, e.suspect, cfg)
         return []
-    if e.cause not in ONE_OFF_CAUSES and not e.persistent:
+    if e.persistent:
+        return []
+    if e.cause not in ONE_OFF_CAUSES:
         state.closed[key] = e
         if len(state.closed) > cfg.max_open:
             del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
@@ -859,6 +876,8 @@ def _group_index(state: JobState) -> dict[tuple[str, int], str]:
     confirmed: a blip of one of its ranks is no sighting of the host."""
     out: dict[tuple[str, int], str] = {}
     for k, e in sorted(state.episodes.items(), key=lambda kv: kv[1].suspect_kind in _GROUP_KINDS):
+        if k.endswith("|change"):  # a change from a baseline: its own test's sightings only
+            continue
         if e.suspect_kind not in ("ranks", "host") or e.emitted:
             out.update({(_family(e.cause), r): k for r in e.ranks})
     return out
@@ -1094,7 +1113,7 @@ class JobDiagnoser:
                 e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg), st.last_end_ns
             if e.emitted and deepen is not None and e.level != "kernel" and e.suspect_kind in _DEEP_KINDS:
                 _deepen(e, deepen)
-            if e.emitted:
+            if e.emitted and not e.persistent:
                 out.append(_anomaly(st, e))
         st.episodes.clear()
         return out

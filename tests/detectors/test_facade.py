@@ -13,7 +13,7 @@ from argus.schemas import Anomaly, StepBatch, decode, encode, validate
 LAYOUT = Layout(dp=8, tp=4, pp=2)
 FAULTS = [
     Fault(COMPUTE_STRAGGLER, 20, 10, (21,), magnitude=1.4),
-    Fault(GC_PAUSE, 26, 1, (40,), magnitude=300.0),
+    Fault(GC_PAUSE, 26, 1, (40,), magnitude=1200.0),  # above the one-off floor (a step)
 ]
 
 
@@ -87,10 +87,10 @@ def test_refresh_sends_an_open_anomaly_as_far_as_it_went_when_the_job_goes_quiet
     """A job that ends (or hangs) mid-fault: no step will close the episode, so the worker
     asks for the current versions; each is sent once per growth of its window."""
     diag = d.JobDiagnoser("f")
-    for b in batches(27, faults=[Fault(COMPUTE_STRAGGLER, 15, 100, (21,), magnitude=1.4)]):
+    for b in batches(47, faults=[Fault(COMPUTE_STRAGGLER, 35, 100, (21,), magnitude=1.4)]):
         diag.step(b)
     (a,) = d.refresh(diag.state)
-    assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 15, 26)
+    assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 35, 46)
     assert d.refresh(diag.state) == []  # nothing new since
 
 

@@ -22,9 +22,9 @@ SCENARIOS: dict[str, tuple[Fault, float]] = {
     d.PIPELINE_STAGE_IMBALANCE: (Fault(d.PIPELINE_STAGE_IMBALANCE, 20, 12, stage=1, magnitude=1.3), 1.15),
     d.SEQUENCE_LENGTH_IMBALANCE: (Fault(d.SEQUENCE_LENGTH_IMBALANCE, 20, 12, magnitude=1.5), 6.0),
     d.JIT_COMPILE_STALL: (Fault(d.JIT_COMPILE_STALL, 22, 1, (3,), magnitude=900.0), 6.0),
-    d.DATALOADER_STALL: (Fault(d.DATALOADER_STALL, 22, 1, (60,), magnitude=300.0), 6.0),
+    d.DATALOADER_STALL: (Fault(d.DATALOADER_STALL, 22, 1, (60,), magnitude=1500.0), 6.0),
     d.HOST_CPU_CONTENTION: (Fault(d.HOST_CPU_CONTENTION, 20, 12, host=5), 4.0),
-    d.GC_PAUSE: (Fault(d.GC_PAUSE, 22, 1, (33,), magnitude=200.0), 6.0),
+    d.GC_PAUSE: (Fault(d.GC_PAUSE, 22, 1, (33,), magnitude=1200.0), 6.0),
     d.CHECKPOINT_STALL: (Fault(d.CHECKPOINT_STALL, 22, 1, (12,), magnitude=3.0), 6.0),
 }
 

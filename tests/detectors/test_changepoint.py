@@ -1,0 +1,208 @@
+"""Change points per rank and one anomaly per common cause (issue 32), on jobs built here
+from the phenomena: per-step factors shared by the job and by each replica, autocorrelated
+heavy-tailed jitter, static offsets, a persistent speed group, one-step blips."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from argus import detectors as d
+from argus.csvlogs import diagnose_log, log_batches
+from argus.detectors.changepoint import ChangeState, step_residuals, track
+from argus.schemas import Anomaly, StepBatch
+
+DP, TP, PP = 8, 8, 4  # 256 ranks, 8 per host; a replica is tp*pp = 32 ranks on 4 hosts
+N = DP * TP * PP
+T0 = 1_767_225_600 * 10**9
+
+Effect = Callable[[int, np.ndarray], None]
+"""Changes one step's compute (ms per rank, in place)."""
+
+
+def job(
+    steps: int,
+    *,
+    seed: int,
+    effect: Effect | None = None,
+    offsets: float = 0.08,
+    slow_hosts: tuple[int, ...] = (),
+    blips: float = 0.0,
+) -> list[StepBatch]:
+    """Step batches of a dp x tp x pp job: compute 300 ms times a per-step factor of the job
+    (SD 5 %, data-dependent steps) and of each replica (SD 3 %), Student-t jitter (1 %,
+    lag-1 autocorrelation 0.5), static offsets up to ``offsets``, hosts ``slow_hosts`` 2x
+    slower all along (a speed group), and a share ``blips`` of rank-steps 40 % slower for
+    one step; ``effect`` changes a step's compute last."""
+    rng = np.random.default_rng(seed)
+    rank = np.arange(N)
+    tp, dp, pp = rank % TP, (rank // TP) % DP, rank // (TP * DP)
+    host = rank // 8
+    static = 1 + rng.uniform(-offsets, offsets, N)
+    static[np.isin(host, slow_hosts)] *= 2.0
+    jitter = np.zeros(N)
+    out = []
+    for s in range(steps):
+        jitter = 0.5 * jitter + 0.01 * np.clip(rng.standard_t(4, N), -8, 8)
+        shared = np.exp(0.05 * rng.standard_normal()) * np.exp(0.03 * rng.standard_normal(DP))[dp]
+        comp = 300.0 * static * shared * np.exp(jitter)
+        if blips:
+            comp[rng.random(N) < blips] *= 1.4
+        if effect is not None:
+            effect(s, comp)
+        coll = comp.max() - comp + 20.0  # everyone waits for the slowest
+        cols = StepBatch.empty_columns(N)
+        start = T0 + s * 10**9
+        cols.update(
+            rank=rank,
+            tp=tp,
+            dp=dp,
+            pp=pp,
+            host=np.array([f"node-{h:03d}" for h in host], dtype=object),
+            gpu_uuid=np.array([f"gpu-{r}" for r in rank], dtype=object),
+            start_ns=np.full(N, start, np.int64),
+            end_ns=start + np.round((comp + coll + 5.0) * 1e6).astype(np.int64),
+            forward_ms=comp / 3,
+            backward_ms=2 * comp / 3,
+            all_reduce_ms=coll,
+            dataloader_ms=np.full(N, 5.0),
+        )
+        out.append(StepBatch("cp", 0, s, cols))
+    return out
+
+
+def slow(ranks: object, first: int, last: int, factor: float) -> Effect:
+    sel = np.asarray(ranks)
+
+    def effect(step: int, comp: np.ndarray) -> None:
+        if first <= step <= last:
+            comp[sel] *= factor
+
+    return effect
+
+
+def found(batches: list[StepBatch]) -> list[Anomaly]:
+    return d.diagnose(batches)
+
+
+def test_a_subtle_sustained_shift_is_found_with_its_onset_and_end() -> None:
+    """Rank 77 10 % slower for 300 steps: no single step stands out (the job's and the
+    replica's factors move every step by more), its own past and its replica's peers do."""
+    (a,) = found(job(600, seed=1, effect=slow([77], 200, 499, 1.10)))
+    assert (a.suspect, a.cause, a.severity) == ("rank:77", d.COMPUTE_STRAGGLER, "page")
+    assert abs(a.start_step - 200) <= 3 and abs(a.end_step - 499) <= 5
+    assert 0.07 < a.evidence["change_size"] < 0.13
+
+
+def test_static_offsets_and_a_speed_group_are_the_baseline_not_events() -> None:
+    assert found(job(500, seed=2, offsets=0.12, slow_hosts=(3, 4, 5))) == []
+
+
+def test_a_change_from_a_speed_group_has_its_own_onset() -> None:
+    """Two ranks of the 2x slower hosts slow 1.5x more from step 300: not 'since the start'."""
+    (a,) = found(job(500, seed=3, slow_hosts=(3, 4), effect=slow([25, 26], 300, 499, 1.5)))
+    assert a.suspect == "node-003" and sorted(a.ranks) == [25, 26]
+    assert abs(a.start_step - 300) <= 2 and "persistent" not in a.evidence
+
+
+def test_ranks_slowed_together_on_several_hosts_are_one_anomaly_of_their_replica() -> None:
+    """24 ranks of replica 2 (3 of its 4 hosts) 15 % slower together: one anomaly naming them."""
+    ranks = [r for r in range(N) if (r // TP) % DP == 2 and r // (TP * DP) < 3]
+    (a,) = found(job(400, seed=4, effect=slow(ranks, 150, 349, 1.15)))
+    assert a.suspect == "dp:2" and sorted(a.ranks) == ranks
+    assert abs(a.start_step - 150) <= 3 and abs(a.end_step - 349) <= 5
+
+
+def test_a_rank_slow_every_kth_step_is_one_anomaly_labelled_periodic() -> None:
+    def every_7th(step: int, comp: np.ndarray) -> None:
+        if 150 <= step < 450 and step % 7 == 3:
+            comp[40] *= 2.5
+
+    (a,) = found(job(550, seed=5, effect=every_7th))
+    assert a.suspect == "rank:40" and "slow every 7 steps" in a.summary
+    assert a.start_step <= 160 and a.end_step >= 440
+
+
+def test_a_sawtooth_is_one_anomaly_over_its_span() -> None:
+    def sawtooth(step: int, comp: np.ndarray) -> None:
+        if 100 <= step < 600:
+            comp[9] *= 1 + 0.3 * ((step - 100) % 40) / 39
+
+    (a,) = found(job(700, seed=6, effect=sawtooth))
+    assert a.suspect == "rank:9" and a.start_step <= 115 and a.end_step >= 590
+
+
+def test_one_step_blips_are_transients_never_anomalies() -> None:
+    diag = d.JobDiagnoser("cp")
+    out = [a for b in job(600, seed=7, blips=0.002) for a in diag.step(b).anomalies] + diag.flush()
+    assert out == [] and sum(diag.state.transients.values()) > 20
+
+
+def test_a_1_2x_straggler_is_emitted_within_5_steps() -> None:
+    diag = d.JobDiagnoser("cp")
+    first = None
+    for b in job(200, seed=8, effect=slow([130], 120, 199, 1.2)):
+        if diag.step(b).anomalies and first is None:
+            first = b.step
+    assert first is not None and first - 120 <= 5
+
+
+def _small(seed: int, slow_from: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """10 workers' step times, 400 steps: workers 0 and 3 always 10 % slower (their
+    machines); from ``slow_from`` workers 2, 5, 6 and 9 1.25x slower than their own past."""
+    rng = np.random.default_rng(seed)
+    factor = np.where(np.isin(np.arange(10), (0, 3)), 1.1, 1.0)
+    ms = (
+        250.0
+        * factor
+        * np.exp(0.02 * rng.standard_normal((400, 10)))
+        * np.exp(0.03 * rng.standard_normal((400, 1)))
+    )
+    if slow_from >= 0:
+        ms[slow_from:, [2, 5, 6, 9]] *= 1.25
+    step = np.repeat(np.arange(400), 10)
+    return np.tile(np.arange(10), 400), step, ms.ravel()
+
+
+def test_a_small_job_with_naturally_slower_workers_never_pages() -> None:
+    assert [a for a in diagnose_log(*_small(9), by_time=False).anomalies if a.severity == "page"] == []
+
+
+def test_workers_of_a_small_job_slowed_together_are_one_anomaly_from_their_onset() -> None:
+    res = diagnose_log(*_small(10, slow_from=340), by_time=False)
+    pages = [a for a in res.anomalies if a.severity == "page"]
+    assert [(sorted(a.ranks), abs(a.start_step - 340) <= 3) for a in pages] == [([2, 5, 6, 9], True)]
+
+
+def test_a_host_slowed_in_a_log_without_hosts_is_one_anomaly_naming_its_ranks() -> None:
+    rng = np.random.default_rng(11)
+    ms = 100.0 * np.exp(0.02 * rng.standard_normal((300, 64)))
+    ms[120:260, 8:16] *= 1.3
+    res = diagnose_log(np.tile(np.arange(64), 300), np.repeat(np.arange(300), 64), ms.ravel(), by_time=False)
+    (a,) = res.anomalies  # "ranks:8-15", or "ranks" when the step's own test saw them first
+    assert a.suspect_kind == "ranks" and list(a.ranks) == list(range(8, 16))
+    assert abs(a.start_step - 120) <= 2 and abs(a.end_step - 259) <= 4
+
+
+def test_steps_csv_and_the_live_path_give_the_same_anomalies() -> None:
+    """``argus diagnose --steps-csv`` (diagnose_log) and the live worker's path
+    (step_findings, then apply_findings with the step's residuals: detectors.diagnose) on
+    the same step batches: the same anomalies."""
+    rank, step, value = _small(12, slow_from=300)
+    logged = diagnose_log(rank, step, value, by_time=False)
+    log = log_batches(rank, step, value, by_time=False)
+    live = d.diagnose(log.batches)
+    assert logged.anomalies and [(a.id, a.start_step, a.end_step, a.ranks) for a in logged.anomalies] == [
+        (a.id, a.start_step, a.end_step, a.ranks) for a in live
+    ]
+
+
+def test_change_state_round_trips_and_tracks_only_the_ranks_it_saw() -> None:
+    batches = job(40, seed=13)
+    st = ChangeState()
+    for b in batches[5:]:
+        track(st, step_residuals(b), b.step, d.DiagnoserConfig())
+    back = ChangeState.from_dict(st.to_dict())
+    assert back.n_ranks == N and np.array_equal(back.n, st.n)
+    assert np.allclose(back.base, st.base, atol=1e-6) and np.array_equal(back.onset, st.onset)
