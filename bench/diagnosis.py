@@ -450,6 +450,8 @@ class SpaceFaultResult:
     """The best window IoU of those anomalies (0: none)."""
     delay: int | None
     """Live single-rank faults reaching 1.2x: steps from that onset to the first emission."""
+    classes: tuple[str, ...] = ()
+    """The classes of the anomalies at it."""
 
     @property
     def found(self) -> bool:
@@ -556,7 +558,18 @@ def space_job(seed: int, faulty: bool) -> SpaceJobResult:
             delay = min(emitted[anomalies[i].id] for i in fresh) - onset
         results.append(
             SpaceFaultResult(
-                seed, f.shape, f.who, size, job.path, f.magnitude, job.snr(f), len(mine), named, iou, delay
+                seed,
+                f.shape,
+                f.who,
+                size,
+                job.path,
+                f.magnitude,
+                job.snr(f),
+                len(mine),
+                named,
+                iou,
+                delay,
+                tuple(anomalies[i].cause for i in mine),
             )
         )
     extras = [
@@ -742,6 +755,15 @@ def space_table(jobs: list[SpaceJobResult]) -> dict[str, object]:
     _space_rows("SNR band", bands)
     for title, groups in by.items():
         _space_rows(title, groups)
+    at_faults: dict[str, int] = defaultdict(int)
+    for f in faults:
+        for cause in f.classes:
+            at_faults[cause] += 1
+    if at_faults:
+        print(
+            "classes of the anomalies at faults: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(at_faults.items()))
+        )
     snrs = [f.snr for f in faults]
     print(f"fault SNR: p10 {_pct(snrs, 10):.1f}, median {_pct(snrs, 50):.1f}, p90 {_pct(snrs, 90):.1f}")
     missed = sorted((f for f in faults if f.detectable and not f.found), key=lambda f: -f.snr)

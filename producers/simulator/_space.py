@@ -176,8 +176,7 @@ class SpaceFault:
 
     def label(self) -> Label:
         """The ground truth in the simulator's terms (one label for all its ranks)."""
-        kind = "rank" if self.who == "rank" else self.who
-        return Label(COMPUTE_STRAGGLER, self.first_step, self.last_step, kind, self.group, self.ranks)
+        return Label(COMPUTE_STRAGGLER, self.first_step, self.last_step, self.who, self.group, self.ranks)
 
 
 @dataclass(frozen=True)
