@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 import time
@@ -857,7 +858,12 @@ def main() -> None:
     ap.add_argument(
         "--space-only", action="store_true", help="the noise space only (its keys alone in the JSON)"
     )
-    ap.add_argument("--procs", type=int, default=1, help="processes for the noise space's jobs (default 1)")
+    ap.add_argument(
+        "--procs",
+        type=int,
+        default=max(1, min(8, (os.cpu_count() or 1) - 1)),
+        help="processes for the noise space's jobs (default: one per core but one, at most 8; 1 on 2 cores)",
+    )
     ap.add_argument("--space-job", type=int, metavar="SEED", help="show one job of the noise space and stop")
     args = ap.parse_args()
     if args.space_job is not None:
