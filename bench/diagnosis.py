@@ -849,6 +849,14 @@ def table(title: str, tallies: dict[str, Tally], kinds: tuple[str, ...]) -> dict
     }
 
 
+def _cores() -> int:
+    """The cores this process may run on (a container's share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1,024 ranks only, a smaller noise space")
@@ -861,7 +869,7 @@ def main() -> None:
     ap.add_argument(
         "--procs",
         type=int,
-        default=max(1, min(8, (os.cpu_count() or 1) - 1)),
+        default=max(1, min(8, _cores() - 1)),
         help="processes for the noise space's jobs (default: one per core but one, at most 8; 1 on 2 cores)",
     )
     ap.add_argument("--space-job", type=int, metavar="SEED", help="show one job of the noise space and stop")
