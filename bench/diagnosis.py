@@ -722,10 +722,10 @@ def space_table(jobs: list[SpaceJobResult]) -> dict[str, object]:
     for kind in kinds:
         js = [j for j in quiet if f"{j.size} {j.path}" == kind]
         st = sum(j.steps for j in js)
-        sev = [e[0] for j in js for e in j.extras]
+        sevs = [e[0] for j in js for e in j.extras]
         print(
-            f"{kind:16s} {len(js):4d} {st:7,d} {sev.count('page'):5d} {sev.count('warn'):5d} {sev.count('info'):5d} "
-            f"{len(sev) * 10_000 / max(st, 1):8.2f} {sum(e[1] for j in js for e in j.extras):8d}"
+            f"{kind:16s} {len(js):4d} {st:7,d} {sevs.count('page'):5d} {sevs.count('warn'):5d} {sevs.count('info'):5d} "
+            f"{len(sevs) * 10_000 / max(st, 1):8.2f} {sum(e[1] for j in js for e in j.extras):8d}"
         )
     rates = []
     for trait in sorted({t for j in quiet for t in j.traits}):
