@@ -833,7 +833,12 @@ def table(title: str, tallies: dict[str, Tally], kinds: tuple[str, ...]) -> dict
         iou = min(t.ious) if t.ious else 0.0
         pf = max(t.per_fault) if t.per_fault else 0
         dmax = max(t.delays) if t.delays else -1
-        precs.append(p), recs.append(r), accs.append(acc), ious.append(iou), per.append(pf), susp.append(smax)
+        precs.append(p)
+        recs.append(r)
+        accs.append(acc)
+        ious.append(iou)
+        per.append(pf)
+        susp.append(smax)
         print(f"{kind:28s} {p:6.3f} {r:6.3f} {acc:6.3f} {t.labels:4d} {iou:7.3f} {pf:9d} {dmax:9d} {smax:8d}")
     other = {k: v.anomalies for k, v in tallies.items() if k not in kinds}
     if other:
@@ -936,7 +941,10 @@ def main() -> None:
         p, r, acc, smax = t.rates()
         hmax = max(t.hang_delays) if t.hang_delays else -1.0
         havg = float(np.mean(t.hang_delays)) if t.hang_delays else -1.0
-        hang_prec.append(p), hang_rec.append(r), hang_delay.append(hmax), hang_susp.append(smax)
+        hang_prec.append(p)
+        hang_rec.append(r)
+        hang_delay.append(hmax)
+        hang_susp.append(smax)
         print(f"{kind:28s} {p:6.3f} {r:6.3f} {acc:6.3f} {t.labels:4d} {hmax:11.1f} {havg:11.1f} {smax:8d}")
     print(f"\n{'kernel-level class':28s} {'prec':>6s} {'recall':>6s} {'named':>6s} {'n':>4s}")
     k_prec, k_rec, k_named = [], [], []
@@ -945,7 +953,9 @@ def main() -> None:
         p = kt.right / kt.anomalies if kt.anomalies else 0.0
         r = kt.recalled / kt.labels if kt.labels else 0.0
         nm = kt.named / kt.recalled if kt.recalled else 0.0
-        k_prec.append(p), k_rec.append(r), k_named.append(nm)
+        k_prec.append(p)
+        k_rec.append(r)
+        k_named.append(nm)
         print(f"{kind:28s} {p:6.3f} {r:6.3f} {nm:6.3f} {kt.labels:4d}")
     print(
         "(named: of the faults found, the anomaly is level=kernel and names the slowed kernel family or frame)"
