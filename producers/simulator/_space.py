@@ -243,13 +243,17 @@ class SpaceJob:
     def snr(self, fault: SpaceFault) -> float:
         """The fault's signal-to-noise ratio (module docstring): the median over its ranks.
 
-        The residual is the rank's own noise; on a log path, which names no replica or
-        stage, the factor its group shares per step is residual noise too."""
+        The residual is the rank's own noise; the factor its replica or stage shares per
+        step is residual noise too where nothing can remove it: on a log path, which names
+        no replica or stage, and for a fault of a whole replica or stage (no peer of the
+        group is left to compare with)."""
         lo, hi = fault.first_step, fault.last_step + 1
         effect = float(np.sum(fault.factor[lo:hi] - 1.0))
         cols = list(fault.ranks)
         resid = np.log(self.own[:, cols])
-        if self.path != "live":
+        groups = self.layout.coords[self.background.group_by]
+        whole = np.count_nonzero(np.isin(groups, groups[cols])) == len(cols)
+        if self.path != "live" or whole:
             resid = resid + np.log(self.group_noise[:, cols])
         resid = resid - np.median(resid, axis=0)
         mad = np.median(np.abs(resid), axis=0)
