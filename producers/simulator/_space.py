@@ -23,7 +23,9 @@ a per-rank step log (:meth:`SpaceJob.log`, the rows ``argus diagnose --steps-csv
 
 **Signal-to-noise ratio** of a fault (:meth:`SpaceJob.snr`): per culprit rank, the fault's
 effect summed over its window against the rank's own residual noise, i.e. after the
-factors shared per step (job, replica, stage) and the static offsets are removed::
+factors shared per step and the static offsets are removed (the job's always; its replica's
+or stage's where they can be: not on a log path, which names no groups, nor for a fault of
+the whole replica or stage)::
 
     snr = sum_t (f_t - 1) / (sigma_r * sqrt(n * (1 + phi) / (1 - phi)))
 
