@@ -50,6 +50,7 @@ SERIES: tuple[str, ...] = ("group", "replica")
 _OWN = np.array([METRICS.index(m) for m in OWN_WORK])
 _REF_Q = 0.25
 _SMALL_GROUP = 8
+_SAMPLE = 256
 _MIN_REPLICA = 4
 """A replica of fewer ranks is no reference (a log's ranks are one replica each)."""
 
@@ -58,7 +59,7 @@ _MIN_REPLICA = 4
 class RankResiduals:
     """One step's residuals: ``ranks`` (n,), ``r`` (len(SERIES), n) log-ratios of each rank's
     own work to its peers' (NaN where there is no reference), each rank's ``phase`` that
-    rose most over its group's (index into :data:`OWN_WORK`), ``work_ms`` the group
+    stands out most over the job's typical rank's (index into :data:`OWN_WORK`), ``work_ms`` the group
     reference's own work (ms, for costs), and the layout columns the grouping names
     (``hosts``, ``dp``, ``group``); ``untimed``: the records hold a step time only (a log).
     """
@@ -74,19 +75,21 @@ class RankResiduals:
 
 
 def _low_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
-    """Per group, the fast side of ``v`` (m, n): the value at ``_REF_Q`` of the sorted group
-    (the least of two or three). Returns (m, n_groups)."""
-    m = v.shape[0]
-    out = np.empty((m, gi.n_groups))
-    xs = v[:, gi.order]
+    """Per group, the fast side of ``v`` (n,): the value at ``_REF_Q`` of the group (the
+    least of two or three; of a strided sample of about ``_SAMPLE`` ranks in a larger group).
+    Returns (n_groups,)."""
+    out = np.empty(gi.n_groups)
+    xs = v[gi.order]
     if gi.n_groups and np.all(gi.sizes == gi.sizes[0]):
         size = int(gi.sizes[0])
-        cube = np.sort(xs.reshape(m, gi.n_groups, size), axis=2)
-        out[:] = cube[:, :, int(_REF_Q * (size - 1)) if size > 3 else 0]
+        cube = xs.reshape(gi.n_groups, size)[:, :: max(1, size // _SAMPLE)]
+        kth = int(_REF_Q * (cube.shape[1] - 1)) if size > 3 else 0
+        out[:] = np.partition(cube, kth, axis=1)[:, kth]
         return out
     for j, (s, k) in enumerate(zip(gi.starts.tolist(), gi.sizes.tolist(), strict=True)):
-        block = np.sort(xs[:, s : s + k], axis=1)
-        out[:, j] = block[:, int(_REF_Q * (k - 1)) if k > 3 else 0]
+        block = xs[s : s + k : max(1, k // _SAMPLE)]
+        kth = int(_REF_Q * (len(block) - 1)) if k > 3 else 0
+        out[j] = np.partition(block, kth)[kth]
     return out
 
 
@@ -121,21 +124,20 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
     n = len(work)
     r = np.full((len(SERIES), n), np.nan)
     gi = GroupIndex.of(batch[group_column])
-    stacked = np.vstack([work[None, :], own])
-    ref = _low_ref(stacked, gi)[:, gi.inverse]
+    ref = _low_ref(work, gi)[gi.inverse]
     if n >= 2:
-        r[0] = np.log(work / np.maximum(_others(work, gi, ref[0]), 1e-6))
-    phase = np.argmax(own - ref[1:], axis=0).astype(np.int8)
+        r[0] = np.log(work / np.maximum(_others(work, gi, ref), 1e-6))
+    typical = np.median(own[:, :: max(1, n // 4096)], axis=1) if n else np.zeros(len(_OWN))
+    phase = np.argmax(own - typical[:, None], axis=0).astype(np.int8)
     dp = np.asarray(batch["dp"])
     gd = GroupIndex.of(dp)
     if gd.n_groups and int(gd.sizes.min()) >= _MIN_REPLICA:
-        rref = _low_ref(work[None, :], gd)[0, gd.inverse]
-        r[1] = np.log(work / np.maximum(rref, 1e-6))
+        r[1] = np.log(work / np.maximum(_low_ref(work, gd)[gd.inverse], 1e-6))
     return RankResiduals(
         np.asarray(batch["rank"], np.int64),
         r,
         phase,
-        float(np.median(ref[0])) if n else 0.0,
+        float(np.median(ref)) if n else 0.0,
         np.asarray(batch["host"]),
         dp,
         np.asarray(batch[group_column]),
@@ -255,7 +257,7 @@ class ChangeStep:
     closed: tuple[tuple[int, int, int], ...] = ()
 
 
-def _scales(st: ChangeState, cols: np.ndarray, cfg: DiagnoserConfig) -> tuple[np.ndarray, ...]:
+def _scales(st: ChangeState, cols: np.ndarray | slice, cfg: DiagnoserConfig) -> tuple[np.ndarray, ...]:
     """Per series and rank of ``cols``: the sigma, and the reference ``k``, clip ``c`` and
     threshold ``h`` of the CUSUM from the long-run sigma (widened by the autocorrelation).
     A rank's sigma is at least half the typical rank's of its series (a rank that was the
@@ -325,18 +327,22 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
         return ChangeStep()
     st.grow(int(res.ranks.max()) + 1)
     cols = res.ranks
+    # the ranks' rows: a slice (views, no gathers) when the batch holds ranks 0..n-1 in order
+    idx: np.ndarray | slice = cols
+    if len(cols) and cols[0] == 0 and cols[-1] == len(cols) - 1 and bool(np.all(np.diff(cols) == 1)):
+        idx = slice(0, len(cols))
     r = res.r
     ok = np.isfinite(r)
-    n = st.n[:, cols]
-    base, own_sig = st.base[:, cols], st.sig[:, cols]
-    sig, k, c, h = _scales(st, cols, cfg)
+    n = st.n[:, idx]
+    base, own_sig = st.base[:, idx], st.sig[:, idx]
+    sig, k, c, h = _scales(st, idx, cfg)
     d = np.where(ok, r - base, 0.0)
     ready = ok & (n >= cfg.cp_learn // 2)
-    s, s_from = st.s[:, cols], st.s_from[:, cols]
-    onset, size = st.onset[:, cols], st.size[:, cols]
-    t, t_from = st.t[:, cols], st.t_from[:, cols]
-    s_sum, s_cnt, c_sum = st.s_sum[:, cols], st.s_cnt[:, cols], st.c_sum[:, cols]
-    csize = st.csize[:, cols]
+    s, s_from = st.s[:, idx], st.s_from[:, idx]
+    onset, size = st.onset[:, idx], st.size[:, idx]
+    t, t_from = st.t[:, idx], st.t_from[:, idx]
+    s_sum, s_cnt, c_sum = st.s_sum[:, idx], st.s_cnt[:, idx], st.c_sum[:, idx]
+    csize = st.csize[:, idx]
     closed_now = ready & (onset < 0)
     # the opening CUSUM
     dc = np.clip(d, -c, c)
@@ -373,23 +379,23 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     new_base = base + a * np.clip(d, -lim, lim)
     dev = np.abs(np.where(ok, r - new_base, 0.0))
     new_sig = own_sig + a * (1.2533 * np.minimum(dev, lim) - own_sig)
-    prev = st.prev[:, cols]
+    prev = st.prev[:, idx]
     num = np.clip(d * prev / np.maximum(sig**2, 1e-12), -1.0, 1.0)
-    ac = st.ac[:, cols]
+    ac = st.ac[:, idx]
     ac = np.where(n > 0, ac + a * (num - ac), ac)
     # write back
-    st.n[:, cols] = n + ok
-    st.base[:, cols], st.sig[:, cols] = new_base, new_sig
-    st.ac[:, cols] = ac
-    st.prev[:, cols] = np.where(ok, d, prev)
-    st.s[:, cols], st.s_from[:, cols] = s_new, s_from
-    st.s_sum[:, cols], st.s_cnt[:, cols], st.c_sum[:, cols] = s_sum, s_cnt, c_sum
-    st.csize[:, cols] = csize
-    st.t[:, cols], st.t_from[:, cols] = np.where(ends, 0.0, t_new), t_from
+    st.n[:, idx] = n + ok
+    st.base[:, idx], st.sig[:, idx] = new_base, new_sig
+    st.ac[:, idx] = ac
+    st.prev[:, idx] = np.where(ok, d, prev)
+    st.s[:, idx], st.s_from[:, idx] = s_new, s_from
+    st.s_sum[:, idx], st.s_cnt[:, idx], st.c_sum[:, idx] = s_sum, s_cnt, c_sum
+    st.csize[:, idx] = csize
+    st.t[:, idx], st.t_from[:, idx] = np.where(ends, 0.0, t_new), t_from
     end_step = t_from - 1
-    st.onset[:, cols] = np.where(ends, -1, onset)
-    st.size[:, cols] = size
-    st.seen[:, cols] = np.where(ok, step, st.seen[:, cols])
+    st.onset[:, idx] = np.where(ends, -1, onset)
+    st.size[:, idx] = size
+    st.seen[:, idx] = np.where(ok, step, st.seen[:, idx])
     _periodic(st, cols, np.where(ok[0], d[0], 0.0), ready[0] & (onset[0] < 0), c[0], step, cfg)
     oi, oj = np.nonzero(opens)
     if len(oj):
