@@ -4,7 +4,9 @@ Hangs and fail-stops: :mod:`~detectors.hang` (latest heartbeats + now → suspec
 Progressive, as in docs/architecture.md#engine: :mod:`~detectors.iteration` (job step time),
 :mod:`~detectors.cross_rank` (robust z-scores within the layout's groups),
 :mod:`~detectors.kernel` and :mod:`~detectors.stacks` (only for suspects),
-:mod:`~detectors.rootcause` (one class per suspect, with evidence) and
+:mod:`~detectors.rootcause` (one class per suspect, with evidence),
+:mod:`~detectors.changepoint` (each rank against its own past, online: a change has an
+onset and an end) with :mod:`~detectors.common_cause` (one finding per common cause) and
 :mod:`~detectors.cost`; :class:`JobDiagnoser` / :func:`diagnose_step` drive them once per
 step with small serializable state; logs become step batches (``argus.csvlogs``) for the same engine.
 No I/O, no clock, no Kafka.
@@ -18,6 +20,8 @@ from argus.schemas.causes import *  # noqa: F403  the root-cause classes, re-exp
 from ._classes import DECIDING_FIGURE, ROOT_CAUSES
 from ._config import DiagnoserConfig
 from ._finding import Finding
+from .changepoint import ChangeState, RankResiduals, step_residuals, track
+from .common_cause import cause_findings
 from .cost import gpu_hours, step_ms_added
 from .cross_rank import METRICS, CrossRankResult, cross_rank, rank_metrics
 from .deepen import Deepening, deepen_ranks
@@ -58,6 +62,7 @@ __all__ = [
     "DECIDING_FIGURE",
     "METRICS",
     "ROOT_CAUSES",
+    "ChangeState",
     "CrossRankResult",
     "Deepen",
     "Deepening",
@@ -75,6 +80,7 @@ __all__ = [
     "JobState",
     "KernelFinding",
     "KernelSource",
+    "RankResiduals",
     "StackDelta",
     "StackSource",
     "StepFindings",
@@ -82,6 +88,7 @@ __all__ = [
     "anomaly_id",
     "apply_findings",
     "attribute",
+    "cause_findings",
     "check_shape",
     "classify_ranks",
     "common_ids",
@@ -103,5 +110,7 @@ __all__ = [
     "stage_imbalance",
     "step_findings",
     "step_ms_added",
+    "step_residuals",
+    "track",
     "update_baseline",
 ]
