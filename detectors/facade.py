@@ -649,9 +649,10 @@ def _confirm(
 ) -> Anomaly | None:
     """A newly confirmed episode's anomaly: the same fault back continues the anomaly that
     closed lately; else its onset, persistence and severity are decided now, and the kernel
-    level has its first try. A rank or group slow since the job's start is its baseline (a
-    static offset, a persistent speed group): the episode stays, silent, so its sightings
-    make no other; a change from it is the change points' (None)."""
+    level has its first try. A rank or group slow from the job's first step past its
+    warm-up is its baseline (a static offset, a persistent speed group): the episode stays,
+    silent, so its sightings make no other; a change from it is the change points' (None).
+    One first seen a step or two later is a straggler since the start: a warning."""
     old = _recurring(state, key, e, cfg)
     if old is not None:  # the same fault back: its anomaly goes on
         e = state.episodes[key] = _continue(old, e, cfg)
@@ -660,7 +661,7 @@ def _confirm(
     e.emitted = True
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
-    if e.persistent:
+    if e.persistent and e.onset <= state.first_step:
         e.reported = _SILENT
         return None
     e.severity = _severity(e, cfg)
@@ -712,9 +713,9 @@ def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[
     if not e.emitted:
         _count_transient(state, e.suspect, cfg)
         return []
-    if e.persistent:
+    if e.reported == _SILENT:
         return []
-    if e.cause not in ONE_OFF_CAUSES:
+    if e.cause not in ONE_OFF_CAUSES and not e.persistent:
         state.closed[key] = e
         if len(state.closed) > cfg.max_open:
             del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
@@ -1113,7 +1114,7 @@ class JobDiagnoser:
                 e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg), st.last_end_ns
             if e.emitted and deepen is not None and e.level != "kernel" and e.suspect_kind in _DEEP_KINDS:
                 _deepen(e, deepen)
-            if e.emitted and not e.persistent:
+            if e.emitted and e.reported != _SILENT:
                 out.append(_anomaly(st, e))
         st.episodes.clear()
         return out
