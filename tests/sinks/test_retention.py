@@ -163,8 +163,14 @@ def test_the_configured_ttl_is_applied_and_reported_on_a_fresh_store_and_when_it
 @pytest.mark.kafka
 def test_every_sink_start_applies_and_reports_the_ttl(tmp_path: Path, kafka_conf) -> None:
     """Issue 34, item 7: the sink applies ARGUS_TTL_DAYS on every start, the schema there or not."""
+    from argus.kafka_admin import ensure_topics, skip_to_end
+    from argus.sinks.kafka_sink import SINK_TOPICS
+
     home = tmp_path / "home"
     assert _argus(home, 30, "db", "migrate").returncode == 0
+    group = f"ttl-{tmp_path.name}"
+    ensure_topics(kafka_conf, list(SINK_TOPICS), partitions=16)
+    skip_to_end(kafka_conf, group, SINK_TOPICS)  # the sink starts and idles: other tests' records are not its
     out = _argus(
         home,
         120,
@@ -172,7 +178,7 @@ def test_every_sink_start_applies_and_reports_the_ttl(tmp_path: Path, kafka_conf
         "--idle-exit",
         "1",
         "--group",
-        f"ttl-{tmp_path.name}",
+        group,
         ARGUS_KAFKA_BOOTSTRAP=kafka_conf["bootstrap.servers"],
     )
     assert out.returncode == 0, out.stderr
