@@ -69,7 +69,7 @@ class DiagnoserConfig:
     ends after about ``cp_end_steps`` steps back below half its size (its size follows it
     with weight ``cp_size_alpha``). Changes whose onsets are within ``cp_onset_within``
     steps and whose sizes are within a factor ``cp_size_ratio`` are one cause
-    (:mod:`detectors.common_cause`). A rank whose last four spikes (``cp_spike`` or more
+    (:mod:`detectors.common_cause`). A rank whose last six spikes (``cp_spike`` or more
     over its baseline) came at regular gaps (2 to ``cp_max_period`` steps) is slow every
     k-th step: one change from the first of them. A job of fewer than ``small_job`` ranks leads with the
     rank's own past: a rank that only stands out against its few peers (a naturally slower
@@ -118,15 +118,15 @@ class DiagnoserConfig:
     cp_learn: int = 24
     cp_alpha: float = 0.01
     cp_k: float = 0.75
-    cp_clip: float = 3.0
+    cp_clip: float = 2.5
     cp_fast_shift: float = 0.15
-    cp_h: float = 12.0
+    cp_h: float = 16.0
     cp_min_shift: float = 0.08
-    cp_min_evidence: float = 0.35
+    cp_min_evidence: float = 0.5
     cp_end_steps: float = 3.0
     cp_size_alpha: float = 0.1
     cp_onset_within: int = 4
-    cp_size_ratio: float = 1.6
+    cp_size_ratio: float = 2.0
     cp_spike: float = 0.25
     cp_max_period: int = 64
     small_job: int = 16

@@ -149,7 +149,7 @@ _FIELDS = (
     "n", "base", "sig", "ac", "prev", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
     "t_from", "seen",
 )  # fmt: skip
-_SPIKES = 4
+_SPIKES = 6
 """Spikes whose regular gaps make a rank slow every k-th step."""
 _INT_FIELDS = frozenset({"n", "s_from", "onset", "t_from", "seen"})
 

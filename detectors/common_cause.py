@@ -44,6 +44,8 @@ _BY_PHASE = {
     "unaccounted_ms": MASKED_COMPUTE_STRAGGLER,
 }
 _MAX_HOSTS_NAMED = 8
+_WHOLE = 0.8
+"""Share of a group's ranks that makes a change the group's own (a stage imbalance)."""
 
 
 def ranks_label(ranks: list[int]) -> str:
@@ -135,6 +137,10 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
             continue
         members, mrows = ranks[c], rows[c]
         kind, suspect = _where(members, mrows, res, cfg.group_column)
+        if suspect.startswith(f"{cfg.group_column}:") and len(c) >= _WHOLE * np.sum(
+            res.group == res.group[mrows[0]]
+        ):
+            continue  # a whole stage slower than the others: the stage's finding (the layout's)
         phase = Counter(OWN_WORK[int(p)] for p in st.phase[members]).most_common(1)[0][0]
         cause = _BY_PHASE.get(phase, COMPUTE_STRAGGLER)
         if phase == "unaccounted_ms" and res.untimed:
