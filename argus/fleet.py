@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from argus.detectors.fleet import NODE_CAUSES, NODE_SUSPECT_KINDS, FleetConfig, node_health
 from argus.sinks.fleet import (
     HostEvidence,
@@ -52,7 +54,9 @@ class SuspectNode:
     ``confidence``: 1 - the Holm-adjusted p-value over the fleet (the chance that a healthy
     node would look this bad, for the whole fleet at once, is at most 1 - confidence);
     ``ratio_low``: its rate is at least this many times the fleet's (95 % posterior bound);
-    ``expected``: implicating jobs a healthy node with its exposure would have had.
+    ``jobs``: the jobs that implicated it in ``decided_by`` (``any`` node cause, or the one
+    cause in which it stands out most), ``expected``: those a healthy node with its exposure
+    would have had there (the evidence lists every job).
     """
 
     host: str
@@ -60,6 +64,7 @@ class SuspectNode:
     ratio_low: float
     jobs: int
     expected: float
+    decided_by: str
     gpu_hours: float
     evidence: HostEvidence
 
@@ -72,6 +77,7 @@ class SuspectNode:
             "rate_x_fleet_min": self.ratio_low,
             "jobs": self.jobs,
             "jobs_expected": self.expected,
+            "decided_by": self.decided_by,
             "anomalies": ev.anomalies,
             "gpu_hours_hosted": self.gpu_hours,
             "gpu_hours_lost": ev.gpu_hours_lost,
@@ -116,7 +122,10 @@ def fleet_view(
         raise ValueError(f"{cause!r} never implicates a node; one of: {', '.join(sorted(NODE_CAUSES))}")
     causes = NODE_CAUSES if cause is None else frozenset({cause})
     table = node_table(store, since, until, causes=causes, kinds=NODE_SUSPECT_KINDS)
-    health = node_health(table.jobs, table.gpu_hours, config)
+    # strata: any node cause, then each cause seen (a bad node keeps failing one way)
+    strata = ("any", *table.causes) if cause is None and len(table.causes) > 1 else ("any",)
+    counts = np.column_stack([table.jobs, table.by_cause]) if len(strata) > 1 else table.jobs
+    health = node_health(counts, table.gpu_hours, config)
     order = [int(i) for i in health.order() if health.suspect[i]]
     hosts = [str(table.hosts[i]) for i in order]
     evidence = node_evidence(
@@ -127,8 +136,9 @@ def fleet_view(
             str(table.hosts[i]),
             float(health.confidence[i]),
             float(health.ratio_low[i]),
-            int(table.jobs[i]),
+            int(health.count[i]),
             float(health.expected[i]),
+            strata[int(health.stratum[i])],
             float(table.gpu_hours[i]),
             evidence.get(str(table.hosts[i]), HostEvidence(str(table.hosts[i]))),
         )
@@ -136,7 +146,7 @@ def fleet_view(
     ]
     lost = lost_by_cause_day(store, since, until, causes=None if cause is None else [cause])
     return FleetView(
-        since, until, cause, health.rate, len(table), float(table.gpu_hours.sum()), suspects, lost
+        since, until, cause, float(health.rate[0]), len(table), float(table.gpu_hours.sum()), suspects, lost
     )
 
 

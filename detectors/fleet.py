@@ -104,19 +104,23 @@ class FleetConfig:
 class NodeHealth:
     """The fleet test over nodes (one entry per node, in the input's order).
 
-    ``rate``: the fleet's background rate (implicating jobs per GPU-hour hosted);
-    ``expected``: per node, ``rate x exposure``; ``p_value``: P(count >= observed) under
-    the fleet rate; ``p_adjusted``: Holm-adjusted over the nodes tested; ``confidence``:
-    ``1 - p_adjusted``; ``ratio_low``: the node's rate over the fleet's at the ``credible``
-    lower quantile of its posterior (ranks the list); ``suspect``: the decision.
+    ``rate``: the fleet's background rate of each stratum (implicating jobs per GPU-hour
+    hosted); per node: ``stratum``, the stratum that decided (its smallest p-value),
+    ``count`` its implicating jobs there and ``expected`` those of a healthy node
+    (``rate x exposure``); ``p_value``: P(count >= observed) under the fleet rate, times the
+    strata tested (Bonferroni); ``p_adjusted``: Holm-adjusted over the nodes tested;
+    ``confidence``: ``1 - p_adjusted``; ``ratio_low``: the node's rate over the fleet's at the
+    ``credible`` lower quantile of its posterior (ranks the list); ``suspect``: the decision.
     """
 
-    rate: float
+    rate: np.ndarray
     expected: np.ndarray
     p_value: np.ndarray
     p_adjusted: np.ndarray
     ratio_low: np.ndarray
     suspect: np.ndarray
+    stratum: np.ndarray
+    count: np.ndarray
 
     @property
     def confidence(self) -> np.ndarray:
@@ -181,7 +185,8 @@ def node_health(
 
     Args:
         counts: per node, the distinct jobs whose anomalies (of :data:`NODE_CAUSES`, as
-            :data:`NODE_SUSPECT_KINDS`) implicated it in the window.
+            :data:`NODE_SUSPECT_KINDS`) implicated it in the window; one column per stratum
+            (e.g. every cause, and all of them together) or a single column.
         exposure: per node, the GPU-hours it hosted in the window (from the steps).
         config: thresholds (:class:`FleetConfig`).
 
@@ -191,10 +196,14 @@ def node_health(
     Notes:
         Counts are distinct jobs, not anomalies: one job's repeated anomalies on a node are
         one piece of evidence (they share the job's code, data and neighbours). Under the
-        null a healthy node's count is Poisson(``rate x exposure``), ``rate`` from
-        :func:`fleet_rate`. The test is one-sided (only worse than the fleet matters) and
-        Holm-adjusted over the nodes tested (those that hosted anything), so ``alpha`` bounds
-        the chance of naming any healthy node in the window. The posterior of a node's rate
+        null a healthy node's count in each stratum is Poisson(``rate x exposure``), the
+        stratum's ``rate`` from :func:`fleet_rate`. A bad node keeps failing the same way
+        (a slow GPU's jobs see compute stragglers, a flaky link's see link faults) while
+        healthy nodes' bad luck spreads over the causes: a stratum per cause needs fewer jobs
+        to tell it apart than all causes pooled. A node's p-value is its smallest over the
+        strata times their number (Bonferroni); the test is one-sided (only worse than the
+        fleet matters) and Holm-adjusted over the nodes tested (those that hosted anything),
+        so ``alpha`` bounds the chance of naming any healthy node in the window. The posterior of a node's rate
         is Gamma(``prior_jobs + count``, ``prior_jobs / rate + exposure``): with little
         exposure it stays near the fleet rate, so ``ratio_low`` (its ``credible`` quantile over
         the fleet rate) keeps a node with one anomaly and no history off the top. Jobs that
@@ -205,22 +214,31 @@ def node_health(
     cfg = config or FleetConfig()
     k = np.asarray(counts, dtype=float)
     e = np.asarray(exposure, dtype=float)
-    if k.shape != e.shape or k.ndim != 1:
+    if k.ndim == 1:
+        k = k[:, None]
+    if e.ndim != 1 or k.ndim != 2 or k.shape[0] != e.shape[0]:
         raise ValueError(f"counts and exposure need one value per node (got {k.shape} and {e.shape})")
     if (k < 0).any() or (e < 0).any() or not np.isfinite(e).all():
         raise ValueError("counts and exposure must be finite and >= 0")
-    n = len(k)
-    rate = fleet_rate(k, e, trim_alpha=cfg.trim_alpha)
-    if n == 0 or rate <= 0.0:
+    n, strata = k.shape
+    rate = np.array([fleet_rate(k[:, j], e, trim_alpha=cfg.trim_alpha) for j in range(strata)])
+    if n == 0 or strata == 0 or (rate <= 0.0).all():
         zeros = np.zeros(n)
-        return NodeHealth(rate, zeros, np.ones(n), np.ones(n), zeros, np.zeros(n, bool))
-    expected = rate * e
-    p = _p_values(k, expected)
+        return NodeHealth(
+            rate, zeros, np.ones(n), np.ones(n), zeros, np.zeros(n, bool), np.zeros(n, int), zeros
+        )
+    expected_all = rate[None, :] * e[:, None]
+    p_all = np.where(rate[None, :] > 0.0, _p_values(k, expected_all), 1.0)
+    best = np.argmin(p_all, axis=1)
+    rows = np.arange(n)
+    p = np.minimum(p_all[rows, best] * strata, 1.0)
+    count, expected, r = k[rows, best], expected_all[rows, best], rate[best]
     tested = e > 0.0
     p_adj = np.ones(n)
     p_adj[tested] = holm(p[tested])
-    shape = cfg.prior_jobs + k
-    scale = 1.0 / (cfg.prior_jobs / rate + e)
-    ratio_low = stats.gamma.ppf(cfg.credible, shape, scale=scale) / rate
-    suspect = (p_adj <= cfg.alpha) & (k >= cfg.min_jobs) & (ratio_low >= cfg.min_ratio)
-    return NodeHealth(rate, expected, p, p_adj, ratio_low, suspect)
+    safe = np.where(r > 0.0, r, 1.0)
+    shape = cfg.prior_jobs + count
+    scale = 1.0 / (cfg.prior_jobs / safe + e)
+    ratio_low = np.where(r > 0.0, stats.gamma.ppf(cfg.credible, shape, scale=scale) / safe, 0.0)
+    suspect = (p_adj <= cfg.alpha) & (count >= cfg.min_jobs) & (ratio_low >= cfg.min_ratio)
+    return NodeHealth(rate, expected, p, p_adj, ratio_low, suspect, best, count)

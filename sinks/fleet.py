@@ -50,11 +50,14 @@ _IMPLICATING = """time >= {since:DateTime64(3)} AND time < {until:DateTime64(3)}
 @dataclass(frozen=True)
 class NodeTable:
     """Per host (one entry each, sorted by name): GPU-hours hosted and the distinct jobs whose
-    anomalies implicated it: what the fleet model needs of every host."""
+    anomalies implicated it, of any cause (``jobs``) and per cause (``by_cause``, one column
+    per name of ``causes``): what the fleet model needs of every host."""
 
     hosts: np.ndarray
     gpu_hours: np.ndarray
     jobs: np.ndarray
+    causes: tuple[str, ...] = ()
+    by_cause: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
 
     def __len__(self) -> int:
         return len(self.hosts)
@@ -133,20 +136,29 @@ def node_table(
         "WHERE hour >= toStartOfHour({since:DateTime64(3)}) AND hour < {until:DateTime64(3)} GROUP BY host",
         p,
     )
-    # versions of one anomaly share its job: no need to find the latest to count jobs
+    # versions of one anomaly share its job: no need to find the latest to count jobs. The
+    # rollup's rows (cause '') are each host's jobs of any cause (a job counted once).
     hit = store.query_rows(
-        f"SELECT host, uniqExact(job) FROM anomaly_nodes WHERE {_IMPLICATING} GROUP BY host", p
+        f"SELECT host, toString(cause), uniqExact(job) FROM anomaly_nodes WHERE {_IMPLICATING} "
+        "GROUP BY host, cause WITH ROLLUP",
+        p,
     )
+    hit = [r for r in hit if str(r[0])]  # the grand total
     hosts = np.array(sorted({str(r[0]) for r in (*hours, *hit)}), dtype=object)
+    causes = tuple(sorted({str(r[1]) for r in hit if str(r[1])}))
 
     def column(rows: Sequence[tuple[Any, ...]], dtype: type) -> np.ndarray:
         out: np.ndarray = np.zeros(len(hosts), dtype=dtype)
         if rows:
             idx = np.searchsorted(hosts, np.array([str(r[0]) for r in rows], dtype=object))
-            out[idx] = [r[1] for r in rows]
+            out[idx] = [r[-1] for r in rows]
         return out
 
-    return NodeTable(hosts, column(hours, float), column(hit, np.int64))
+    by_cause = np.zeros((len(hosts), len(causes)), np.int64)
+    for j, c in enumerate(causes):
+        by_cause[:, j] = column([r for r in hit if str(r[1]) == c], np.int64)
+    total = column([r for r in hit if not str(r[1])], np.int64)
+    return NodeTable(hosts, column(hours, float), total, causes, by_cause)
 
 
 def node_evidence(

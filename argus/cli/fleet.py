@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["FleetFormat", "view_json"]
 
 _COLUMNS = (
-    "host", "confidence", "rate_x_fleet_min", "jobs", "jobs_expected", "anomalies", "gpu_hours_hosted",
+    "host", "confidence", "rate_x_fleet_min", "jobs", "jobs_expected", "decided_by", "anomalies", "gpu_hours_hosted",
     "gpu_hours_lost", "causes", "gpus", "xid_samples", "ecc_errors", "throttled_samples", "link_errors",
     "xids", "jobs_list", "anomaly_ids",
 )  # fmt: skip
@@ -87,7 +87,7 @@ def _print_table(view: FleetView) -> None:
                 n.host,
                 f"{n.confidence:.4f}",
                 f"{n.ratio_low:.1f}x fleet",
-                f"{n.jobs} ({n.expected:.2f})",
+                f"{n.jobs} ({n.expected:.2f}) {n.decided_by}",
                 f"{n.gpu_hours:.1f} / {ev.gpu_hours_lost:.2f}",
                 _short(ev.causes),
                 _short(ev.gpus, 2),

@@ -103,3 +103,24 @@ def test_a_config_out_of_range_is_refused() -> None:
         FleetConfig(alpha=0.0)
     with pytest.raises(ValueError):
         FleetConfig(min_ratio=0.5)
+
+
+def test_a_node_failing_one_way_stands_out_in_its_cause_before_the_pooled_count_does() -> None:
+    """Healthy nodes' bad luck spreads over causes; a bad node keeps failing one way. With a
+    stratum per cause the bad node is named on fewer jobs than with all causes pooled, and a
+    healthy fleet split into strata still names nobody."""
+    rng = np.random.default_rng(21)
+    named = 0
+    for _ in range(100):
+        exposure = rng.gamma(2.0, 100.0, 250)
+        per_cause = rng.poisson(RATE / 4 * exposure[:, None], (250, 4))
+        pooled = per_cause.sum(axis=1)
+        named += int(node_health(np.column_stack([pooled, per_cause]), exposure).suspect.sum())
+    assert named <= 1
+    exposure = np.full(250, 50.0)
+    per_cause = rng.poisson(RATE / 4 * exposure[:, None], (250, 4))
+    per_cause[3] = [0, 7, 0, 0]  # 7 jobs of one cause: a healthy node expects 0.25 of each, 1 in all
+    pooled = per_cause.sum(axis=1)
+    split = node_health(np.column_stack([pooled, per_cause]), exposure)
+    assert split.suspect[3] and split.stratum[3] == 2 and split.count[3] == 7
+    assert not node_health(pooled, exposure).suspect[3]

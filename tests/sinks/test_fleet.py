@@ -95,3 +95,42 @@ def test_lost_gpu_hours_by_day_and_cause_count_every_anomaly_once(store: Any, fl
     assert {x.day for x in lost} == {_t(fleet.start_ns).date().isoformat()}
     only = lost_by_cause_day(store, _t(fleet.start_ns), _t(fleet.end_ns), causes=["gc_pause"])
     assert [(x.cause, x.anomalies) for x in only] == [("gc_pause", 1)]
+
+
+def test_the_fleet_dashboard_and_the_ticket_rule_read_the_recorded_suspects(store: Any, unique: str) -> None:
+    """Every panel of Argus / Fleet and the node-suspect rule, macros expanded, on a fleet of 60
+    hosts after `argus fleet --record`'s recording (the model itself: argus.fleet)."""
+    from argus.fleet import fleet_view, record
+    from argus.sinks.grafana import ALERTS, expand
+    from argus.sinks.grafana.queries import FLEET
+
+    t0 = 1_900_000_000 * 10**9 + (5000 + int(unique, 16) % 5000) * 86_400 * 10**9
+    fleet = small_fleet(store, f"d{unique}", t0 - t0 % (86_400 * 10**9), n_hosts=60, n_jobs=40, bad_jobs=8)
+    start, end = _t(fleet.start_ns), _t(fleet.end_ns)
+    view = fleet_view(store, since=start, until=end)
+    assert [n.host for n in view.suspects] == [fleet.bad]
+    assert record(store, view) == 1
+
+    def run(sql: str) -> list[dict[str, Any]]:
+        table = store.query_arrow(
+            expand(sql, start=start, end=end + timedelta(minutes=1), interval_s=60, variables={})
+        )
+        rows = zip(*(c.to_pylist() for c in table.columns), strict=True)
+        return [dict(zip(table.column_names, r, strict=True)) for r in rows]
+
+    panels = {p.key: run(p.sql) for p in FLEET.panels}
+    heat: dict[str, float] = {}
+    for r in panels["host_day_lost"]:
+        heat[r["host"]] = heat.get(r["host"], 0.0) + r["gpu_hours_lost"]
+    assert heat[fleet.bad] == pytest.approx(0.04 + 6 * 0.01) and heat[fleet.unlucky] == pytest.approx(0.01)
+    (suspect,) = [r for r in panels["suspect_nodes"] if r["host"] in fleet.hosts]
+    assert (
+        suspect["host"] == fleet.bad and suspect["jobs"] == 7 and fleet.bad_ids[0] in suspect["anomaly_ids"]
+    )
+    listed = [r for r in panels["suspect_anomalies"] if r["host"] in fleet.hosts]
+    assert sorted(r["anomaly"] for r in listed) == sorted(fleet.bad_ids)
+    lost = {k: sum(r[k] for r in panels["lost_by_cause"]) for k in ("compute_straggler", "gc_pause")}
+    assert lost == {"compute_straggler": pytest.approx(0.10), "gc_pause": pytest.approx(0.001)}
+    (rule,) = [r for r in ALERTS if r.uid == "argus-node-suspect"]
+    firing = {r["host"]: r["suspect"] for r in run(rule.sql) if r["host"] in fleet.hosts}
+    assert firing == {fleet.bad: 1.0}
