@@ -158,6 +158,7 @@ _LINKS = {
     ("kernels", "name"): _link("Kernel across ranks", _TO_KERNEL),
     ("kernel_ranks", "rank"): _link("Rank drill-down", _TO_RANK),
     ("costliest", "job"): _link("Job overview", _TO_JOB),
+    ("suspect_anomalies", "job"): _link("Job overview", _TO_JOB),
 }
 
 
@@ -291,6 +292,8 @@ def pipeline_dashboard_json() -> dict[str, Any]:
 def _dashboard_url(rule: AlertRule, base: str) -> str:
     """The job's (or its suspect rank's) dashboard from 15 minutes before the anomaly to now."""
     base = base.rstrip("/")
+    if rule.drilldown == "fleet":  # a node across jobs: the fleet dashboard over the model's window
+        return f"{base}/d/argus-fleet/argus-fleet?from=now-7d&to=now"
     job = "var-job={{ urlquery $labels.job }}"
     when = "from={{ $labels.from_ms }}&to=now"
     overview = f"{base}/d/argus-job/argus-job-overview?{job}&{when}"
@@ -388,6 +391,15 @@ def _panel_id(dashboard_uid: str, key: str) -> int:
     return next(pid for panel, pid, _, _ in _layout(dashboard.panels) if panel.key == key)
 
 
+def _rule_panel(rule: AlertRule) -> tuple[str, int]:
+    """The dashboard and panel a rule belongs to: the fleet's suspects for a fleet rule, else the
+    job overview's anomalies."""
+    uid, key = (
+        ("argus-fleet", "suspect_nodes") if rule.drilldown == "fleet" else (ALERT_DASHBOARD, ALERT_PANEL)
+    )
+    return uid, _panel_id(uid, key)
+
+
 def alert_rules(options: GrafanaOptions | None = None) -> dict[str, Any]:
     """Unified alerting provisioning document (file format v1) with every Argus rule."""
     options = options or GrafanaOptions()
@@ -401,8 +413,8 @@ def alert_rules(options: GrafanaOptions | None = None) -> dict[str, Any]:
                 "condition": api["condition"],
                 "data": api["data"],
                 # the file format's own fields (Grafana derives __dashboardUid__/__panelId__ from both)
-                "dashboardUid": ALERT_DASHBOARD,
-                "panelId": _panel_id(ALERT_DASHBOARD, ALERT_PANEL),
+                "dashboardUid": _rule_panel(rule)[0],
+                "panelId": _rule_panel(rule)[1],
                 "noDataState": api["noDataState"],
                 "execErrState": api["execErrState"],
                 "for": api["for"],
@@ -424,8 +436,9 @@ def api_alert_rules(options: GrafanaOptions, *, folder_uid: str) -> list[dict[st
     for rule in ALERTS:
         body = _sdk_rule(rule, options, folder_uid=folder_uid, group="argus")
         body["keep_firing_for"] = rule.keep_firing
-        body["annotations"]["__dashboardUid__"] = ALERT_DASHBOARD
-        body["annotations"]["__panelId__"] = str(_panel_id(ALERT_DASHBOARD, ALERT_PANEL))
+        uid, panel = _rule_panel(rule)
+        body["annotations"]["__dashboardUid__"] = uid
+        body["annotations"]["__panelId__"] = str(panel)
         out.append(body)
     return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from argus.schemas import COLLECTIVE_COLUMNS, PHASE_COLUMNS
+from argus.schemas.causes import FAULT_CAUSES, HANG_CAUSES, UNKNOWN
 
 from .._sql import BUSY_MS as BUSY
 
@@ -89,7 +90,7 @@ class AlertRule:
     summary: str
     description: str
     severity: str = "page"
-    drilldown: str = "job"  # dashboard link: "job" overview, or "rank" drill-down (needs a rank label)
+    drilldown: str = "job"  # dashboard link: "job" overview, "rank" drill-down (needs a rank label), "fleet"
     window_s: int = 600
     runbook: str = ""
 
@@ -346,7 +347,87 @@ GROUP BY rank ORDER BY p99_us DESC, rank LIMIT 50""",
     ),
 )
 
-DASHBOARDS = (JOB_OVERVIEW, RANK_DRILLDOWN, KERNEL_VIEW, ANOMALY_LIST)
+# -- the fleet (argus fleet; docs/operations.md "The fleet view") -------------------------
+
+_HOST_COST = """SELECT host, id, any(job) AS a_job, any(cause) AS a_cause, min(time) AS first_seen,
+             argMax(gpu_hours_lost, end_step) AS a_lost, argMax(gpus, end_step) AS a_gpus
+      FROM anomaly_nodes WHERE $__timeFilter(time) GROUP BY host, id"""
+"""Each anomaly on each host it implicates, once: its latest version's cost share there."""
+
+FLEET = Dashboard(
+    uid="argus-fleet",
+    title="Argus / Fleet",
+    variables=(),
+    description="Which nodes keep slowing jobs down across jobs (argus fleet), and what slowness costs "
+    "the fleet.",
+    panels=(
+        Panel(
+            "host_day_lost",
+            "GPU-hours lost per host and day (the 50 costliest hosts)",
+            "heatmap",
+            f"""SELECT t, host, round(sum(a_lost), 3) AS gpu_hours_lost
+FROM (SELECT toStartOfDay(first_seen) AS t, host, a_lost FROM ({_HOST_COST}))
+WHERE host IN (SELECT host FROM ({_HOST_COST}) GROUP BY host ORDER BY sum(a_lost) DESC LIMIT 50)
+GROUP BY t, host ORDER BY t, host""",
+            "The host's share of the GPU-hours its anomalies cost, by the day they were found. A row bright "
+            "day after day is a bad node; a column bright on many hosts is a fleet-wide event (a switch, "
+            "storage, a bad image); scattered cells are jobs' bad luck. Which nodes are suspect with "
+            "statistical confidence is the next panel's (the fleet model), not this one's.",
+            width=24,
+            height=10,
+        ),
+        Panel(
+            "suspect_nodes",
+            "Suspect nodes (argus fleet --record, hourly)",
+            "table",
+            """SELECT host, max(time) AS last_named, round(argMax(confidence, time), 4) AS confidence,
+       round(argMax(rate_x_fleet_min, time), 1) AS rate_x_fleet_min, argMax(jobs, time) AS jobs,
+       round(argMax(jobs_expected, time), 2) AS jobs_expected,
+       round(argMax(gpu_hours_lost, time), 2) AS gpu_hours_lost, toString(argMax(causes, time)) AS causes,
+       toString(argMax(gpus, time)) AS gpus, argMax(xid_samples, time) AS xid_samples,
+       argMax(throttled_samples, time) AS throttled_samples, argMax(ecc_errors, time) AS ecc_errors,
+       argMax(link_errors, time) AS link_errors, arrayStringConcat(argMax(anomaly_ids, time), ' ') AS anomaly_ids
+FROM node_suspects WHERE $__timeFilter(time)
+GROUP BY host ORDER BY last_named DESC, rate_x_fleet_min DESC LIMIT 100""",
+            "Each host the fleet model named in the range, as last recorded: its confidence (1 - the "
+            "Holm-adjusted p-value over the fleet), its rate over the fleet's at the 95 % bound, the jobs "
+            "that implicated it against those a healthy node would have had, and its evidence. What to do: "
+            "docs/operations.md, The fleet view.",
+            width=24,
+        ),
+        Panel(
+            "suspect_anomalies",
+            "Anomalies on the suspect nodes",
+            "table",
+            f"""SELECT host, a_job AS job, id AS anomaly, a_cause AS cause, first_seen,
+       round(a_lost, 3) AS gpu_hours_lost, arrayStringConcat(a_gpus, ' ') AS gpus
+FROM ({_HOST_COST})
+WHERE host IN (SELECT host FROM node_suspects WHERE $__timeFilter(time))
+ORDER BY host, first_seen LIMIT 1000""",
+            "Every anomaly that implicated a suspect node, with the GPUs it named there. Click a job for "
+            "its overview (the anomaly, its evidence and cost).",
+            width=24,
+        ),
+        Panel(
+            "lost_by_cause",
+            "GPU-hours lost by cause per day",
+            "timeseries",
+            """SELECT t, """
+            + ", ".join(
+                f"round(sumIf(a_lost, a_cause = '{c}'), 3) AS {c}"
+                for c in (*FAULT_CAUSES, UNKNOWN, *HANG_CAUSES)
+            )
+            + """
+FROM (SELECT id, toStartOfDay(min(time)) AS t, any(cause) AS a_cause, argMax(gpu_hours_lost, end_step) AS a_lost
+      FROM anomalies WHERE $__timeFilter(time) GROUP BY id)
+GROUP BY t ORDER BY t""",
+            "Every anomaly once (its latest version), by the day it was found: the workload's classes too.",
+            width=24,
+        ),
+    ),
+)
+
+DASHBOARDS = (JOB_OVERVIEW, RANK_DRILLDOWN, KERNEL_VIEW, ANOMALY_LIST, FLEET)
 
 PIPELINE = Dashboard(
     uid="argus-pipeline",
@@ -494,6 +575,27 @@ ORDER BY slow DESC, job, onset, suspect LIMIT 1000""",
         description="No step completed for longer than the job's threshold; the worker re-sends the hang "
         "anomaly every minute while it lasts, and the page clears once it stops. The collective, its group "
         "and what the suspect does instead: the dashboard link (Hangs and lost ranks).",
+    ),
+    AlertRule(
+        uid="argus-node-suspect",
+        title="Argus: node suspect across jobs",
+        sql="""SELECT host, toFloat64(max(time) >= $__toTime - INTERVAL 7200 SECOND) AS suspect
+FROM node_suspects WHERE $__timeFilter(time) AND time <= $__toTime
+GROUP BY host ORDER BY suspect DESC, host LIMIT 1000""",
+        value="suspect",
+        fire_above=0.5,
+        recover_below=0.5,
+        pending="0s",
+        keep_firing="1h",
+        severity="ticket",
+        drilldown="fleet",
+        window_s=SCAN_S,
+        runbook="argus-node-suspect",
+        summary="Node {{ $labels.host }} slows jobs across jobs: cordon it, read its evidence, file a ticket",
+        description="argus fleet --record (hourly) named this host in the last 2 hours: over the last 7 days "
+        "different jobs found it slow far more often than the fleet's rate for the GPU-hours it hosted "
+        "(Holm-corrected, at least 3 jobs, at least 2x the fleet rate at the 95 % bound). Its jobs, "
+        "anomalies, GPUs and NVML health: the fleet dashboard (link) or argus fleet. A ticket, not a page.",
     ),
 )
 

@@ -116,6 +116,12 @@ def test_every_panel_runs_and_returns_rows(store, jobs, dashboard, panel) -> Non
     if panel.key == "hangs":  # a straggler is not a hang (see test_the_hang_panel_...)
         assert rows == []
         return
+    if panel.key in (
+        "suspect_nodes",
+        "suspect_anomalies",
+    ):  # no fleet recording here: tests/sinks/test_fleet.py
+        assert rows == []
+        return
     assert rows, f"{dashboard.uid}/{panel.key} returned no rows"
     if panel.kind == "timeseries":
         times = [r[0] for r in rows]

@@ -138,7 +138,9 @@ def test_the_shipped_rules_parse_with_their_settings() -> None:
     doc = alert_rules()
     group = doc["groups"][0]
     rules = {r.uid: r for r in (RuleModel.from_file(group, x) for x in group["rules"])}
-    assert set(rules) == {"argus-slow-rank", "argus-lost-rank", "argus-hang"}
+    assert set(rules) == {"argus-slow-rank", "argus-lost-rank", "argus-hang", "argus-node-suspect"}
+    node = rules["argus-node-suspect"]  # a ticket: held an hour past the last recording naming it
+    assert (node.for_s, node.keep_firing_s, node.evaluator) == (0.0, 3600.0, ("gt", 0.5))
     slow = rules["argus-slow-rank"]
     assert (slow.interval_s, slow.for_s, slow.keep_firing_s, slow.from_s) == (60.0, 0.0, 300.0, 86400.0)
     assert slow.exec_err_state == "KeepLast" and slow.no_data_state == "OK"
