@@ -7,9 +7,10 @@ whose anomalies implicated it and the GPU-hours it hosted; then a test against t
 
 The model (stated in :func:`node_health`'s Notes): a healthy node is implicated by the jobs
 it hosts at the fleet's background rate per GPU-hour hosted, so its count of implicating
-jobs in a window is Poisson with mean ``rate x exposure``. A node is *suspect* when that
-count is improbably high under the fleet rate after multiple-testing control over every
-node tested (Holm, family-wise), it was implicated by at least ``min_jobs`` different jobs,
+jobs in a window is Poisson with mean ``rate x exposure``, in each stratum (every cause
+apart, and all pooled). A node is *suspect* when its count is improbably high under the
+fleet rate in some stratum after multiple-testing control over the strata (Bonferroni) and
+every node tested (Holm, family-wise), it was implicated by at least ``min_jobs`` different jobs,
 and the rate it shows is at least ``min_ratio`` times the fleet's even at the low end of its
 posterior (Gamma prior at the fleet rate): a node that hosted little cannot reach the top
 of the list by one anomaly. Pure numpy/scipy; no I/O.
