@@ -44,6 +44,9 @@ _BY_PHASE = {
     "unaccounted_ms": MASKED_COMPUTE_STRAGGLER,
 }
 _MAX_HOSTS_NAMED = 8
+_STAGE_SHARE = 0.5
+"""Share of a group's (pp stage's) ranks with a change open from which the changes are the
+stage's: a stage slower than the others is the stage imbalance rule's, not its ranks'."""
 _WHOLE = 0.8
 """Share of a group's ranks that makes a change the group's own (a stage imbalance)."""
 
@@ -112,6 +115,14 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
         return []
     ranks = np.array(present)
     rows = np.array([row_of[r] for r in present])
+    keys, sizes = np.unique(res.group, return_counts=True)
+    if len(keys) > 1:  # half a stage or more changed at once: the stage's finding (the layout's)
+        at = np.searchsorted(keys, res.group[rows])
+        share = np.bincount(at, minlength=len(keys)) / sizes
+        keep = share[at] < _STAGE_SHARE
+        ranks, rows = ranks[keep], rows[keep]
+        if not len(ranks):
+            return []
     shift = (st.onset[:, ranks] >= 0).any(axis=0)
     per = st.period[:, ranks]
     # a sustained shift first; else slow every k-th step: its mean excess per step
