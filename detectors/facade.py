@@ -45,6 +45,7 @@ from argus.schemas.causes import (
     ONE_OFF_CAUSES,
     PIPELINE_STAGE_IMBALANCE,
     SEQUENCE_LENGTH_IMBALANCE,
+    UNKNOWN,
 )
 
 from ._config import DiagnoserConfig
@@ -642,6 +643,10 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> fl
 
 _SILENT = 10**15
 """``reported`` of a persistent episode: never sent."""
+_BASELINE_KINDS = frozenset({"rank", "host", "ranks"})
+_BASELINE_CAUSES = frozenset({COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER, UNKNOWN})
+"""What a slower machine or a speed group looks like: a layout's imbalance (a slow stage,
+uneven sequence lengths) or a link since the start is still reported (a warning)."""
 
 
 def _confirm(
@@ -661,7 +666,12 @@ def _confirm(
     e.emitted = True
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
-    if e.persistent and e.onset <= state.first_step:
+    if (
+        e.persistent
+        and e.onset <= state.first_step
+        and e.suspect_kind in _BASELINE_KINDS
+        and e.cause in _BASELINE_CAUSES
+    ):
         e.reported = _SILENT
         return None
     e.severity = _severity(e, cfg)
