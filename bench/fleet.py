@@ -219,7 +219,11 @@ def month(params: dict[str, float], workers: int, folder: Path) -> Month:
         jobs_to_detection=jobs_to,
         days_to_detection=days_to,
         detected={h: kinds[h] for h in detected},
-        missed=[f"{h} ({kinds[h]})" for h in onset if h not in detected],
+        missed=[
+            f"{h} ({kinds[h]}): slowed {sum(fleet.node_of(h) in j.bad for j in fleet.jobs)} jobs in all"
+            for h in onset
+            if h not in detected
+        ],
         jobs=len(fleet.jobs),
         steps=steps_rows,
         anomalies=anomalies,
@@ -402,7 +406,7 @@ def main() -> None:
     ):
         print(f"{host:<16} {kind:<16} {jobs:>18} {days:>6.1f}")
     for miss in m.missed:
-        print(f"{miss:<33} {'missed':>18}")
+        print(f"{'missed':<16} {miss}")
     print(f"false suspect nodes: {len(m.false_nodes)} {m.false_nodes if m.false_nodes else ''}")
     print(f"fleet view per check: median {statistics.median(m.view_ms):.0f} ms, max {max(m.view_ms):.0f} ms")
     query_max = view_ms = float("nan")
