@@ -347,7 +347,13 @@ class LogDiagnosis:
 
 
 def diagnose_log(
-    rank: np.ndarray, t: np.ndarray, value: np.ndarray, *, by_time: bool, **options: Unpack[LogOptions]
+    rank: np.ndarray,
+    t: np.ndarray,
+    value: np.ndarray,
+    *,
+    by_time: bool,
+    config: DiagnoserConfig | None = None,
+    **options: Unpack[LogOptions],
 ) -> LogDiagnosis:
     """Diagnose a log (as :func:`log_batches` reads it) with the one engine
     (:class:`JobDiagnoser`), as a live job would be.
@@ -357,7 +363,7 @@ def diagnose_log(
     findings are anomalies."""
     log = log_batches(rank, t, value, by_time=by_time, **options)
     batches, scale = log.batches, log.scale
-    cfg = DiagnoserConfig()
+    cfg = config or DiagnoserConfig()
     if log.phase is not None:
         cfg = dataclasses.replace(cfg, min_cost_frac=math.inf)
     diag = JobDiagnoser(batches[0].job, 0, cfg)

@@ -59,7 +59,10 @@ class DiagnoserConfig:
     suspect has no data yet (its sketches late). Group statistics of groups larger than ``max_sample`` ranks come from a strided
     sample.
 
-    Change points (:mod:`detectors.changepoint`): each rank's residual (log of its own work
+    Change points (:mod:`detectors.changepoint`), off unless ``change_points``: the stream
+    worker does not carry the ranks' residuals between its two stages yet, and on the
+    noise space of ``bench/diagnosis.py`` they still page on quiet jobs (docs/architecture.md);
+    on, each rank's residual (log of its own work
     over its group's and its replica's fast side) against its own baseline, learned over its
     first ``cp_learn`` samples and followed with weight ``cp_alpha`` while nothing is open.
     A CUSUM with reference ``max(cp_k * sigma, cp_min_shift / 2)`` and each step's deviation
@@ -115,6 +118,7 @@ class DiagnoserConfig:
     stack_min_delta: float = 0.1
     deepen_steps: int = 3
     max_sample: int | None = 256
+    change_points: bool = False
     cp_learn: int = 24
     cp_alpha: float = 0.01
     cp_k: float = 0.75

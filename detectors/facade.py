@@ -666,8 +666,9 @@ def _confirm(
     e.emitted = True
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
-    if (
-        e.persistent
+    if (  # silent only where the change points will see a change from it
+        cfg.change_points
+        and e.persistent
         and e.onset <= state.first_step
         and e.suspect_kind in _BASELINE_KINDS
         and e.cause in _BASELINE_CAUSES
@@ -1043,7 +1044,7 @@ def diagnose_step(
     """
     cfg = config or DiagnoserConfig()
     sf, _ = _cross_rank_stage(batch, cfg, ())
-    res = step_residuals(batch, cfg)
+    res = step_residuals(batch, cfg) if cfg.change_points else None
     if kernels is None and stacks is None:
         return apply_findings(state, sf, cfg, residuals=res)
 
@@ -1154,7 +1155,7 @@ def diagnose(
             step_findings(b, diag.config),
             diag.config,
             deepen=deepen,
-            residuals=step_residuals(b, diag.config),
+            residuals=step_residuals(b, diag.config) if diag.config.change_points else None,
         )
         for a in res.anomalies:
             final[a.id] = a

@@ -83,8 +83,11 @@ def slow(ranks: object, first: int, last: int, factor: float) -> Effect:
     return effect
 
 
+CP = d.DiagnoserConfig(change_points=True)  # off by default until the live worker carries them
+
+
 def found(batches: list[StepBatch]) -> list[Anomaly]:
-    return d.diagnose(batches)
+    return d.diagnose(batches, CP)
 
 
 def test_a_subtle_sustained_shift_is_found_with_its_onset_and_end() -> None:
@@ -141,13 +144,13 @@ def test_a_sawtooth_is_one_anomaly_over_its_span() -> None:
 
 
 def test_one_step_blips_are_transients_never_anomalies() -> None:
-    diag = d.JobDiagnoser("cp")
+    diag = d.JobDiagnoser("cp", config=CP)
     out = [a for b in job(600, seed=7, blips=0.002) for a in diag.step(b).anomalies] + diag.flush()
     assert out == [] and sum(diag.state.transients.values()) > 20
 
 
 def test_a_1_2x_straggler_is_emitted_within_5_steps() -> None:
-    diag = d.JobDiagnoser("cp")
+    diag = d.JobDiagnoser("cp", config=CP)
     first = None
     for b in job(200, seed=8, effect=slow([130], 120, 199, 1.2)):
         if diag.step(b).anomalies and first is None:
@@ -173,11 +176,13 @@ def _small(seed: int, slow_from: int = -1) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def test_a_small_job_with_naturally_slower_workers_never_pages() -> None:
-    assert [a for a in diagnose_log(*_small(9), by_time=False).anomalies if a.severity == "page"] == []
+    assert [
+        a for a in diagnose_log(*_small(9), by_time=False, config=CP).anomalies if a.severity == "page"
+    ] == []
 
 
 def test_workers_of_a_small_job_slowed_together_are_one_anomaly_from_their_onset() -> None:
-    res = diagnose_log(*_small(10, slow_from=340), by_time=False)
+    res = diagnose_log(*_small(10, slow_from=340), by_time=False, config=CP)
     pages = [a for a in res.anomalies if a.severity == "page"]
     assert [(sorted(a.ranks), abs(a.start_step - 340) <= 3) for a in pages] == [([2, 5, 6, 9], True)]
 
@@ -186,7 +191,9 @@ def test_a_host_slowed_in_a_log_without_hosts_is_one_anomaly_naming_its_ranks() 
     rng = np.random.default_rng(11)
     ms = 100.0 * np.exp(0.02 * rng.standard_normal((300, 64)))
     ms[120:260, 8:16] *= 1.3
-    res = diagnose_log(np.tile(np.arange(64), 300), np.repeat(np.arange(300), 64), ms.ravel(), by_time=False)
+    res = diagnose_log(
+        np.tile(np.arange(64), 300), np.repeat(np.arange(300), 64), ms.ravel(), by_time=False, config=CP
+    )
     (a,) = res.anomalies  # "ranks:8-15", or "ranks" when the step's own test saw them first
     assert a.suspect_kind == "ranks" and list(a.ranks) == list(range(8, 16))
     assert abs(a.start_step - 120) <= 2 and abs(a.end_step - 259) <= 4
@@ -197,9 +204,9 @@ def test_steps_csv_and_the_live_path_give_the_same_anomalies() -> None:
     (step_findings, then apply_findings with the step's residuals: detectors.diagnose) on
     the same step batches: the same anomalies."""
     rank, step, value = _small(12, slow_from=300)
-    logged = diagnose_log(rank, step, value, by_time=False)
+    logged = diagnose_log(rank, step, value, by_time=False, config=CP)
     log = log_batches(rank, step, value, by_time=False)
-    live = d.diagnose(log.batches)
+    live = d.diagnose(log.batches, CP)
     assert logged.anomalies and [(a.id, a.start_step, a.end_step, a.ranks) for a in logged.anomalies] == [
         (a.id, a.start_step, a.end_step, a.ranks) for a in live
     ]

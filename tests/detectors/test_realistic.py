@@ -15,11 +15,11 @@ LAYOUT = Layout(dp=8, tp=8, pp=4)  # 256 ranks, 32 hosts
 
 
 def run(
-    faults: list[Fault], steps: int, seed: int = 1
+    faults: list[Fault], steps: int, seed: int = 1, config: d.DiagnoserConfig | None = None
 ) -> tuple[list[Anomaly], ClusterSimulator, d.JobDiagnoser]:
     sim = ClusterSimulator(LAYOUT, seed=seed, job="real", faults=faults)
     assert sim.noise is REALISTIC
-    diag = d.JobDiagnoser("real")
+    diag = d.JobDiagnoser("real", config=config)
     final: dict[str, Anomaly] = {}
     for s in sim.run(steps):
         final.update((a.id, a) for a in diag.step(s.batch).anomalies)
@@ -62,15 +62,25 @@ def test_forty_percent_of_a_stage_slowed_is_one_anomaly_naming_them() -> None:
     assert abs(a.start_step - 80) <= 1 and abs(a.end_step - 179) <= 1
 
 
-def test_a_rank_slow_from_the_start_is_its_baseline_and_a_change_from_it_is_found() -> None:
-    """Slow since the start is the rank's baseline (a slower GPU, a speed group: issue 32),
-    never an event; slower again later is a change, with its own onset."""
+def test_a_rank_slow_from_the_start_is_one_persistent_warning() -> None:
+    """Without the change points (the default until the live worker carries them) a rank slow
+    since the start is reported once, as a warning, never a page."""
     anomalies, _, _ = run([Fault(d.COMPUTE_STRAGGLER, 0, 600, (99,), magnitude=1.1)], 600)
+    (a,) = anomalies
+    assert a.suspect == "rank:99" and a.severity == "warn" and a.evidence["persistent"] == 1.0
+    assert a.start_step <= 15 and a.end_step >= 595 and "since the job's start" in a.summary
+
+
+def test_a_rank_slow_from_the_start_is_its_baseline_and_a_change_from_it_is_found() -> None:
+    """With the change points: slow since the start is the rank's baseline (a slower GPU, a
+    speed group: issue 32), never an event; slower again later is a change, with its onset."""
+    cp = d.DiagnoserConfig(change_points=True)
+    anomalies, _, _ = run([Fault(d.COMPUTE_STRAGGLER, 0, 600, (99,), magnitude=1.1)], 600, config=cp)
     assert anomalies == []
     faults = [
         Fault(d.COMPUTE_STRAGGLER, 0, 600, (99,), magnitude=1.1),
         Fault(d.COMPUTE_STRAGGLER, 300, 200, (99,), magnitude=1.3),
     ]
-    (a,) = run(faults, 600)[0]
+    (a,) = run(faults, 600, config=cp)[0]
     assert a.suspect == "rank:99" and a.severity == "page" and "persistent" not in a.evidence
     assert abs(a.start_step - 300) <= 2 and abs(a.end_step - 499) <= 3
