@@ -11,7 +11,7 @@
    rank per message (every ``heartbeat_s``, 5 s by default); a fresh worker drains a backlog
    of them; heartbeats/s from its committed offsets (committed every few seconds).
 
-    python bench/relay.py [--quick]
+    python bench/relay.py [--quick | --smoke]
 
 Last line: JSON with relay_us_per_record and, with a broker, worker_rank_steps_per_s_1,
 worker_rank_steps_per_s_8, speedup and worker_heartbeats_per_s.
@@ -201,9 +201,11 @@ def heartbeat_drain(conf: dict[str, Any], ranks: int, rounds: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true")
+    g.add_argument("--smoke", action="store_true", help="tiny sizes: the bench runs (CI); figures unchecked")
     args = ap.parse_args()
-    out: dict[str, float] = relay_cost(steps=500 if args.quick else 5000)
+    out: dict[str, float] = relay_cost(steps=50 if args.smoke else 500 if args.quick else 5000)
     settings = load_settings()
     conf = settings.kafka_client_config()
     try:
@@ -212,14 +214,16 @@ def main() -> None:
         print(f"worker catch-up skipped: {exc}")
     else:
         ensure_topics(conf, ALL_TOPICS, partitions=settings.kafka_partitions)
-        ranks, steps = (1024, 20) if args.quick else (4096, 40)
+        ranks, steps = (64, 5) if args.smoke else (1024, 20) if args.quick else (4096, 40)
         one = catch_up(conf, 1, ranks, steps)
         eight = catch_up(conf, 8, ranks, steps)
         out |= {
             "worker_rank_steps_per_s_1": round(one),
             "worker_rank_steps_per_s_8": round(eight),
             "speedup": round(eight / one, 2),
-            "worker_heartbeats_per_s": round(heartbeat_drain(conf, ranks, 10 if args.quick else 30)),
+            "worker_heartbeats_per_s": round(
+                heartbeat_drain(conf, ranks, 3 if args.smoke else 10 if args.quick else 30)
+            ),
         }
     print(json.dumps(out))
     bench_streams.remove_worker_homes()

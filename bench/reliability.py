@@ -28,7 +28,7 @@ their environment knobs and tabulates the figures each prints (``ARGUS-FIGURES {
 | skewed host clocks (60 s behind, 1 h ahead): a healthy and a hung job, live | 45 s | 30 s |
 | an upgrade mid-job: the previous build's worker, then this one, from the changelog | 80 steps, 3 faults | same |
 
-    python bench/reliability.py [--quick]
+    python bench/reliability.py [--quick | --smoke]
 
 Last line: JSON with lost_total, duplicated_total, crashes, max_step_delay_ms, hostile_records
 (hostile input sent) and dead_lettered (of it, dead-lettered or refused with a counter),
@@ -234,13 +234,19 @@ SCENARIOS: list[Callable[[bool], list[Scenario]]] = [
     stream_integrity_scenarios,
 ]
 """The registry: each function gives its scenarios for ``--quick`` or full size; append yours."""
+SMOKE_SCENARIO = "replay, other chunks"
+"""What ``--smoke`` runs: one short scenario through the broker, the sink and chDB."""
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true")
+    g.add_argument("--smoke", action="store_true", help="one quick scenario: the bench runs (CI)")
     args = ap.parse_args()
-    scenarios = [s for make in SCENARIOS for s in make(args.quick)]
+    scenarios = [s for make in SCENARIOS for s in make(args.quick or args.smoke)]
+    if args.smoke:
+        scenarios = [s for s in scenarios if s[0] == SMOKE_SCENARIO] or scenarios[:1]
     rows = []
     crashes = 0
     for name, tests, env in scenarios:

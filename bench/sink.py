@@ -12,7 +12,7 @@
    (`sinks.grafana.all_panels()`, macros expanded for the whole job, rank = the
    straggler), each alert rule and each `argus report` query, three runs each.
 
-    python bench/sink.py [--quick]
+    python bench/sink.py [--quick | --smoke]
 
 Last line: JSON with insert_rows_per_s, panel_ms_max (slowest dashboard panel, worst of
 its three runs) and rows (step rows of the job the panels ran on).
@@ -312,11 +312,13 @@ def time_queries(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1M step rows for the panels, fewer inserted")
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="1M step rows for the panels, fewer inserted")
+    g.add_argument("--smoke", action="store_true", help="tiny sizes: the bench runs (CI); figures unchecked")
     args = parser.parse_args()
-    rows_big = 1_000_000 if args.quick else 10_000_000
-    ranks_big = 4096 if args.quick else 16384
-    rows_insert = 500_000 if args.quick else 2_000_000
+    rows_big = 50_000 if args.smoke else 1_000_000 if args.quick else 10_000_000
+    ranks_big = 256 if args.smoke else 4096 if args.quick else 16384
+    rows_insert = 20_000 if args.smoke else 500_000 if args.quick else 2_000_000
 
     settings = load_settings()
     conf = {"bootstrap.servers": settings.kafka_bootstrap}
