@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,12 +93,41 @@ def settings(**overrides: Any) -> Settings:
 
 def setup_logging(verbose: bool) -> None:
     """Log to stderr: warnings by default, everything with --verbose."""
+    one_line_records()
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(_redact_record)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters (newlines, ESC, NUL, ...) as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def one_line_records() -> None:
+    """Every log record of this process is one line: a job or host name that holds a newline
+    or an escape sequence cannot forge a log line or drive the reader's terminal (set once;
+    a traceback, added by the formatter after the message, keeps its lines)."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "argus_one_line", False):
+        return
+
+    def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        r = make(*args, **kwargs)
+        message = r.getMessage()
+        clean = one_line(message)
+        if clean != message:
+            r.msg, r.args = clean, None
+        return r
+
+    record.argus_one_line = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(record)
 
 
 def _redact_record(record: logging.LogRecord) -> bool:

@@ -7,7 +7,7 @@ import time
 
 import typer
 
-from ._app import app, console, exit_on_error, settings
+from ._app import app, console, exit_on_error, one_line_records, settings
 
 __all__: list[str] = []
 
@@ -82,6 +82,7 @@ def worker(
     console.print(
         f"worker {app_id}: {s.kafka_bootstrap}, {s.kafka_partitions} partitions, store {s.streams_store}"
     )
+    one_line_records()  # job names come from the agents: none may forge a worker log line
     worker = faust.Worker(faust_app, loglevel=loglevel, quiet=True, logging_config=_logging(loglevel))
     if not worker.stdout.isatty():
         worker.spinner = None  # its cursor codes would land in a log file
