@@ -399,7 +399,8 @@ def main() -> None:
 
     p50 = float(np.median(m.jobs_to_detection)) if m.jobs_to_detection else float("nan")
     print(f"\nthe month: {m.jobs:,} jobs, {m.steps:,} step rows, {m.anomalies:,} anomalies, {m.checks} checks "
-          f"of the 7-day view ({month_s:.0f} s; diagnosis {m.step_ms:.2f} ms per job step)")  # fmt: skip
+          f"of the 7-day view ({month_s:.0f} s; " + (f"diagnosis {m.step_ms:.2f} ms per job step)" if m.step_ms
+          else "a kept store, re-checked)"))  # fmt: skip
     print(f"{'bad node':<16} {'kind':<16} {'jobs to detection':>18} {'days':>6}")
     for (host, kind), jobs, days in zip(
         m.detected.items(), m.jobs_to_detection, m.days_to_detection, strict=True
