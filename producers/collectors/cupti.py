@@ -398,10 +398,21 @@ def _copy(r: Any) -> Activity | None:
 
 def _concat(x: ActivityArrays, y: ActivityArrays) -> ActivityArrays:
     """Device activity of ``x`` then ``y`` (synchronization and tags: ``y``'s)."""
-    cols = ("start_ns", "end_ns", "stream_ids", "correlation_ids", "nbytes")
-    joined = [np.concatenate([getattr(x, c), getattr(y, c)]) for c in cols]
+
+    def cat(c: str) -> np.ndarray:
+        return np.concatenate([getattr(x, c), getattr(y, c)])
+
     return ActivityArrays(
-        x.names + y.names, *joined, y.sync_start_ns, y.sync_end_ns, y.sync_correlation_ids, y.external
+        x.names + y.names,
+        cat("start_ns"),
+        cat("end_ns"),
+        cat("stream_ids"),
+        cat("correlation_ids"),
+        cat("nbytes"),
+        y.sync_start_ns,
+        y.sync_end_ns,
+        y.sync_correlation_ids,
+        y.external,
     )
 
 
