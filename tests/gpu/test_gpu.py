@@ -8,12 +8,11 @@ overhead); these check that each layer works on the device and what it reports i
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers.bench import load_bench
 
 torch = pytest.importorskip("torch")
 
@@ -22,21 +21,10 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
 ]
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu.py"
-
-
-def _bench() -> Any:
-    spec = importlib.util.spec_from_file_location("argus_bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
 
 @pytest.fixture(scope="module")
 def gpu() -> Any:
-    return _bench()
+    return load_bench("gpu")
 
 
 def test_cupti_sketches_match_the_same_records(gpu):

@@ -4,7 +4,6 @@ profiler phases from a Kineto-shaped trace, the whole driver with --smoke."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,18 +14,14 @@ import numpy as np
 import pytest
 
 from argus.producers.collectors.cupti import KIND_CONCURRENT_KERNEL, Activity, CuptiCollector
+from tests.helpers.bench import load_bench
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu.py"
 
 
 @pytest.fixture(scope="module")
 def gpu() -> Any:
-    spec = importlib.util.spec_from_file_location("argus_bench_gpu", BENCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("gpu")
 
 
 def test_sketches_are_compared_with_the_exact_durations_of_the_same_records(gpu):
