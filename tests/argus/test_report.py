@@ -144,7 +144,7 @@ def test_cli_writes_a_report_and_fails_cleanly(tmp_path: Path) -> None:
         "INSERT INTO steps (job, run, step, rank, host, time, step_ms, forward_ms) VALUES "
         "('tiny', 0, 1, 0, 'h0', now64(3), 100, 40), ('tiny', 0, 1, 1, 'h0', now64(3), 100, 41)"
     )
-    assert run(["sql", insert], tmp_path).returncode == 0
+    assert run(["sql", "--write", insert], tmp_path).returncode == 0
     out = tmp_path / "tiny.html"
     ok = run(["report", "--job", "tiny", "-o", str(out)], tmp_path)
     assert ok.returncode == 0, ok.stderr

@@ -117,22 +117,23 @@ def test_push_to_a_fresh_grafana_creates_folder_dashboards_and_rules(grafana: Re
         "argus-rank",
         "argus-kernel",
         "argus-anomalies",
+        "argus-fleet",
         "argus-pipeline",
     ]
-    assert result.rules == ["argus-slow-rank", "argus-lost-rank", "argus-hang"]
+    assert result.rules == ["argus-slow-rank", "argus-lost-rank", "argus-hang", "argus-node-suspect"]
     rules = [body for method, path, body in grafana.seen if path == "/api/v1/provisioning/alert-rules"]
-    assert [r["keep_firing_for"] for r in rules] == ["5m", "1m", "1m"]
+    assert [r["keep_firing_for"] for r in rules] == ["5m", "1m", "1m", "1h"]
     assert all(r["annotations"]["dashboard_url"].count(grafana.url + "/d/") >= 1 for r in rules)
     assert all(r["annotations"]["runbook_url"].startswith("https://") for r in rules)
-    assert all(r["annotations"]["__dashboardUid__"] == "argus-job" for r in rules)
+    assert [r["annotations"]["__dashboardUid__"] for r in rules] == ["argus-job"] * 3 + ["argus-fleet"]
 
 
 @pytest.mark.parametrize("grafana", ["second_push"], indirect=True)
 def test_a_second_push_updates_in_place(grafana: Replay) -> None:
     result = push(grafana.url, TOKEN)
     assert grafana.errors == [] and grafana.exchange == []
-    assert [m for m, p, _ in grafana.seen if "alert-rules/" in p] == ["GET", "PUT"] * 3
-    assert len(result.rules) == 3
+    assert [m for m, p, _ in grafana.seen if "alert-rules/" in p] == ["GET", "PUT"] * 4
+    assert len(result.rules) == 4
 
 
 @pytest.mark.parametrize("grafana", ["refused_dashboard"], indirect=True)
