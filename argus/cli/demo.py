@@ -63,8 +63,12 @@ def _diagnosis_table(result: DemoResult, width: int = 200) -> Table:
     table = Table(title="diagnosis (read back from ClickHouse)", show_lines=False)
     cols = ["job", "window" if wide else "steps", "suspect", "root cause"]
     cols += ["kernel / frame", "severity", "evidence", "cost"] if wide else ["severity", "+ms/step"]
+    # the long free-text columns wrap; the short ones keep their width (folded, a suspect
+    # column was squeezed to nothing between 130 and 240 columns)
+    free = ("job", "kernel / frame", "evidence") if wide else ("suspect",)
+    short = {"suspect": 12, "window": 13, "root cause": 14} if wide else {}
     for col in cols:
-        table.add_column(col, overflow="fold", min_width=len(col), no_wrap=col != "suspect")
+        table.add_column(col, overflow="fold", min_width=short.get(col, len(col)), no_wrap=col not in free)
     for f in result.findings:
         top = sorted(f.evidence.items(), key=lambda kv: -abs(kv[1]))[:3]
         cost = (

@@ -235,3 +235,51 @@ def test_the_demo_will_not_share_a_port_another_broker_answers_on(tmp_path) -> N
             broker.start(tmp_path / "kafka.log")
         assert not broker.started
     assert not broker.taken()  # the port is free again
+
+
+def test_the_wide_diagnosis_table_keeps_every_column_between_130_and_240_columns() -> None:
+    """A new user's terminal: folded into 130-240 columns, the suspect column was squeezed to
+    nothing (and window and severity at 130) by the long evidence cells."""
+    from rich.console import Console
+
+    from argus.cli.demo import _diagnosis_table
+
+    job = "demo-sim-4096-20261126-131800"
+    evidence = {"step_ms": 598.0, "dataloader_ms_z": 63.9, "dataloader_ms_excess": 31.9}
+    found = (
+        Finding(
+            job,
+            20,
+            59,
+            "node-00017",
+            "host_cpu_contention",
+            (136, 137),
+            5.0,
+            evidence,
+            84.4,
+            1.34,
+            "",
+            "host",
+        ),
+        Finding(
+            job,
+            30,
+            79,
+            "node-00005<->node-00006",
+            "link_degradation",
+            (40,),
+            5.0,
+            evidence,
+            12.0,
+            0.2,
+            "",
+            "link",
+        ),
+    )
+    result = _result((), found)
+    for width in (130, 160, 200, 240):
+        console = Console(width=width, record=True)
+        console.print(_diagnosis_table(result, console.width))
+        text = console.export_text()
+        for whole in ("node-00017", "steps 20–59", "page", "host_cpu_contention"):
+            assert whole in text, (width, text)
