@@ -47,6 +47,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import socket
 import statistics
 import subprocess
@@ -686,6 +687,8 @@ def _straggler(size: Size, device: str, mps: dict[str, str] | None) -> dict[str,
     if codes != [0, 0]:
         return {"error": f"rank processes exited {codes}"}
     recs = [pickle.loads(f.read_bytes()) for f in files]
+    for f in files:
+        shutil.rmtree(f.parent, ignore_errors=True)
     anomalies = replay(recs, "gpu-straggler")
     named = [
         a
@@ -896,9 +899,18 @@ def main() -> None:
     ap.add_argument("--to", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.out is None and not (args.one or args.rank_of_straggler is not None):
+        with tempfile.TemporaryDirectory(prefix="argus-gpu-") as tmp:  # gpu.jsonl goes with it
+            args.out = Path(tmp)
+            _main(args)
+        return
+    _main(args)
+
+
+def _main(args: argparse.Namespace) -> None:
     size_name = args.size or ("smoke" if args.smoke else "quick" if args.quick else "full")
     size = SIZES[size_name]
-    out = args.out or Path(tempfile.mkdtemp(prefix="argus-gpu-"))
+    out = args.out or Path(tempfile.gettempdir())
     out.mkdir(parents=True, exist_ok=True)
     if args.rank_of_straggler is not None:
         straggler_rank(args.rank_of_straggler, args.steps, args.to, "cpu" if args.cpu else "cuda")
