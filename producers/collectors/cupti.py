@@ -147,17 +147,16 @@ def _steps_between(correlation_ids: np.ndarray, external: dict[int, int]) -> np.
     step's tag is pushed on the training thread only: the kernels that autograd's device
     thread (or a communication thread) launches inside a step lie between that step's tagged
     ones. An untagged id above every tagged one is -1 until a later tag comes."""
-    steps = _steps_of(correlation_ids, external)
-    miss = steps < 0
-    if not miss.any() or not external:
-        return steps
-    corr = np.sort(np.fromiter(external.keys(), np.int64, len(external)))
-    below = np.searchsorted(corr, correlation_ids[miss], side="right") - 1
+    if not external or len(correlation_ids) == 0:
+        return np.full(len(correlation_ids), -1, np.int64)
+    corr = np.fromiter(external.keys(), np.int64, len(external))
+    ext = np.fromiter(external.values(), np.int64, len(external))
+    order = np.argsort(corr)
+    corr, ext = corr[order], ext[order]
+    below = np.searchsorted(corr, correlation_ids, side="right") - 1
+    exact = (below >= 0) & (corr[np.maximum(below, 0)] == correlation_ids)
     inside = (below >= 0) & (below < len(corr) - 1)
-    filled = np.full(int(miss.sum()), -1, np.int64)
-    filled[inside] = _steps_of(corr[below[inside]], external)
-    steps[miss] = filled
-    return steps
+    return np.where(exact | inside, ext[np.maximum(below, 0)], -1)
 
 
 def step_events(a: ActivityArrays) -> dict[int, np.ndarray]:
@@ -245,6 +244,7 @@ class CuptiCollector:
         self.dropped_records = 0
         self.sync_ns: dict[int, int] = {}
         self._carry: ActivityArrays | None = None
+        self._last_tag = 0  # the highest tagged correlation id seen
         self.carry_limit = 200_000
 
     def _requested(self) -> tuple[int, int]:
@@ -295,12 +295,13 @@ class CuptiCollector:
         if len(self._external) > 4_000_000:  # bound the map on very long runs
             self._external.clear()
         self._external.update(a.external)
+        self._last_tag = max(self._last_tag, max(a.external, default=0))
         if self._carry is not None:  # untagged activity of the last feed, above every tag then
             a = _concat(self._carry, a)
             self._carry = None
         a = replace(a, external=self._external)  # a kernel may come in a later buffer than its tag
         steps = _steps_between(a.correlation_ids, self._external)
-        wait = np.flatnonzero((steps < 0) & (a.correlation_ids > max(self._external, default=0)))
+        wait = np.flatnonzero((steps < 0) & (a.correlation_ids > self._last_tag))
         if 0 < len(wait) <= self.carry_limit:
             self._carry = _take(a, wait)
         by_step = {int(st): np.flatnonzero(steps == st) for st in np.unique(steps[steps >= 0])}
@@ -313,6 +314,9 @@ class CuptiCollector:
             self._pending.setdefault(step, []).append(_take(a, rows))
         for step, ns in sync_ns_per_step(a).items():
             self.sync_ns[step] = self.sync_ns.get(step, 0) + ns
+        keep_from = current_step - lag - 2  # tags of older steps: their kernels are in
+        if len(self._external) > 4 * 4096:
+            self._external = {c: st for c, st in self._external.items() if st >= keep_from}
         out: list[KernelNames | KernelSketch] = []
         for step in sorted(s for s in self._pending if s < current_step - lag + 1):
             parts = self._pending.pop(step)
