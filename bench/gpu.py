@@ -376,15 +376,31 @@ def _steps_of(sink: ListSink) -> dict[int, Any]:
 
 # -- the parts ----------------------------------------------------------------------------
 def part_cupti(size: Size, device: str) -> dict[str, Any]:
-    """Kernel activity through the agent's collector, sketches against the same records."""
+    """Kernel activity through the agent's collector, sketches against the same records, for
+    each way of tagging steps (the agent's default first: its figures are the part's)."""
     if device != "cuda":
         return {"cuda": False, **sketch_accuracy(*_pure_sketches(size.steps))}
     model, opt, data = build(size, device)
     for i in range(3):
         train_step(model, opt, data[i % len(data)])
     _sync(device)
+    first, *others = _taggings()
+    res = _cupti_run(model, opt, data, size, device, first)
+    for tagging in others:
+        res[tagging] = _cupti_run(model, opt, data, size, device, tagging)
+    return res
+
+
+def _taggings() -> list[str]:
+    from argus.producers.agent import AgentConfig
+
+    default = AgentConfig().cupti_tagging
+    return [default, *(t for t in ("runtime", "marker") if t != default)]
+
+
+def _cupti_run(model: Any, opt: Any, data: Any, size: Size, device: str, tagging: str) -> dict[str, Any]:
     sink = ListSink()
-    agent = new_agent(sink)
+    agent = new_agent(sink, cupti_tagging=tagging)
     agent.install(model, opt)
     if agent.cupti is None:
         agent.close()
@@ -411,6 +427,7 @@ def part_cupti(size: Size, device: str) -> dict[str, Any]:
     acc = sketch_accuracy(raw, emitted)
     return {
         "cuda": True,
+        "tagging": tagging,
         **acc,
         "step_ms": step_ms,
         "steps": size.steps,
@@ -554,7 +571,9 @@ def _matmul_load(stop: threading.Event, device: str) -> None:
         torch.cuda.synchronize()
 
 
-def part_overhead(size: Size, device: str, side: str = "agent", rounds: int | None = None) -> dict[str, Any]:
+def part_overhead(
+    size: Size, device: str, side: str = "agent", rounds: int | None = None, **agent_cfg: Any
+) -> dict[str, Any]:
     """Paired blocks with and without ``side`` (the agent, or torch.profiler)."""
     import torch
 
@@ -568,7 +587,7 @@ def part_overhead(size: Size, device: str, side: str = "agent", rounds: int | No
         ctx: Any = contextlib.nullcontext()
         agent = None
         if on and side == "agent":
-            agent = new_agent(ListSink())
+            agent = new_agent(ListSink(), **agent_cfg)
             agent.install(model, opt)
         elif on:
             acts = [torch.profiler.ProfilerActivity.CPU]
@@ -599,7 +618,7 @@ def part_overhead(size: Size, device: str, side: str = "agent", rounds: int | No
         off += t[False]
         on += t[True]
     if side == "agent":
-        probe = new_agent(ListSink())
+        probe = new_agent(ListSink(), **agent_cfg)
         probe.install(model, opt)
         absent = dict(probe.absent)
         probe.close()
@@ -609,6 +628,7 @@ def part_overhead(size: Size, device: str, side: str = "agent", rounds: int | No
     se = 1.2533 * 1.4826 * mad / math.sqrt(len(ratios)) if len(ratios) > 1 else math.nan
     return {
         "side": side,
+        **agent_cfg,
         "rounds": len(ratios),
         "block_steps": size.block,
         "step_ms_off": statistics.median(off),
@@ -616,6 +636,10 @@ def part_overhead(size: Size, device: str, side: str = "agent", rounds: int | No
         "overhead_pct": med * 100,
         "overhead_se_pct": se * 100,
         "absent_layers": absent,
+        # every round's figures, so a wide error can be told from a real cost afterwards
+        "round_pct": [round(x * 100, 3) for x in ratios],
+        "block_ms_off": [round(x, 3) for x in off],
+        "block_ms_on": [round(x, 3) for x in on],
     }
 
 
@@ -648,6 +672,8 @@ def part_straggler(size: Size, device: str, out: Path) -> dict[str, Any]:
     kernel; the engine with the kernel level must name rank 1 with kernel evidence."""
     with _mps(device) as mps:
         res = _straggler(size, device, mps)
+    if mps is not None and "error" in res:  # the MPS server refused the clients: time-sliced
+        return {"mps": False, "mps_error": res["error"], **_straggler(size, device, None)}
     return {"mps": mps is not None, **res}
 
 
@@ -832,15 +858,20 @@ def run_part(name: str, size: Size, out: Path, device: str) -> dict[str, Any]:
         elif name == "nvml":
             res = part_nvml(size, device)
         elif name == "overhead":
-            res = part_overhead(size, device, "agent")
-            # torch.profiler's figure is there to compare with: half the rounds
+            first, *others = _taggings()
+            res = part_overhead(size, device, "agent", cupti_tagging=first)
+            alt = {t: part_overhead(size, device, "agent", size.rounds // 2, cupti_tagging=t) for t in others}
+            # torch.profiler's figure is there to compare with: a quarter of the rounds
             prof = part_overhead(size, device, "profiler", max(2, size.rounds // 4))
             res = {
                 "overhead_gpu_pct": res["overhead_pct"],
                 "overhead_gpu_se_pct": res["overhead_se_pct"],
+                **{f"overhead_{t}_gpu_pct": a["overhead_pct"] for t, a in alt.items()},
+                **{f"overhead_{t}_gpu_se_pct": a["overhead_se_pct"] for t, a in alt.items()},
                 "profiler_overhead_gpu_pct": prof["overhead_pct"],
                 "profiler_overhead_gpu_se_pct": prof["overhead_se_pct"],
                 "agent": res,
+                **{f"agent_{t}": a for t, a in alt.items()},
                 "profiler": prof,
             }
         elif name == "straggler":
@@ -972,6 +1003,13 @@ def _summary(results: list[dict[str, Any]], cuda: bool, why: str) -> dict[str, A
     for part, ks in keys.items():
         for k in ks:
             out[k] = by.get(part, {}).get(k)
+    # the other way of tagging steps, beside the default's figures
+    over = by.get("overhead", {})
+    out.update({k: v for k, v in over.items() if k.startswith("overhead_") and k not in out})
+    for tagging, sub in by.get("cupti", {}).items():
+        if isinstance(sub, dict) and "tagging" in sub:
+            for k in ("cupti_untagged", "cupti_dropped", "sketch_p99_err_max", "counts_totals_exact"):
+                out[f"{tagging}_{k}"] = sub.get(k)
     out["errors"] = {r["part"]: r["error"] for r in results if "error" in r}
     return out
 
@@ -983,6 +1021,7 @@ def _table(results: list[dict[str, Any]]) -> None:
             k: v
             for k, v in r.items()
             if k not in ("part", "seconds", "fields", "anomalies", "trace", "agent", "profiler")
+            and not isinstance(v, dict)
         }
         text = ", ".join(f"{k}={_fmt(v)}" for k, v in figs.items())
         print(f"{r['part']:<10} {r.get('seconds', 0):>6}  {text[:400]}")

@@ -115,6 +115,7 @@ class AgentConfig:
     compile: bool = True
     h2d: bool = True
     cupti: bool = True
+    cupti_tagging: str = "runtime"  # or "marker": see CuptiCollector
     cuda_events: bool = True
     max_pending_steps: int = 1024
 
@@ -140,6 +141,8 @@ class AgentConfig:
             raise ValueError(f"slow_factor must be > 1, not {self.slow_factor!r}")
         if not (self.heartbeat_s > 0 and self.stack_window_s > 0 and self.publish_s >= 0):
             raise ValueError("heartbeat_s and stack_window_s must be positive, publish_s not negative")
+        if self.cupti_tagging not in ("runtime", "marker"):
+            raise ValueError(f"cupti_tagging must be 'runtime' or 'marker', not {self.cupti_tagging!r}")
 
 
 class RankAgent:
@@ -235,7 +238,13 @@ class RankAgent:
             log.warning("argus: %s", mismatch)
             return
         try:
-            self.cupti = CuptiCollector(self.info.job, self.info.run, self.info.rank)
+            self.cupti = CuptiCollector(
+                self.info.job,
+                self.info.run,
+                self.info.rank,
+                tagging=self.config.cupti_tagging,
+                marker=_stream_query,
+            )
             self.cupti.start()
         except Exception as exc:
             self.cupti = None
@@ -543,6 +552,13 @@ class _Discard:
 
     def publish(self, topic: str, key: bytes, record: Record | bytes) -> None:
         """Drop the record."""
+
+
+def _stream_query() -> None:
+    """One cheap runtime-API call (``cudaStreamQuery``): CUPTI's marker of a step's begin."""
+    import torch
+
+    torch.cuda.current_stream().query()
 
 
 def rec_topic(_rec: Record) -> str:

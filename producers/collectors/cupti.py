@@ -129,24 +129,15 @@ def activity_arrays(records: Iterable[Any], *, external_kind: int = EXTERNAL_KIN
     )
 
 
-def _steps_of(correlation_ids: np.ndarray, external: dict[int, int]) -> np.ndarray:
-    """The external id (step) of each correlation id, -1 where there is none."""
-    if not external or len(correlation_ids) == 0:
-        return np.full(len(correlation_ids), -1, np.int64)
-    corr = np.fromiter(external.keys(), np.int64, len(external))
-    ext = np.fromiter(external.values(), np.int64, len(external))
-    order = np.argsort(corr)
-    corr, ext = corr[order], ext[order]
-    pos = np.clip(np.searchsorted(corr, correlation_ids), 0, len(corr) - 1)
-    return np.where(corr[pos] == correlation_ids, ext[pos], -1)
-
-
 def _steps_between(correlation_ids: np.ndarray, external: dict[int, int]) -> np.ndarray:
-    """:func:`_steps_of`, and for an untagged id between two tagged ones the step of the one
-    below. Correlation ids count every CUDA API call of the process in call order, while a
-    step's tag is pushed on the training thread only: the kernels that autograd's device
-    thread (or a communication thread) launches inside a step lie between that step's tagged
-    ones. An untagged id above every tagged one is -1 until a later tag comes."""
+    """The external id (step) of each correlation id: its own tag's, and for an untagged id
+    between two tagged ones the step of the one below (-1 where there is none).
+
+    Correlation ids count every CUDA API call of the process in call order, while a step's
+    tag is pushed on the training thread only (or on one marker call per step): the kernels
+    that autograd's device thread (or a communication thread) launches inside a step lie
+    between that step's tagged ones. An untagged id above every tagged one is -1 until a
+    later tag comes."""
     if not external or len(correlation_ids) == 0:
         return np.full(len(correlation_ids), -1, np.int64)
     corr = np.fromiter(external.keys(), np.int64, len(external))
@@ -171,7 +162,7 @@ def step_events(a: ActivityArrays) -> dict[int, np.ndarray]:
 
 def sync_ns_per_step(a: ActivityArrays) -> dict[int, int]:
     """Nanoseconds the CPU waited in CUDA synchronization, per step."""
-    steps = _steps_of(a.sync_correlation_ids, a.external)
+    steps = _steps_between(a.sync_correlation_ids, a.external)
     dur = a.sync_end_ns - a.sync_start_ns
     return {int(s): int(dur[steps == s].sum()) for s in np.unique(steps[steps >= 0])}
 
@@ -226,13 +217,34 @@ def cupti_version_mismatch(torch_cuda: str | None = None, cupti_version: str | N
 class CuptiCollector:
     """Live CUPTI activity collection for one rank, drained into kernel sketches per step."""
 
-    # RUNTIME: CUPTI writes an external-correlation record only beside an API record (seen on
-    # an H100 with CUPTI 13.0: without it no kernel was tagged); the API records are skipped.
-    KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "EXTERNAL_CORRELATION", "RUNTIME")
+    KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "EXTERNAL_CORRELATION")
+    TAGGINGS = ("runtime", "marker")
 
     def __init__(
-        self, job: str, run: int, rank: int, *, buffer_bytes: int = 8 << 20, key_every: int = 32
+        self,
+        job: str,
+        run: int,
+        rank: int,
+        *,
+        buffer_bytes: int = 8 << 20,
+        key_every: int = 32,
+        tagging: str = "runtime",
+        marker: Any = None,
     ) -> None:
+        """``tagging``: how a step's device activity is found. CUPTI writes an
+        external-correlation record only beside a runtime-API record (seen on an H100 with
+        CUPTI 13.0: with the kernel kinds alone no kernel was tagged). ``"runtime"`` keeps
+        API records on for the whole run (one per CUDA call, skipped once read) and tags every
+        call of the training thread; ``"marker"`` turns them on only around one call of
+        ``marker`` (a cheap runtime-API call, e.g. a stream query) at each step's begin, so a
+        step is the correlation ids between its marker and the next (see
+        :func:`_steps_between`) and CUPTI writes one API record per step."""
+        if tagging not in self.TAGGINGS:
+            raise ValueError(f"tagging must be one of {self.TAGGINGS}, not {tagging!r}")
+        if tagging == "marker" and marker is None:
+            raise ValueError("marker tagging needs a marker: a callable making one runtime-API call")
+        self.tagging = tagging
+        self._marker = marker
         self.names = NameInterner(job, run, rank)
         self.encoder = RankSketchEncoder(job, run, rank, key_every=key_every)
         self.buffer_bytes = buffer_bytes
@@ -263,19 +275,31 @@ class CuptiCollector:
 
         self._cupti = cupti
         cupti.activity_register_callbacks(self._requested, self._completed)
-        for k in self.KINDS:
+        for k in self._kinds():
             cupti.activity_enable(getattr(cupti.ActivityKind, k))
+
+    def _kinds(self) -> tuple[str, ...]:
+        return (*self.KINDS, "RUNTIME") if self.tagging == "runtime" else self.KINDS
 
     def begin_step(self, step: int) -> None:
         """Tag CUDA work launched from now on with ``step`` (external correlation)."""
-        if self._cupti is not None:
-            self._cupti.activity_push_external_correlation_id(
-                self._cupti.ExternalCorrelationKind.CUSTOM0, step
-            )
+        c = self._cupti
+        if c is None:
+            return
+        if self.tagging == "runtime":
+            c.activity_push_external_correlation_id(c.ExternalCorrelationKind.CUSTOM0, step)
+            return
+        c.activity_enable(c.ActivityKind.RUNTIME)
+        c.activity_push_external_correlation_id(c.ExternalCorrelationKind.CUSTOM0, step)
+        try:
+            self._marker()
+        finally:
+            c.activity_pop_external_correlation_id(c.ExternalCorrelationKind.CUSTOM0)
+            c.activity_disable(c.ActivityKind.RUNTIME)
 
     def end_step(self, _step: int) -> None:
-        """Stop tagging."""
-        if self._cupti is not None:
+        """Stop tagging (a marker's tag ended with its call)."""
+        if self._cupti is not None and self.tagging == "runtime":
             with contextlib.suppress(Exception):
                 self._cupti.activity_pop_external_correlation_id(self._cupti.ExternalCorrelationKind.CUSTOM0)
 
@@ -350,7 +374,7 @@ class CuptiCollector:
         if self._cupti is None:
             return
         self._cupti.activity_flush_all(1)
-        for k in self.KINDS:
+        for k in self._kinds():
             self._cupti.activity_disable(getattr(self._cupti.ActivityKind, k))
 
 

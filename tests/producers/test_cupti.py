@@ -152,3 +152,105 @@ def test_kernels_from_other_threads_inside_a_step_join_it_and_late_ones_wait_for
     assert sk.step == 0
     assert int(decode_payload(sk.payload).count.sum()) == 5  # k1..k5: k2, k3 and k5 untagged
     assert c.dropped_records == 0
+
+
+class _Recorder:
+    """cupti-python's module surface the collector calls, recording each call in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.ActivityKind = K
+        self.ExternalCorrelationKind = cupti.ExternalCorrelationKind
+
+    def activity_register_callbacks(self, *_a: object) -> None:
+        self.calls.append(("register", None))
+
+    def activity_enable(self, kind: object) -> None:
+        self.calls.append(("enable", kind))
+
+    def activity_disable(self, kind: object) -> None:
+        self.calls.append(("disable", kind))
+
+    def activity_push_external_correlation_id(self, _kind: object, step: int) -> None:
+        self.calls.append(("push", step))
+
+    def activity_pop_external_correlation_id(self, _kind: object) -> None:
+        self.calls.append(("pop", None))
+
+    def activity_flush_all(self, _flag: int) -> None:
+        self.calls.append(("flush", None))
+
+
+@pytest.mark.parametrize("tagging", ["runtime", "marker"])
+def test_tagging_modes_call_cupti_in_order(tagging: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime: API records on all run, the step's tag pushed at its begin and popped at its
+    end; marker: API records on only around the one marker call at a step's begin."""
+    import cupti as pkg
+
+    rec = _Recorder()
+    monkeypatch.setattr(pkg, "cupti", rec)
+    c = CuptiCollector("j", 0, 0, tagging=tagging, marker=lambda: rec.calls.append(("marker", None)))
+    c.start()
+    enabled = [k for op, k in rec.calls if op == "enable"]
+    assert (K.RUNTIME in enabled) == (tagging == "runtime")
+    rec.calls.clear()
+    c.begin_step(7)
+    c.end_step(7)
+    if tagging == "runtime":
+        assert rec.calls == [("push", 7), ("pop", None)]
+    else:
+        assert rec.calls == [
+            ("enable", K.RUNTIME),
+            ("push", 7),
+            ("marker", None),
+            ("pop", None),
+            ("disable", K.RUNTIME),
+        ]
+    rec.calls.clear()
+    c.stop()
+    assert (("disable", K.RUNTIME) in rec.calls) == (tagging == "runtime")
+
+
+def test_marker_tags_alone_split_steps_and_syncs() -> None:
+    """One tagged marker per step: every kernel and CPU wait between two markers is the step of
+    the one below, the activity above the last marker waits for the next."""
+    from argus.producers.collectors.cupti import (
+        KIND_CONCURRENT_KERNEL,
+        KIND_EXTERNAL_CORRELATION,
+        KIND_SYNCHRONIZATION,
+        Activity,
+    )
+
+    def k(corr: int) -> Activity:
+        return Activity(KIND_CONCURRENT_KERNEL, "gemm", corr * 1000, corr * 1000 + 400, 7, corr)
+
+    def mark(corr: int, step: int) -> Activity:
+        return Activity(KIND_EXTERNAL_CORRELATION, correlation_id=corr, external_kind=3, external_id=step)
+
+    wait = Activity(KIND_SYNCHRONIZATION, start=15_000, end=15_900, correlation_id=15)
+    records = [
+        mark(10, 0),
+        *map(k, range(11, 15)),
+        wait,
+        mark(16, 1),
+        *map(k, range(17, 20)),
+        mark(20, 2),
+        k(21),
+    ]
+    c = CuptiCollector("j", 0, 0, tagging="marker", marker=lambda: None)
+    out = c.feed(records, current_step=3, lag=0)
+    counts, base = {}, None
+    for r in out:
+        if isinstance(r, KernelSketch):
+            base = decode_payload(r.payload, base)
+            counts[r.step] = int(base.count.sum())
+    assert counts == {0: 4, 1: 3}  # k21 (above marker 2) waits: step 2 is not over
+    assert c.sync_ns == {0: 900}
+    assert c.dropped_records == 0
+
+
+def test_marker_tagging_needs_a_marker() -> None:
+    with pytest.raises(ValueError, match="marker"):
+        CuptiCollector("j", 0, 0, tagging="marker")
+    with pytest.raises(ValueError, match="tagging"):
+        CuptiCollector("j", 0, 0, tagging="every")
