@@ -443,7 +443,7 @@ def _pure_sketches(steps: int) -> tuple[list[Activity], list[Any]]:
 
     raw = cupti_shaped(max(steps, 3))
     c = CuptiCollector("gpu-check", 0, 0)
-    return raw, c.feed(raw, current_step=10**6, lag=0)
+    return raw, c.feed(raw, current_step=10**6, lag=0, final=True)
 
 
 def part_events(size: Size, device: str) -> dict[str, Any]:
@@ -572,11 +572,18 @@ def _matmul_load(stop: threading.Event, device: str) -> None:
 
 
 def part_overhead(
-    size: Size, device: str, side: str = "agent", rounds: int | None = None, **agent_cfg: Any
+    size: Size,
+    device: str,
+    side: str = "agent",
+    rounds: int | None = None,
+    budget_s: float = math.inf,
+    **agent_cfg: Any,
 ) -> dict[str, Any]:
-    """Paired blocks with and without ``side`` (the agent, or torch.profiler)."""
+    """Paired blocks with and without ``side`` (the agent, or torch.profiler); rounds stop
+    early once ``budget_s`` is spent (the line says how many ran), each round said on stderr."""
     import torch
 
+    began = time.perf_counter()
     model, opt, data = build(size, device)
     for i in range(5):
         train_step(model, opt, data[i % len(data)])
@@ -610,13 +617,22 @@ def part_overhead(
     block(True)  # untimed: CUPTI's or the profiler's first start in this process costs seconds
     ratios, off, on = [], [], []
     absent: dict[str, str] = {}
+    warm_s = time.perf_counter() - began
     for r in range(rounds or size.rounds):
+        if r >= 2 and time.perf_counter() - began > budget_s:
+            break
         t: dict[bool, list[float]] = {False: [], True: []}
         for o in ((False, True, True, False), (True, False, False, True))[r % 2]:
             t[o].append(block(o))
         ratios.append(statistics.mean(t[True]) / statistics.mean(t[False]) - 1)
         off += t[False]
         on += t[True]
+        print(
+            f"overhead {side} {agent_cfg}: round {r} off {t[False]} on {t[True]} ms/step"
+            f" at {time.perf_counter() - began:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     if side == "agent":
         probe = new_agent(ListSink(), **agent_cfg)
         probe.install(model, opt)
@@ -631,6 +647,7 @@ def part_overhead(
         **agent_cfg,
         "rounds": len(ratios),
         "block_steps": size.block,
+        "setup_s": round(warm_s, 1),
         "step_ms_off": statistics.median(off),
         "step_ms_on": statistics.median(on),
         "overhead_pct": med * 100,
@@ -650,7 +667,6 @@ def _mps(device: str) -> Iterator[dict[str, str] | None]:
     busy-wait kernel stalls its peer's kernels too and the two ranks slow together (seen on
     an H100: the slowed rank was not named); under MPS the one-block spin kernel holds one SM
     and the peer runs beside it, as on a machine with a GPU per rank."""
-    import shutil
 
     ctl = shutil.which("nvidia-cuda-mps-control")
     if device != "cuda" or ctl is None:
@@ -671,19 +687,20 @@ def part_straggler(size: Size, device: str, out: Path) -> dict[str, Any]:
     """Two processes on the one GPU (under MPS where it runs), rank 1 slowed by a busy-wait
     kernel; the engine with the kernel level must name rank 1 with kernel evidence."""
     with _mps(device) as mps:
-        res = _straggler(size, device, mps)
+        res = _straggler(size, device, mps, out)
     if mps is not None and "error" in res:  # the MPS server refused the clients: time-sliced
-        return {"mps": False, "mps_error": res["error"], **_straggler(size, device, None)}
+        return {"mps": False, "mps_error": res["error"], **_straggler(size, device, None, out)}
     return {"mps": mps is not None, **res}
 
 
-def _straggler(size: Size, device: str, mps: dict[str, str] | None) -> dict[str, Any]:
+def _straggler(size: Size, device: str, mps: dict[str, str] | None, out: Path) -> dict[str, Any]:
     steps = size.straggler_steps
     slow = (steps // 3, steps // 3 + steps // 3)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    files = [Path(tempfile.mkdtemp(prefix="argus-gpu-straggler-")) / f"rank{r}.pkl" for r in range(2)]
+    # the ranks' records stay beside gpu.jsonl: an anomaly's window can be checked afterwards
+    files = [out / f"straggler-rank{r}.pkl" for r in range(2)]
     env = dict(
         os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1", **(mps or {})
     )
@@ -713,8 +730,6 @@ def _straggler(size: Size, device: str, mps: dict[str, str] | None) -> dict[str,
     if codes != [0, 0]:
         return {"error": f"rank processes exited {codes}"}
     recs = [pickle.loads(f.read_bytes()) for f in files]
-    for f in files:
-        shutil.rmtree(f.parent, ignore_errors=True)
     anomalies = replay(recs, "gpu-straggler")
     named = [
         a
@@ -763,7 +778,7 @@ def straggler_rank(rank: int, steps: int, to: Path, device: str) -> None:
 
     lo, hi = steps // 3, 2 * (steps // 3)
     sink = ListSink()
-    agent = new_agent(sink, rank=rank, world=2)
+    agent = new_agent(sink, rank=rank, world=2, cupti_tagging=os.environ.get("ARGUS_GPU_TAGGING", "marker"))
     agent.install(model, opt)
     for s in range(steps):
         cycles = int(40e6) if rank == 1 and lo <= s < hi else 20_000  # ~20 ms vs ~10 us at ~2 GHz
@@ -858,11 +873,15 @@ def run_part(name: str, size: Size, out: Path, device: str) -> dict[str, Any]:
         elif name == "nvml":
             res = part_nvml(size, device)
         elif name == "overhead":
+            # within the part's 400 s: the default tagging first, then the other, then
+            # torch.profiler's figure to compare with
             first, *others = _taggings()
-            res = part_overhead(size, device, "agent", cupti_tagging=first)
-            alt = {t: part_overhead(size, device, "agent", size.rounds // 2, cupti_tagging=t) for t in others}
-            # torch.profiler's figure is there to compare with: a quarter of the rounds
-            prof = part_overhead(size, device, "profiler", max(2, size.rounds // 4))
+            res = part_overhead(size, device, "agent", budget_s=150, cupti_tagging=first)
+            alt = {
+                t: part_overhead(size, device, "agent", size.rounds // 2, budget_s=60, cupti_tagging=t)
+                for t in others
+            }
+            prof = part_overhead(size, device, "profiler", max(2, size.rounds // 4), budget_s=60)
             res = {
                 "overhead_gpu_pct": res["overhead_pct"],
                 "overhead_gpu_se_pct": res["overhead_se_pct"],

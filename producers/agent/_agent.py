@@ -115,7 +115,7 @@ class AgentConfig:
     compile: bool = True
     h2d: bool = True
     cupti: bool = True
-    cupti_tagging: str = "runtime"  # or "marker": see CuptiCollector
+    cupti_tagging: str = "marker"  # or "runtime": see CuptiCollector (docs/agent.md, On a GPU)
     cuda_events: bool = True
     max_pending_steps: int = 1024
 
@@ -442,9 +442,9 @@ class RankAgent:
         end = raw.start_ns + (raw.end_mono - raw.start_mono)
         return self._rows.write(raw.step, raw.start_ns, end, ms, raw.samples, raw.tokens)
 
-    def _publish_kernels(self) -> None:
+    def _publish_kernels(self, final: bool = False) -> None:
         i = self.info
-        for rec in self.cupti.drain(self.step):
+        for rec in self.cupti.drain(self.step, final=final):
             self.sink.publish(rec_topic(rec), rank_key(i.job, i.rank), rec)
 
     def declare_pause(self, reason: str, seconds: float) -> None:
@@ -535,7 +535,7 @@ class RankAgent:
         if self.cupti is not None:
             try:
                 self.cupti.stop()
-                self._publish_kernels()
+                self._publish_kernels(final=True)
             except Exception:
                 log.warning("argus: stopping CUPTI failed", exc_info=True)
         now = time.time_ns()

@@ -250,6 +250,7 @@ class CuptiCollector:
         self.buffer_bytes = buffer_bytes
         self._records: list[Any] = []
         self._lock = threading.Lock()
+        self._feed_lock = threading.Lock()
         self._pending: dict[int, list[ActivityArrays]] = {}
         self._cupti: Any = None
         self._external: dict[int, int] = {}
@@ -257,6 +258,7 @@ class CuptiCollector:
         self.sync_ns: dict[int, int] = {}
         self._carry: ActivityArrays | None = None
         self._last_tag = 0  # the highest tagged correlation id seen
+        self._device_step = -1  # the latest step device activity has come for
         self.carry_limit = 200_000
 
     def _requested(self) -> tuple[int, int]:
@@ -303,18 +305,34 @@ class CuptiCollector:
             with contextlib.suppress(Exception):
                 self._cupti.activity_pop_external_correlation_id(self._cupti.ExternalCorrelationKind.CUSTOM0)
 
-    def drain(self, current_step: int, *, lag: int = 2) -> list[KernelNames | KernelSketch]:
-        """Flush CUPTI, convert, and emit the records of steps older than ``current_step - lag``."""
+    def drain(
+        self, current_step: int, *, lag: int = 2, final: bool = False
+    ) -> list[KernelNames | KernelSketch]:
+        """Flush CUPTI, convert, and emit the steps whose device activity is in (see
+        :meth:`feed`); ``final`` (after :meth:`stop`): every step before ``current_step``."""
         if self._cupti is not None:
             self._cupti.activity_flush_all(0)
         with self._lock:
             records, self._records = self._records, []
-        return self.feed(records, current_step, lag=lag)
+        return self.feed(records, current_step, lag=lag, final=final)
 
     def feed(
-        self, records: Iterable[Any], current_step: int, *, lag: int = 2
+        self, records: Iterable[Any], current_step: int, *, lag: int = 2, final: bool = False
     ) -> list[KernelNames | KernelSketch]:
-        """Pure core of :meth:`drain`: records in, finished steps' names and sketches out."""
+        """Pure core of :meth:`drain`: records in, finished steps' names and sketches out.
+
+        A step is finished once it is older than ``current_step - lag`` *and* device activity
+        of the step after the next has come: CUPTI hands records over a buffer at a time, so
+        the GPU's records trail the training loop by several steps (an 8 MiB buffer holds ~10
+        steps of a 1,000-kernel step with API records on), and a step emitted on the CPU's
+        clock alone lost its late kernels. One feed at a time: the agent's thread drains while
+        ``close`` drains the rest."""
+        with self._feed_lock:
+            return self._feed(records, current_step, lag, final)
+
+    def _feed(
+        self, records: Iterable[Any], current_step: int, lag: int, final: bool
+    ) -> list[KernelNames | KernelSketch]:
         a = activity_arrays(records)
         if len(self._external) > 4_000_000:  # bound the map on very long runs
             self._external.clear()
@@ -336,13 +354,16 @@ class CuptiCollector:
         )
         for step, rows in by_step.items():
             self._pending.setdefault(step, []).append(_take(a, rows))
+        self._device_step = max(self._device_step, max(by_step, default=-1))
         for step, ns in sync_ns_per_step(a).items():
             self.sync_ns[step] = self.sync_ns.get(step, 0) + ns
-        keep_from = current_step - lag - 2  # tags of older steps: their kernels are in
+        # tags of steps two behind the device's: their kernels are in
+        keep_from = min(current_step - lag, self._device_step) - 2
         if len(self._external) > 4 * 4096:
             self._external = {c: st for c, st in self._external.items() if st >= keep_from}
+        upto = current_step if final else min(current_step - lag + 1, self._device_step - 1)
         out: list[KernelNames | KernelSketch] = []
-        for step in sorted(s for s in self._pending if s < current_step - lag + 1):
+        for step in sorted(s for s in self._pending if s < upto):
             parts = self._pending.pop(step)
             names = [n for p in parts for n in p.names]
             ids = self.names.intern_many(names)

@@ -115,6 +115,10 @@ def test_collector_emits_names_once_and_sketches_with_exact_counts():
                 t += int(d) + 50
     # records arrive split over two buffers, a tag before its kernel's buffer
     out = c.feed(recs[: len(recs) // 2], current_step=1) + c.feed(recs[len(recs) // 2 :], current_step=6)
+    # the device's records trail the loop: a step waits for the device activity of the step
+    # after the next (or the final drain, after CUPTI's last flush)
+    assert [r.step for r in out if isinstance(r, KernelSketch)] == [0, 1]
+    out += c.feed([], current_step=6, final=True)
     names = [r for r in out if isinstance(r, KernelNames)]
     sketches = [r for r in out if isinstance(r, KernelSketch)]
     assert [n.names for n in names] == [("gemm", "nccl:all_reduce")]
@@ -147,7 +151,8 @@ def test_kernels_from_other_threads_inside_a_step_join_it_and_late_ones_wait_for
     c = CuptiCollector("j", 0, 0)
     assert c.feed(first, current_step=0, lag=1) == []  # step 0 still open; k5 waits for a tag
     later = [tag(6, 1), k(6, 6000)]
-    out = c.feed(later, current_step=1, lag=1)
+    assert c.feed(later, current_step=1, lag=1) == []  # no device activity of step 2 yet
+    out = c.feed([tag(8, 2), k(8, 8000)], current_step=2, lag=1)
     (sk,) = [r for r in out if isinstance(r, KernelSketch)]
     assert sk.step == 0
     assert int(decode_payload(sk.payload).count.sum()) == 5  # k1..k5: k2, k3 and k5 untagged
@@ -238,13 +243,19 @@ def test_marker_tags_alone_split_steps_and_syncs() -> None:
         k(21),
     ]
     c = CuptiCollector("j", 0, 0, tagging="marker", marker=lambda: None)
-    out = c.feed(records, current_step=3, lag=0)
+    out = c.feed(records, current_step=3, lag=0)  # k21 (above marker 2) waits for marker 3
+    out += c.feed([mark(22, 3), k(23)], current_step=4, lag=0)
     counts, base = {}, None
     for r in out:
         if isinstance(r, KernelSketch):
             base = decode_payload(r.payload, base)
             counts[r.step] = int(base.count.sum())
-    assert counts == {0: 4, 1: 3}  # k21 (above marker 2) waits: step 2 is not over
+    assert counts == {0: 4}  # step 1 waits for device activity of step 3
+    for r in c.feed([], current_step=4, final=True):  # after CUPTI's last flush: the rest
+        if isinstance(r, KernelSketch):
+            base = decode_payload(r.payload, base)
+            counts[r.step] = int(base.count.sum())
+    assert counts == {0: 4, 1: 3, 2: 1}
     assert c.sync_ns == {0: 900}
     assert c.dropped_records == 0
 

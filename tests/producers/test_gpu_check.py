@@ -26,7 +26,7 @@ def gpu() -> Any:
 
 def test_sketches_are_compared_with_the_exact_durations_of_the_same_records(gpu):
     raw = gpu.cupti_shaped(6)
-    emitted = CuptiCollector("j", 0, 0).feed(raw, current_step=100, lag=0)
+    emitted = CuptiCollector("j", 0, 0).feed(raw, current_step=100, lag=0, final=True)
     acc = gpu.sketch_accuracy(raw, emitted)
     assert acc["steps_compared"] == 6 and acc["kernels_per_step"] == 200
     assert acc["counts_totals_exact"]
@@ -37,7 +37,7 @@ def test_sketches_are_compared_with_the_exact_durations_of_the_same_records(gpu)
 
 def test_a_sketch_that_lost_a_kernel_is_not_exact(gpu):
     raw = gpu.cupti_shaped(3)
-    emitted = CuptiCollector("j", 0, 0).feed(raw, current_step=100, lag=0)
+    emitted = CuptiCollector("j", 0, 0).feed(raw, current_step=100, lag=0, final=True)
     extra = [*raw, Activity(KIND_CONCURRENT_KERNEL, "kernel_0", 10, 20, 7, 1)]  # correlation 1: step 0
     assert not gpu.sketch_accuracy(extra, emitted)["counts_totals_exact"]
 
