@@ -15,10 +15,21 @@ from typing import Any
 
 import numpy as np
 
-from argus.detectors.fleet import NODE_CAUSES, NODE_SUSPECT_KINDS, FleetConfig, node_health
+from argus.detectors.fleet import (
+    HEALTH_SIGNALS,
+    NODE_CAUSES,
+    NODE_SUSPECT_KINDS,
+    FleetConfig,
+    corroborate,
+    health_test,
+    node_health,
+)
 from argus.sinks.fleet import (
     HostEvidence,
     LostByDay,
+    NodeTable,
+    gpu_detail,
+    host_health,
     lost_by_cause_day,
     node_evidence,
     node_table,
@@ -56,7 +67,10 @@ class SuspectNode:
     ``ratio_low``: its rate is at least this many times the fleet's (95 % posterior bound);
     ``jobs``: the jobs that implicated it in ``decided_by`` (``any`` node cause, or the one
     cause in which it stands out most), ``expected``: those a healthy node with its exposure
-    would have had there (the evidence lists every job).
+    would have had there (the evidence lists every job). A node named on its health instead
+    (``decided_by`` ``"<signal> on <GPU>"``, e.g. ``throttled on GPU-...``): ``jobs`` and
+    ``expected`` are that GPU's, ``ratio_low`` its rate over a healthy GPU's, ``confidence``
+    1 - the larger of the health test's and the jobs test's adjusted p-values.
     """
 
     host: str
@@ -127,12 +141,8 @@ def fleet_view(
     counts = np.column_stack([table.jobs, table.by_cause]) if len(strata) > 1 else table.jobs
     health = node_health(counts, table.gpu_hours, config)
     order = [int(i) for i in health.order() if health.suspect[i]]
-    hosts = [str(table.hosts[i]) for i in order]
-    evidence = node_evidence(
-        store, since, until, hosts, causes=causes, kinds=NODE_SUSPECT_KINDS, max_ids=max_ids
-    )
-    suspects = [
-        SuspectNode(
+    named = [
+        (
             str(table.hosts[i]),
             float(health.confidence[i]),
             float(health.ratio_low[i]),
@@ -140,14 +150,73 @@ def fleet_view(
             float(health.expected[i]),
             strata[int(health.stratum[i])],
             float(table.gpu_hours[i]),
-            evidence.get(str(table.hosts[i]), HostEvidence(str(table.hosts[i]))),
         )
         for i in order
     ]
+    named += _named_on_health(store, since, until, causes, table, {n[0] for n in named}, config)
+    evidence = node_evidence(
+        store, since, until, [n[0] for n in named], causes=causes, kinds=NODE_SUSPECT_KINDS, max_ids=max_ids
+    )
+    suspects = [SuspectNode(*n, evidence.get(n[0], HostEvidence(n[0]))) for n in named]
     lost = lost_by_cause_day(store, since, until, causes=None if cause is None else [cause])
     return FleetView(
         since, until, cause, float(health.rate[0]), len(table), float(table.gpu_hours.sum()), suspects, lost
     )
+
+
+def _named_on_health(
+    store: Store,
+    since: datetime,
+    until: datetime,
+    causes: frozenset[str],
+    table: NodeTable,
+    named: set[str],
+    config: FleetConfig | None,
+) -> list[tuple[str, float, float, int, float, str, float]]:
+    """The hosts the health test flags whose flagged GPU the jobs corroborate (and the job
+    counts alone did not name), most confident first: (host, confidence, ratio_low, jobs,
+    expected, decided_by, GPU-hours hosted) each."""
+    hh = host_health(store, since, until)
+    test = health_test(hh.events, hh.samples, config)
+    flagged = {str(hh.hosts[i]): i for i in np.flatnonzero(test.flagged) if str(hh.hosts[i]) not in named}
+    if not flagged:
+        return []
+    # a healthy GPU's rate: the fleet's job-GPU pairs per GPU-hour, without the flagged hosts
+    # and the suspects (bad nodes must not raise the bar)
+    keep = np.array([str(h) not in flagged and str(h) not in named for h in table.hosts], bool)
+    hours = float(table.gpu_hours[keep].sum())
+    rate = float(table.gpu_jobs[keep].sum()) / hours if hours > 0.0 else 0.0
+    gpus = gpu_detail(store, since, until, sorted(flagged), causes=causes, kinds=NODE_SUSPECT_KINDS)
+    per_host: dict[str, int] = {}
+    for d in gpus:
+        per_host[d.host] = per_host.get(d.host, 0) + 1
+    tested = []  # each flagged host's GPUs that showed its deciding signal
+    for d in gpus:
+        i = flagged[d.host]
+        if d.events[int(test.signal[i])] > 0:
+            tested.append((d, i))
+    if not tested:
+        return []
+    host_hours = {str(h): float(g) for h, g in zip(table.hosts, table.gpu_hours, strict=True)}
+    exposure = np.array([host_hours.get(d.host, 0.0) / per_host[d.host] for d, _ in tested])
+    corr = corroborate(np.array([d.jobs for d, _ in tested]), exposure, rate, config)
+    best: dict[str, tuple[str, float, float, int, float, str, float]] = {}
+    for j, (d, i) in enumerate(tested):
+        if not corr.suspect[j]:
+            continue
+        confidence = 1.0 - max(float(test.p_adjusted[i]), float(corr.p_adjusted[j]))
+        row = (
+            d.host,
+            confidence,
+            float(corr.ratio_low[j]),
+            d.jobs,
+            float(corr.expected[j]),
+            f"{HEALTH_SIGNALS[int(test.signal[i])]} on {d.gpu}",
+            host_hours.get(d.host, 0.0),
+        )
+        if d.host not in best or row[1] > best[d.host][1]:
+            best[d.host] = row
+    return sorted(best.values(), key=lambda r: (-r[1], -r[2], r[0]))
 
 
 def record(store: Store, view: FleetView) -> int:

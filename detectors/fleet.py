@@ -13,7 +13,15 @@ fleet rate in some stratum after multiple-testing control over the strata (Bonfe
 every node tested (Holm, family-wise), it was implicated by at least ``min_jobs`` different jobs,
 and the rate it shows is at least ``min_ratio`` times the fleet's even at the low end of its
 posterior (Gamma prior at the fleet rate): a node that hosted little cannot reach the top
-of the list by one anomaly. Pure numpy/scipy; no I/O.
+of the list by one anomaly.
+
+A second, independent piece of evidence can stand in for job counts (:func:`health_test`,
+:func:`corroborate`): the node agent's NVML health. A host whose GPUs report throttling,
+XIDs or rising ECC / link-error counters improbably often for the samples they sent (Holm
+over the fleet), *and* whose flagged GPU itself was named by at least
+``corroborating_jobs`` different jobs, more than a healthy GPU's share of the fleet's
+implications would give, is a suspect on fewer jobs: a throttling GPU that slowed two jobs
+is as sure as an unexplained one that slowed five. Pure numpy/scipy; no I/O.
 """
 
 from __future__ import annotations
@@ -37,11 +45,16 @@ from argus.schemas.causes import (
 )
 
 __all__ = [
+    "HEALTH_SIGNALS",
     "NODE_CAUSES",
     "NODE_SUSPECT_KINDS",
+    "Corroboration",
     "FleetConfig",
+    "HealthTest",
     "NodeHealth",
+    "corroborate",
     "fleet_rate",
+    "health_test",
     "holm",
     "node_health",
 ]
@@ -68,6 +81,11 @@ NODE_SUSPECT_KINDS: frozenset[str] = frozenset({"rank", "host", "link", "ranks"}
 """Suspect kinds that place an anomaly on nodes (its ranks' hosts, the host, both ends of a
 link). A stage, a data-parallel group or the whole job is the workload, not a node."""
 
+HEALTH_SIGNALS: tuple[str, ...] = ("throttled", "xid", "ecc", "link_errors")
+"""The node agent's health signals, per GPU: samples throttled (hardware slowdown, thermal,
+power brake), samples with an XID, and the rise of the ECC double-bit and NVLink error
+counters."""
+
 
 @dataclass(frozen=True)
 class FleetConfig:
@@ -85,6 +103,13 @@ class FleetConfig:
             (1: the prior weighs as much as the exposure in which the fleet sees one).
         trim_alpha: nodes whose unadjusted p-value is below this are left out of the fleet
             rate (bad nodes must not raise the bar they are measured against).
+        health_alpha: family-wise error rate of the health test over the hosts (Holm): the
+            chance that any host whose GPUs are healthy is flagged in a window.
+        min_events: a flagged host's GPUs showed at least this many events of the signal.
+        corroborating_jobs: a host named on its health is a suspect only when its flagged GPU
+            was named by at least this many different jobs ...
+        corroborate_alpha: ... more than a healthy GPU's share would give: Holm-adjusted over
+            the flagged GPUs, the chance of that many jobs is at most this.
     """
 
     alpha: float = 1e-3
@@ -93,12 +118,20 @@ class FleetConfig:
     credible: float = 0.05
     prior_jobs: float = 1.0
     trim_alpha: float = 1e-3
+    health_alpha: float = 1e-3
+    min_events: int = 3
+    corroborating_jobs: int = 2
+    corroborate_alpha: float = 0.01
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0 or not 0.0 < self.credible < 0.5 or not 0.0 < self.trim_alpha < 1.0:
             raise ValueError("alpha and trim_alpha must be in (0, 1), credible in (0, 0.5)")
         if self.min_jobs < 1 or self.min_ratio < 1.0 or self.prior_jobs <= 0.0:
             raise ValueError("min_jobs >= 1, min_ratio >= 1 and prior_jobs > 0 are required")
+        if not 0.0 < self.health_alpha < 1.0 or not 0.0 < self.corroborate_alpha < 1.0:
+            raise ValueError("health_alpha and corroborate_alpha must be in (0, 1)")
+        if self.min_events < 1 or self.corroborating_jobs < 1:
+            raise ValueError("min_events >= 1 and corroborating_jobs >= 1 are required")
 
 
 @dataclass(frozen=True)
@@ -243,3 +276,129 @@ def node_health(
     ratio_low = np.where(r > 0.0, stats.gamma.ppf(cfg.credible, shape, scale=scale) / safe, 0.0)
     suspect = (p_adj <= cfg.alpha) & (count >= cfg.min_jobs) & (ratio_low >= cfg.min_ratio)
     return NodeHealth(rate, expected, p, p_adj, ratio_low, suspect, best, count)
+
+
+@dataclass(frozen=True)
+class HealthTest:
+    """The health test over hosts (one entry per host, in the input's order).
+
+    ``rate``: the fleet's events per sample of each signal (:data:`HEALTH_SIGNALS`); per host:
+    ``signal``, the one that decided (its smallest p-value), ``events`` its count there and
+    ``expected`` a healthy host's; ``p_value``: P(events >= observed) times the signals tested
+    (Bonferroni); ``p_adjusted``: Holm over the hosts that sent samples; ``flagged``: the
+    decision.
+    """
+
+    rate: np.ndarray
+    signal: np.ndarray
+    events: np.ndarray
+    expected: np.ndarray
+    p_value: np.ndarray
+    p_adjusted: np.ndarray
+    flagged: np.ndarray
+
+
+def health_test(
+    events: Sequence[Sequence[float]] | np.ndarray,
+    samples: Sequence[float] | np.ndarray,
+    config: FleetConfig | None = None,
+) -> HealthTest:
+    """Test every host's health events against the fleet's rate per sample.
+
+    Args:
+        events: per host, one column per signal (:data:`HEALTH_SIGNALS`): its GPUs' samples
+            throttled, samples with an XID, rise of the ECC and link-error counters.
+        samples: per host, the health samples its GPUs sent in the window (the exposure).
+        config: ``health_alpha``, ``min_events``, ``trim_alpha`` (:class:`FleetConfig`).
+
+    Notes:
+        Under the null a healthy host's events of a signal are Poisson(``rate x samples``),
+        the signal's ``rate`` pooled over the fleet without the hosts it finds improbable
+        (:func:`fleet_rate`), plus half an event over the whole fleet (Jeffreys): a signal no
+        healthy host showed in the window still has a finite rate, so one stray event is never
+        infinitely improbable. One-sided, Bonferroni over the signals, Holm over the hosts.
+    """
+    cfg = config or FleetConfig()
+    k = np.asarray(events, dtype=float)
+    e = np.asarray(samples, dtype=float)
+    if k.ndim == 1:
+        k = k[:, None]
+    if e.ndim != 1 or k.ndim != 2 or k.shape[0] != e.shape[0]:
+        raise ValueError(f"events and samples need one row per host (got {k.shape} and {e.shape})")
+    if (k < 0).any() or (e < 0).any() or not np.isfinite(k).all() or not np.isfinite(e).all():
+        raise ValueError("events and samples must be finite and >= 0")
+    n, signals = k.shape
+    total = e.sum()
+    if n == 0 or signals == 0 or total <= 0.0:
+        z = np.zeros(n)
+        return HealthTest(
+            np.zeros(signals), np.zeros(n, int), z, z, np.ones(n), np.ones(n), np.zeros(n, bool)
+        )
+    rate = np.array([fleet_rate(k[:, j], e, trim_alpha=cfg.trim_alpha) + 0.5 / total for j in range(signals)])
+    expected_all = rate[None, :] * e[:, None]
+    p_all = _p_values(k, expected_all)
+    best = np.argmin(p_all, axis=1)
+    rows = np.arange(n)
+    p = np.minimum(p_all[rows, best] * signals, 1.0)
+    tested = e > 0.0
+    p_adj = np.ones(n)
+    p_adj[tested] = holm(p[tested])
+    count = k[rows, best]
+    flagged = tested & (p_adj <= cfg.health_alpha) & (count >= cfg.min_events)
+    return HealthTest(rate, best, count, expected_all[rows, best], p, p_adj, flagged)
+
+
+@dataclass(frozen=True)
+class Corroboration:
+    """The jobs test of the GPUs the health test flagged (one entry per GPU, input order):
+    ``expected`` jobs of a healthy GPU, ``p_value`` P(jobs >= observed), ``p_adjusted`` Holm
+    over the GPUs tested, ``ratio_low`` the GPU's rate over a healthy GPU's at the ``credible``
+    bound of its posterior (reported, not required: the health evidence stands in for it),
+    ``suspect`` the decision."""
+
+    expected: np.ndarray
+    p_value: np.ndarray
+    p_adjusted: np.ndarray
+    ratio_low: np.ndarray
+    suspect: np.ndarray
+
+
+def corroborate(
+    jobs: Sequence[int] | np.ndarray,
+    exposure: Sequence[float] | np.ndarray,
+    rate: float,
+    config: FleetConfig | None = None,
+) -> Corroboration:
+    """Were the flagged GPUs named by more jobs than healthy GPUs are?
+
+    Args:
+        jobs: per flagged GPU, the distinct jobs whose anomalies (of :data:`NODE_CAUSES`, as
+            :data:`NODE_SUSPECT_KINDS`) named it in the window.
+        exposure: per GPU, the GPU-hours it hosted (its host's over the host's GPUs).
+        rate: a healthy GPU's rate of implicating jobs per GPU-hour (the fleet's job-GPU
+            pairs over its GPU-hours, without the suspects).
+        config: ``corroborating_jobs``, ``corroborate_alpha``, ``credible``, ``prior_jobs``.
+
+    Notes:
+        Health and job counts of a healthy GPU are independent (a thermal event does not make
+        a background fault land on it), so a healthy host is named this way only if the
+        health test flags it, at most ``health_alpha`` per window over the fleet; the jobs
+        test keeps a GPU that reports events but slows nobody off the list. A GPU that hosted
+        nothing in the window (exposure 0) is never a suspect.
+    """
+    cfg = config or FleetConfig()
+    k = np.asarray(jobs, dtype=float)
+    e = np.asarray(exposure, dtype=float)
+    if k.shape != e.shape or k.ndim != 1:
+        raise ValueError(f"jobs and exposure need one value per GPU (got {k.shape} and {e.shape})")
+    if (k < 0).any() or (e < 0).any() or not np.isfinite(e).all() or not np.isfinite(rate) or rate < 0:
+        raise ValueError("jobs, exposure and rate must be finite and >= 0")
+    expected = rate * e
+    p = np.where(rate > 0.0, _p_values(k, expected), 1.0) if len(k) else np.ones(0)
+    p_adj = holm(p)
+    safe = rate if rate > 0.0 else 1.0
+    shape = cfg.prior_jobs + k
+    scale = 1.0 / (cfg.prior_jobs / safe + e)
+    ratio_low = stats.gamma.ppf(cfg.credible, shape, scale=scale) / safe if rate > 0.0 else np.zeros(len(k))
+    suspect = (k >= cfg.corroborating_jobs) & (p_adj <= cfg.corroborate_alpha) & (rate > 0.0) & (e > 0.0)
+    return Corroboration(expected, p, p_adj, np.asarray(ratio_low, dtype=float), suspect)

@@ -1,10 +1,15 @@
 """The fleet view's queries: per host, what it hosted and what implicated it, over a window.
 
-Reads the rollups of migration 008 (``node_hours``, ``anomaly_nodes``, ``gpu_health_daily``),
-never the step rows, so a week of a 10,000-host fleet answers in well under a second::
+Reads the rollups of migrations 008 and 009 (``node_hours``, ``node_jobs``,
+``anomaly_nodes``, ``gpu_health_daily``), never the step rows; what runs over every host
+reads ``node_hours``, ``node_jobs`` and ``gpu_health_daily`` grouped by host alone, and what
+reads ``anomaly_nodes`` or one GPU at a time is for a few hosts (the tables are sorted by
+host), so a month of a 10,000-host fleet answers in well under a second::
 
     nodes = node_table(store, since, until, causes=NODE_CAUSES, kinds=NODE_SUSPECT_KINDS)
     nodes.hosts, nodes.gpu_hours, nodes.jobs        # one entry per host
+    health = host_health(store, since, until)        # NVML events per host and signal
+    gpus = gpu_detail(store, since, until, ["gpu-node-0042"], causes=..., kinds=...)
     evidence = node_evidence(store, since, until, ["gpu-node-0042"], causes=..., kinds=...)
     lost_by_cause_day(store, since, until)           # the fleet's GPU-hours lost
 
@@ -28,9 +33,13 @@ from .store import Store
 
 __all__ = [
     "THROTTLE_MASK",
+    "GpuDetail",
     "HostEvidence",
+    "HostHealth",
     "LostByDay",
     "NodeTable",
+    "gpu_detail",
+    "host_health",
     "lost_by_cause_day",
     "node_evidence",
     "node_table",
@@ -42,22 +51,35 @@ THROTTLE_MASK = 0xE8
 thermal slowdown, hardware power brake), as ``gpu_health_daily`` counts them (232)."""
 
 _IMPLICATING = """time >= {since:DateTime64(3)} AND time < {until:DateTime64(3)}
-      AND has(splitByChar(',', {causes:String}), toString(cause))
-      AND has(splitByChar(',', {kinds:String}), toString(suspect_kind))"""
-"""The anomaly_nodes rows of the window that implicate their host (the caller's causes and kinds)."""
+      AND cause IN splitByChar(',', {causes:String}) AND suspect_kind IN splitByChar(',', {kinds:String})"""
+"""The anomaly_nodes rows of the window that implicate their host (the caller's causes and
+kinds). ``IN`` a constant set, not ``has()``: on a LowCardinality column it is decided once
+per distinct value, and on ``host`` it reads only the hosts' ranges of the sort key."""
+
+_IMPLICATING_HOURS = """hour >= toStartOfHour({since:DateTime64(3)}) AND hour < {until:DateTime64(3)}
+      AND cause IN splitByChar(',', {causes:String}) AND suspect_kind IN splitByChar(',', {kinds:String})"""
+"""The node_jobs rows of the window's hours (as node_hours counts exposure) that implicate
+their host."""
+
+_MINE = "host IN splitByChar(',', {hosts:String})"
+
+_DAYS = "day >= toDate({since:DateTime64(3)}) AND day <= toDate({until:DateTime64(3)})"
 
 
 @dataclass(frozen=True)
 class NodeTable:
     """Per host (one entry each, sorted by name): GPU-hours hosted and the distinct jobs whose
     anomalies implicated it, of any cause (``jobs``) and per cause (``by_cause``, one column
-    per name of ``causes``): what the fleet model needs of every host."""
+    per name of ``causes``): what the fleet model needs of every host. ``gpu_jobs``: the
+    job-GPU pairs among them (a job naming two of its GPUs counts twice), an upper bound (a
+    job's rows of several hours or causes count its GPUs again): a healthy GPU's share."""
 
     hosts: np.ndarray
     gpu_hours: np.ndarray
     jobs: np.ndarray
     causes: tuple[str, ...] = ()
     by_cause: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    gpu_jobs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.hosts)
@@ -90,6 +112,29 @@ class HostEvidence:
     throttled_samples: int = 0
     ecc_errors: int = 0
     link_errors: int = 0
+
+
+@dataclass(frozen=True)
+class HostHealth:
+    """Per host (sorted by name): the health samples its GPUs sent over the window's days and
+    its events per signal (columns: throttled samples, samples with an XID, and the rise of its
+    GPUs' ECC double-bit and NVLink error counters over the window)."""
+
+    hosts: np.ndarray
+    samples: np.ndarray
+    events: np.ndarray
+
+
+@dataclass(frozen=True)
+class GpuDetail:
+    """One GPU of a host: its samples and events per signal over the window's days (counter
+    rises over the whole window), and the distinct jobs whose anomalies named it."""
+
+    host: str
+    gpu: str
+    samples: int
+    events: tuple[int, int, int, int]
+    jobs: int
 
 
 @dataclass(frozen=True)
@@ -136,16 +181,21 @@ def node_table(
         "WHERE hour >= toStartOfHour({since:DateTime64(3)}) AND hour < {until:DateTime64(3)} GROUP BY host",
         p,
     )
-    # versions of one anomaly share its job: no need to find the latest to count jobs. The
-    # rollup's rows (cause '') are each host's jobs of any cause (a job counted once).
-    hit = store.query_rows(
-        f"SELECT host, toString(cause), uniqExact(job) FROM anomaly_nodes WHERE {_IMPLICATING} "
-        "GROUP BY host, cause WITH ROLLUP",
+    # node_jobs: versions of one anomaly and a job's repeated anomalies share its row (or, not
+    # merged yet, its job hash); grouped by host alone for any cause, by host and cause apart
+    # (one key of a LowCardinality column groups far faster than two, or than WITH ROLLUP)
+    anyc = store.query_rows(
+        f"SELECT host, uniqExact(job_hash), sum(length(gpus)) FROM node_jobs WHERE {_IMPLICATING_HOURS} "
+        "GROUP BY host",
         p,
     )
-    hit = [r for r in hit if str(r[0])]  # the grand total
-    hosts = np.array(sorted({str(r[0]) for r in (*hours, *hit)}), dtype=object)
-    causes = tuple(sorted({str(r[1]) for r in hit if str(r[1])}))
+    hit = store.query_rows(
+        f"SELECT host, toString(cause), uniqExact(job_hash) FROM node_jobs WHERE {_IMPLICATING_HOURS} "
+        "GROUP BY host, cause",
+        p,
+    )
+    hosts = np.array(sorted({str(r[0]) for r in (*hours, *anyc)}), dtype=object)
+    causes = tuple(sorted({str(r[1]) for r in hit}))
 
     def column(rows: Sequence[tuple[Any, ...]], dtype: type) -> np.ndarray:
         out: np.ndarray = np.zeros(len(hosts), dtype=dtype)
@@ -157,8 +207,81 @@ def node_table(
     by_cause = np.zeros((len(hosts), len(causes)), np.int64)
     for j, c in enumerate(causes):
         by_cause[:, j] = column([r for r in hit if str(r[1]) == c], np.int64)
-    total = column([r for r in hit if not str(r[1])], np.int64)
-    return NodeTable(hosts, column(hours, float), total, causes, by_cause)
+    total = column([r[:2] for r in anyc], np.int64)
+    pairs = column([(r[0], r[2]) for r in anyc], np.int64)
+    return NodeTable(hosts, column(hours, float), total, causes, by_cause, pairs)
+
+
+def host_health(store: Store, since: datetime, until: datetime) -> HostHealth:
+    """Every host's health samples and events per signal over the days ``[since, until]``
+    touches (``gpu_health_daily``, grouped by host: one pass over the window's days)."""
+    p = _window(since, until)
+    rows = store.query_rows(
+        f"""SELECT host, sum(samples), sum(throttled), sum(xid_samples)
+            FROM gpu_health_daily WHERE {_DAYS} GROUP BY host ORDER BY host""",
+        p,
+    )
+    # a counter's rise is max - min over the GPU's whole window (its rows of one day are not
+    # merged yet while the day lasts, one sample each): only GPUs whose counters are not 0
+    rises = store.query_rows(
+        f"""SELECT host, sum(ecc), sum(link) FROM (
+                SELECT host, gpu_uuid, max(ecc_max) - min(ecc_min) AS ecc,
+                       max(link_err_max) - min(link_err_min) AS link
+                FROM gpu_health_daily
+                WHERE {_DAYS} AND gpu_uuid IN (
+                    SELECT gpu_uuid FROM gpu_health_daily WHERE {_DAYS} AND (ecc_max > 0 OR link_err_max > 0))
+                GROUP BY host, gpu_uuid)
+            GROUP BY host""",
+        p,
+    )
+    hosts = np.array([str(r[0]) for r in rows], dtype=object)
+    samples = np.array([float(r[1]) for r in rows])
+    events = np.zeros((len(rows), 4))
+    events[:, :2] = np.array([[float(r[2]), float(r[3])] for r in rows]).reshape(len(rows), 2)
+    if rises and len(hosts):
+        idx = np.searchsorted(hosts, np.array([str(r[0]) for r in rises], dtype=object))
+        ok = (idx < len(hosts)) & (
+            hosts[np.minimum(idx, len(hosts) - 1)] == np.array([str(r[0]) for r in rises])
+        )
+        events[idx[ok], 2:] = np.array([[float(r[1]), float(r[2])] for r in rises])[ok]
+    return HostHealth(hosts, samples, events)
+
+
+def gpu_detail(
+    store: Store,
+    since: datetime,
+    until: datetime,
+    hosts: Sequence[str],
+    *,
+    causes: Iterable[str],
+    kinds: Iterable[str],
+) -> list[GpuDetail]:
+    """Per GPU of a few hosts (those the health test flagged): its samples and events, and the
+    distinct jobs that named it (sorted by host and GPU). Reads those hosts' rows only."""
+    if not hosts:
+        return []
+    p = {**_window(since, until), "causes": _names(causes), "kinds": _names(kinds), "hosts": _names(hosts)}
+    health = store.query_rows(
+        f"""SELECT host, gpu_uuid, sum(samples), sum(throttled), sum(xid_samples),
+                  max(ecc_max) - min(ecc_min), max(link_err_max) - min(link_err_min)
+            FROM gpu_health_daily WHERE {_MINE} AND {_DAYS} GROUP BY host, gpu_uuid""",
+        p,
+    )
+    jobs = {
+        (str(h), str(g)): int(n)
+        for h, g, n in store.query_rows(
+            f"""SELECT host, g, uniqExact(job_hash) FROM node_jobs ARRAY JOIN gpus AS g
+                WHERE {_MINE} AND {_IMPLICATING_HOURS} GROUP BY host, g""",
+            p,
+        )
+    }
+    out = [
+        GpuDetail(str(h), str(g), int(n), (int(t), int(x), int(e), int(lk)), jobs.pop((str(h), str(g)), 0))
+        for h, g, n, t, x, e, lk in health
+    ]
+    # a GPU named by jobs whose node agent sent nothing: no health, its jobs still count
+    out += [GpuDetail(h, g, 0, (0, 0, 0, 0), n) for (h, g), n in jobs.items()]
+    return sorted(out, key=lambda d: (d.host, d.gpu))
 
 
 def node_evidence(
@@ -176,7 +299,7 @@ def node_evidence(
     if not hosts:
         return {}
     p = {**_window(since, until), "causes": _names(causes), "kinds": _names(kinds), "hosts": _names(hosts)}
-    mine = "has(splitByChar(',', {hosts:String}), toString(host))"
+    mine = _MINE
     rows = store.query_rows(
         f"""SELECT host, groupArray(a_cause), groupArray(a_lost), groupArray(id), groupArray(a_gpus),
                   groupArray(a_job)
@@ -194,7 +317,7 @@ def node_evidence(
                            max(ecc_max) - min(ecc_min) AS ecc, max(link_err_max) - min(link_err_min) AS link,
                            groupUniqArrayArray(xids) AS x
                     FROM gpu_health_daily
-                    WHERE {mine} AND day >= toDate({{since:DateTime64(3)}}) AND day <= toDate({{until:DateTime64(3)}})
+                    WHERE {mine} AND {_DAYS}
                     GROUP BY host, gpu_uuid)
                 GROUP BY host""",
             p,
@@ -231,19 +354,21 @@ def lost_by_cause_day(
     store: Store, since: datetime, until: datetime, *, causes: Iterable[str] | None = None
 ) -> list[LostByDay]:
     """The fleet's GPU-hours lost per day and cause: every anomaly once, its latest version,
-    dated by when it was detected; only ``causes`` when given."""
+    dated by when it was detected; only ``causes`` when given. Versions are told apart by a
+    64-bit hash of the id (a number groups faster than a string; a collision among a month's
+    million ids has a chance of about 3e-8)."""
     p = _window(since, until)
     where = ""
     if causes is not None:
         p["causes"] = _names(causes)
-        where = "AND has(splitByChar(',', {causes:String}), toString(cause))"
+        where = "AND cause IN splitByChar(',', {causes:String})"
     rows = store.query_rows(
         f"""SELECT a_day, a_cause, count(), sum(a_lost)
-            FROM (SELECT id, toDate(min(time)) AS a_day, any(cause) AS a_cause,
+            FROM (SELECT cityHash64(id) AS a_id, toDate(min(time)) AS a_day, any(cause) AS a_cause,
                          argMax(gpu_hours_lost, end_step) AS a_lost
                   FROM anomalies
                   WHERE time >= {{since:DateTime64(3)}} AND time < {{until:DateTime64(3)}} {where}
-                  GROUP BY id)
+                  GROUP BY a_id)
             GROUP BY a_day, a_cause ORDER BY a_day, a_cause""",
         p,
     )

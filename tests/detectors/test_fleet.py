@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from argus.detectors.fleet import FleetConfig, fleet_rate, holm, node_health
+from argus.detectors.fleet import FleetConfig, corroborate, fleet_rate, health_test, holm, node_health
 
 RATE = 0.02  # implicating jobs per GPU-hour hosted
 
@@ -124,3 +124,75 @@ def test_a_node_failing_one_way_stands_out_in_its_cause_before_the_pooled_count_
     split = node_health(np.column_stack([pooled, per_cause]), exposure)
     assert split.suspect[3] and split.stratum[3] == 2 and split.count[3] == 7
     assert not node_health(pooled, exposure).suspect[3]
+
+
+def _health(rng: np.random.Generator, n: int = 250) -> tuple[np.ndarray, np.ndarray]:
+    """A week of health samples per host (8 GPUs, every 6 h) with stray events: thermal
+    slowdowns at 0.2 % of samples, XIDs at 0.05 %, no ECC or link errors anywhere."""
+    samples = np.full(n, 8 * 28.0)
+    events = np.column_stack(
+        [rng.poisson(0.002 * samples), rng.poisson(0.0005 * samples), np.zeros(n), np.zeros(n)]
+    )
+    return events, samples
+
+
+def test_stray_health_events_flag_no_host_week_after_week() -> None:
+    rng = np.random.default_rng(31)
+    flagged = 0
+    for _ in range(300):
+        events, samples = _health(rng)
+        flagged += int(health_test(events, samples).flagged.sum())
+    assert flagged <= 1
+
+
+def test_a_throttling_gpu_and_a_rising_error_counter_are_flagged_by_their_signal() -> None:
+    rng = np.random.default_rng(32)
+    events, samples = _health(rng)
+    events[7, 0] += 12  # one GPU throttled in 12 of its 28 samples
+    events[9, 3] = 40  # a link-error counter rising where no healthy host's does
+    t = health_test(events, samples)
+    assert set(np.flatnonzero(t.flagged)) == {7, 9}
+    assert (t.signal[7], t.signal[9]) == (0, 3)
+    assert t.rate[3] > 0.0  # a signal nobody else showed still has a finite rate
+
+
+def test_one_or_two_events_of_a_signal_nobody_shows_flag_nothing() -> None:
+    """Half an event over the fleet keeps a first stray error counter from being infinitely
+    improbable; three are improbable, and min_events decides whether that is enough."""
+    rng = np.random.default_rng(33)
+    events, samples = _health(rng)
+    events[4, 2] = 1
+    events[5, 3] = 2
+    t = health_test(events, samples)
+    assert not t.flagged.any()
+    assert t.p_adjusted[4] > 1e-3
+    events[6, 3] = 3
+    assert set(np.flatnonzero(health_test(events, samples).flagged)) == {6}
+    assert not health_test(events, samples, FleetConfig(min_events=4)).flagged.any()
+
+
+def test_a_flagged_gpu_is_corroborated_by_two_jobs_only_when_a_healthy_gpu_would_have_fewer() -> None:
+    c = corroborate(np.array([2, 1, 2]), np.array([0.5, 0.5, 20.0]), 0.05)
+    # 0.025 jobs expected: two are improbable; one is not enough; 1 expected: two are likely
+    assert list(c.suspect) == [True, False, False]
+    assert c.expected == pytest.approx([0.025, 0.025, 1.0])
+    assert c.p_adjusted[0] < 0.01 < c.p_adjusted[2]
+    assert not corroborate(np.array([2]), np.array([0.5]), 0.0).suspect.any()  # no fleet rate: no test
+    assert not corroborate(np.array([2]), np.array([0.0]), 0.05).suspect.any()  # hosted nothing
+    assert not corroborate(np.array([2]), np.array([0.5]), 0.05, FleetConfig(corroborating_jobs=3)).suspect[0]
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: health_test([[1, 2]], [1.0, 2.0]), "one row per host"),
+        (lambda: health_test([[-1]], [1.0]), ">= 0"),
+        (lambda: corroborate([1, 2], [1.0], 0.1), "one value per GPU"),
+        (lambda: corroborate([1], [1.0], float("nan")), "finite"),
+        (lambda: FleetConfig(corroborate_alpha=1.0), "corroborate_alpha"),
+        (lambda: FleetConfig(min_events=0), "min_events"),
+    ],
+)
+def test_bad_health_input_is_refused_with_a_reason(call: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call()  # type: ignore[operator]

@@ -12,7 +12,7 @@ import numpy as np
 from argus.schemas import Anomaly, GpuSample, StepBatch
 from argus.sinks import to_arrow
 
-__all__ = ["SmallFleet", "job_steps", "small_fleet"]
+__all__ = ["HealthFleet", "SmallFleet", "health_fleet", "job_steps", "small_fleet"]
 
 GPUS = 8
 STEP_MS = 1000.0
@@ -129,3 +129,68 @@ def small_fleet(
     store.insert_arrow("gpu_samples", to_arrow(samples)[1])  # type: ignore[attr-defined]
     end = t0_ns + n_jobs * 3_600 * 10**9
     return SmallFleet(hosts, bad, bad_ids, unlucky, t0_ns, end, jobs, exposure)
+
+
+@dataclass(frozen=True)
+class HealthFleet:
+    """What :func:`health_fleet` wrote: the hosts, the throttling host that two jobs found slow
+    at its throttling GPU (``throttling``, GPU ``gpu``), a host throttling the same way that
+    one job found slow (``quiet``), a host two jobs found slow without any health event
+    (``jobs_only``), and the window."""
+
+    hosts: list[str]
+    throttling: str
+    gpu: str
+    quiet: str
+    jobs_only: str
+    start_ns: int
+    end_ns: int
+
+
+def health_fleet(store: object, tag: str, t0_ns: int, *, n_hosts: int = 40, n_jobs: int = 30) -> HealthFleet:
+    """A fleet of ``n_hosts`` whose jobs (one an hour, 4 hosts each) are mostly healthy, with a
+    few background anomalies on random hosts, NVML samples every 4 hours with a stray thermal
+    event or XID here and there, and three hosts of interest (:class:`HealthFleet`)."""
+    rng = np.random.default_rng(9)
+    hosts = [f"{tag}-h{i:02d}" for i in range(n_hosts)]
+    throttling, quiet, jobs_only = hosts[3], hosts[17], hosts[29]
+    special = {throttling: (0, 1), quiet: (2,), jobs_only: (3, 4)}  # the jobs that find each slow
+    pool = [h for h in hosts if h not in special]
+    gpu_of = {throttling: 2, quiet: 5, jobs_only: 1}
+    anomalies = []
+    for j in range(n_jobs):
+        job = f"{tag}-job{j:02d}"
+        placed = [str(h) for h in rng.choice(pool, 4, replace=False)]
+        mine = [h for h, js in special.items() if j in js]
+        for k, h in enumerate(mine):
+            placed[k] = h
+        t = t0_ns + j * 3_600 * 10**9
+        store.insert_arrow("steps", to_arrow(job_steps(job, placed, t))[1])  # type: ignore[attr-defined]
+        found = t + 10 * 10**9
+        for h in mine:
+            rank = placed.index(h) * GPUS + gpu_of[h]
+            anomalies.append(
+                anomaly(f"{tag}-a{j}-{h}", job, (rank,), "rank", "compute_straggler", found, 0.01)
+            )
+        if j % 7 == 5:  # the background: a healthy host's one bad job
+            rank = int(rng.integers(len(mine), 4)) * GPUS + int(rng.integers(0, GPUS))
+            anomalies.append(anomaly(f"{tag}-bg{j}", job, (rank,), "rank", "compute_straggler", found, 0.01))
+    store.insert_arrow("anomalies", to_arrow(anomalies)[1])  # type: ignore[attr-defined]
+    samples = []
+    rounds = max(n_jobs // 4, 1)
+    for h in hosts:
+        for g in range(GPUS):
+            for i in range(rounds):
+                hot = h in (throttling, quiet) and g == gpu_of[h] and i % 4 != 0  # 3 rounds in 4
+                stray = rng.random()
+                samples.append(
+                    GpuSample(
+                        h, f"GPU-{h}-{g}", g, t0_ns + i * 4 * 3_600 * 10**9,
+                        clock_event_reasons=0x40 if hot else (0x20 if stray < 0.004 else 0),
+                        xid=13 if 0.004 <= stray < 0.006 else 0,
+                    )
+                )  # fmt: skip
+    store.insert_arrow("gpu_samples", to_arrow(samples)[1])  # type: ignore[attr-defined]
+    return HealthFleet(
+        hosts, throttling, f"GPU-{throttling}-2", quiet, jobs_only, t0_ns, t0_ns + n_jobs * 3_600 * 10**9
+    )

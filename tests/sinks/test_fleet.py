@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from argus.detectors.fleet import NODE_CAUSES, NODE_SUSPECT_KINDS
-from argus.sinks.fleet import lost_by_cause_day, node_evidence, node_table
+from argus.sinks.fleet import gpu_detail, host_health, lost_by_cause_day, node_evidence, node_table
 from tests.helpers.fleet import SmallFleet, small_fleet
 
 _KW: dict[str, Any] = {"causes": NODE_CAUSES, "kinds": NODE_SUSPECT_KINDS}
@@ -52,6 +52,52 @@ def test_the_window_bounds_both_exposure_and_anomalies(store: Any, fleet: SmallF
     )
     assert only_links.jobs[only_links.index(fleet.bad)] == 0
     assert only_links.jobs[only_links.index(fleet.unlucky)] == 1
+
+
+def test_node_jobs_keeps_one_row_per_host_job_and_hour_and_the_gpus_they_named(
+    store: Any, fleet: SmallFleet
+) -> None:
+    """The ranking's rollup: a later version of an anomaly, stored on its own, is one more row
+    until merged, never one more job; merged, the bad host's five jobs are five rows, each
+    with the GPU it named."""
+    from argus.sinks import to_arrow
+    from tests.helpers.fleet import anomaly
+
+    ((job, ranks, ns),) = store.query_rows(
+        "SELECT job, ranks, toUnixTimestamp64Nano(time) FROM anomalies WHERE id = {i:String} LIMIT 1",
+        {"i": fleet.bad_ids[1]},
+    )
+    later = anomaly(fleet.bad_ids[1], job, tuple(ranks), "rank", "compute_straggler", ns, 0.03, end_step=30)
+    store.insert_arrow("anomalies", to_arrow([later])[1])
+    since, until, p = _t(fleet.start_ns), _t(fleet.end_ns), {"h": fleet.bad}
+    nodes = node_table(store, since, until, **_KW)
+    assert nodes.jobs[nodes.index(fleet.bad)] == 5
+    assert nodes.gpu_jobs[nodes.index(fleet.bad)] == 6  # an upper bound until merged
+    store.execute("OPTIMIZE TABLE node_jobs FINAL")
+    rows = store.query_rows("SELECT job_hash, gpus FROM node_jobs WHERE host = {h:String}", p)
+    assert len(rows) == 5 and {tuple(g) for _, g in rows} == {(f"GPU-{fleet.bad}-3",)}
+    assert {h for h, _ in rows} == {h for (h,) in store.query_rows(
+        "SELECT cityHash64(job) FROM anomaly_nodes WHERE host = {h:String}", p)}  # fmt: skip
+    nodes = node_table(store, since, until, **_KW)
+    assert nodes.gpu_jobs[nodes.index(fleet.bad)] == 5
+    assert nodes.gpu_jobs[nodes.index(fleet.unlucky)] == 1  # its end of the link: one GPU
+
+
+def test_host_health_and_gpu_detail_count_each_signal_and_the_jobs_on_each_gpu(
+    store: Any, fleet: SmallFleet
+) -> None:
+    since, until = _t(fleet.start_ns), _t(fleet.end_ns)
+    hh = host_health(store, since, until)
+    i = int(list(hh.hosts).index(fleet.bad))
+    # two samples per GPU; GPU 3: throttled in both, an XID 79 in one, ECC counter 0 -> 2
+    assert hh.samples[i] == 16 and list(hh.events[i]) == [2, 1, 2, 0]
+    j = int(list(hh.hosts).index(fleet.unlucky))
+    assert list(hh.events[j]) == [0, 0, 0, 0]  # "GPU idle" is no throttling, a flat counter no error
+    detail = gpu_detail(store, since, until, [fleet.bad], **_KW)
+    assert [d.gpu for d in detail] == [f"GPU-{fleet.bad}-{g}" for g in range(8)]
+    (hot,) = [d for d in detail if d.jobs]
+    assert (hot.gpu, hot.samples, hot.events, hot.jobs) == (f"GPU-{fleet.bad}-3", 2, (2, 1, 2, 0), 5)
+    assert gpu_detail(store, since, until, [], **_KW) == []
 
 
 def test_health_events_count_xids_throttling_and_the_rise_of_error_counters(
