@@ -36,6 +36,7 @@ SECURE = [
     "grafana.push=true",
     "grafana.url=https://grafana.example",
     "grafana.existingSecret=grafana-token",
+    "fleet.record.enabled=true",
 ]
 EXISTING = {"kafka-sasl", "kafka-ca", "clickhouse-creds", "clickhouse-ca", "grafana-token"}
 
@@ -77,6 +78,8 @@ def pod_specs(docs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]
     for d in docs:
         if d["kind"] in ("Deployment", "DaemonSet", "Job"):
             yield d["metadata"]["name"], d["spec"]["template"]["spec"]
+        elif d["kind"] == "CronJob":
+            yield d["metadata"]["name"], d["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
 def test_helm_lint_passes_strict() -> None:
@@ -160,6 +163,48 @@ def test_every_container_requests_resources_and_runs_what_argus_accepts(
             argus_accepts([a.replace("$(NODE_NAME)", "node-1") for a in c["args"]])
             argus_settings(e["name"] for e in c.get("env", []))
         assert spec["securityContext"]["runAsNonRoot"] is True, name
+
+
+def test_the_fleet_recording_is_an_opt_in_hourly_cronjob_writing_to_clickhouse(
+    argus_accepts: Callable[[list[str]], None], argus_settings: Callable[[Iterable[str]], None]
+) -> None:
+    """`argus fleet --record` fills node_suspects, which the fleet dashboard and the
+    argus-node-suspect alert read: a CronJob when asked for, with the sink's ClickHouse
+    settings, one run at a time."""
+    assert not by_kind(render(), "CronJob")
+    docs = render(*SECURE, "fleet.record.since=14d", "fleet.record.timeZone=Europe/Paris")
+    cron = by_kind(docs, "CronJob")["argus-fleet-record"]["spec"]
+    assert (cron["schedule"], cron["timeZone"], cron["concurrencyPolicy"]) == (
+        "17 * * * *",
+        "Europe/Paris",
+        "Forbid",
+    )
+    job = cron["jobTemplate"]["spec"]
+    assert job["activeDeadlineSeconds"] == 1800 and job["template"]["spec"]["restartPolicy"] == "OnFailure"
+    (c,) = job["template"]["spec"]["containers"]
+    assert c["args"] == ["fleet", "--record", "--since", "14d"]
+    argus_accepts(c["args"])
+    argus_settings(e["name"] for e in c["env"])
+    env = {e["name"]: e for e in c["env"]}
+    sink = by_kind(docs, "Deployment")["argus-sink"]["spec"]["template"]["spec"]["containers"][0]
+    same = {e["name"]: e for e in sink["env"] if e["name"].startswith("ARGUS_CLICKHOUSE")}
+    assert same and {k: env[k] for k in same} == same  # the sink's store, user, password file and CA
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert {"/etc/argus/secrets/clickhouse", "/etc/argus/secrets/clickhouse-ca", "/tmp"} <= mounts
+    bad = subprocess.run(
+        [
+            helm(),
+            "lint",
+            str(CHART),
+            "--set",
+            "fleet.record.enabled=true",
+            "--set",
+            "fleet.record.since=a week",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and "since" in bad.stdout + bad.stderr  # values.schema.json
 
 
 def test_deployments_probe_the_metrics_port_their_command_opens() -> None:
