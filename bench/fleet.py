@@ -14,9 +14,10 @@
 2. **The scale**: a fresh chDB store with 1,000,000 anomalies (a fifth of them stored twice,
    as growing windows are) on 10,000 hosts over 30 days, their placements, 7.2 M host-hours
    and 2.4 M GPU-days of health. The rollups are filled directly (the month above fills them
-   through the views); the anomalies go through their view (the join that places them);
-   then every table is merged (``OPTIMIZE ... FINAL``), as a live store's background merges
-   keep it, not as a bulk fill leaves it.
+   through the views); the anomalies go through their views (the join that places them in
+   ``anomaly_nodes``, and from there ``node_jobs``, the ranking's rollup); then every table is
+   merged (``OPTIMIZE ... FINAL``), as a live store's background merges keep it, not as a
+   bulk fill leaves it.
    Timed, 4 runs each after one warm-up: the fleet view over the last 7 days and over all
    30, and the evidence of 20 hosts. ``fleet_query_ms_max``: the slowest single query any
    of them ran (the store is wrapped to time each); ``fleet_view_7d_ms_p50``: the whole
@@ -320,13 +321,11 @@ def scale(folder: Path, anomalies: int, hosts: int, days: int = 30) -> dict[str,
     fill_s = time.perf_counter() - t
     # A bulk fill leaves hundreds of parts that a live store's background merges would have
     # merged long since (the rollups are fed a little every second): time the merged state.
-    for table in ("anomalies", "anomaly_nodes", "node_hours", "rank_placement", "gpu_health_daily"):
+    tables = ("anomalies", "anomaly_nodes", "node_jobs", "node_hours", "rank_placement", "gpu_health_daily")
+    for table in tables:
         store.execute(f"OPTIMIZE TABLE {table} FINAL")
     merge_s = time.perf_counter() - t - fill_s
-    counts = {
-        name: int(store.query_rows(f"SELECT count() FROM {name}")[0][0])
-        for name in ("anomalies", "anomaly_nodes", "node_hours", "rank_placement", "gpu_health_daily")
-    }
+    counts = {name: int(store.query_rows(f"SELECT count() FROM {name}")[0][0]) for name in tables}
     counts["hosts"] = int(store.query_rows("SELECT uniqExact(host) FROM node_hours")[0][0])
     counts["anomaly_ids"] = int(store.query_rows("SELECT uniqExact(id) FROM anomalies")[0][0])
     until = t0 + timedelta(days=days)
@@ -416,7 +415,8 @@ def main() -> None:
         assert isinstance(counts, dict) and isinstance(sc["runs"], dict)
         print(
             f"\nscale: {counts['anomaly_ids']:,} anomalies ({counts['anomalies']:,} rows), {counts['hosts']:,} "
-            f"hosts, {counts['anomaly_nodes']:,} anomaly-node rows, {counts['rank_placement']:,} placements, "
+            f"hosts, {counts['anomaly_nodes']:,} anomaly-node rows, {counts['node_jobs']:,} node-job rows, "
+            f"{counts['rank_placement']:,} placements, "
             f"{counts['node_hours']:,} host-hours, {counts['gpu_health_daily']:,} GPU-days "
             f"(filled in {float(sc['fill_s']):.0f} s, merged in {float(sc['merge_s']):.0f} s)"  # type: ignore[arg-type]
         )

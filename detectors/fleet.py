@@ -100,7 +100,8 @@ class FleetConfig:
             ``credible`` lower end of its posterior.
         credible: the posterior's lower quantile used for ``min_ratio`` and the ranking.
         prior_jobs: the strength of the Gamma prior at the fleet rate, in implicating jobs
-            (1: the prior weighs as much as the exposure in which the fleet sees one).
+            (1: the prior weighs as much as the exposure in which the fleet sees one; of the
+            most frequent stratum, all causes pooled, when there are several).
         trim_alpha: nodes whose unadjusted p-value is below this are left out of the fleet
             rate (bad nodes must not raise the bar they are measured against).
         health_alpha: family-wise error rate of the health test over the hosts (Holm): the
@@ -238,9 +239,12 @@ def node_health(
         strata times their number (Bonferroni); the test is one-sided (only worse than the
         fleet matters) and Holm-adjusted over the nodes tested (those that hosted anything),
         so ``alpha`` bounds the chance of naming any healthy node in the window. The posterior of a node's rate
-        is Gamma(``prior_jobs + count``, ``prior_jobs / rate + exposure``): with little
-        exposure it stays near the fleet rate, so ``ratio_low`` (its ``credible`` quantile over
-        the fleet rate) keeps a node with one anomaly and no history off the top. Jobs that
+        is Gamma(``a + count``, ``a / rate + exposure``), ``a = prior_jobs x rate / max rate``: a
+        prior at the stratum's fleet rate whose exposure is the same in every stratum (that in
+        which the fleet sees ``prior_jobs`` jobs of its most frequent stratum; with one
+        stratum, ``prior_jobs`` jobs): with little exposure it stays near the fleet rate, so
+        ``ratio_low`` (its ``credible`` quantile over the fleet rate) keeps a node with one
+        anomaly and no history off the top. Jobs that
         run on few nodes, a node that hosts one job for weeks, and correlated faults (a
         rack's switch) bend the Poisson assumption; the distinct-job count and
         ``min_jobs`` are the guard.
@@ -271,8 +275,12 @@ def node_health(
     p_adj = np.ones(n)
     p_adj[tested] = holm(p[tested])
     safe = np.where(r > 0.0, r, 1.0)
-    shape = cfg.prior_jobs + count
-    scale = 1.0 / (cfg.prior_jobs / safe + e)
+    # the prior's exposure is the same in every stratum: that in which the fleet sees
+    # prior_jobs implicating jobs of its most frequent stratum (all causes pooled), so in a
+    # rare cause it is worth a fraction of a job, not more exposure than any node hosts
+    prior = cfg.prior_jobs * safe / rate.max()
+    shape = prior + count
+    scale = 1.0 / (prior / safe + e)
     ratio_low = np.where(r > 0.0, stats.gamma.ppf(cfg.credible, shape, scale=scale) / safe, 0.0)
     suspect = (p_adj <= cfg.alpha) & (count >= cfg.min_jobs) & (ratio_low >= cfg.min_ratio)
     return NodeHealth(rate, expected, p, p_adj, ratio_low, suspect, best, count)

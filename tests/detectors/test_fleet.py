@@ -196,3 +196,20 @@ def test_a_flagged_gpu_is_corroborated_by_two_jobs_only_when_a_healthy_gpu_would
 def test_bad_health_input_is_refused_with_a_reason(call: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()  # type: ignore[operator]
+
+
+def test_the_prior_is_worth_the_same_exposure_in_a_rare_cause_as_in_all_causes_pooled() -> None:
+    """A node four jobs found slow the same way, where a healthy node expects 0.025 such jobs:
+    judged in its cause beside all causes pooled, the prior weighs the exposure of one pooled
+    job (an eighth of a job of that cause), so it is named; a prior worth one job of the rare
+    cause itself (the cause alone) holds its 95 % bound under 2x the fleet (about 5 jobs needed)."""
+    rng = np.random.default_rng(41)
+    exposure = np.full(250, 10.0)
+    per_cause = rng.poisson(RATE / 8 * exposure[:, None], (250, 8))
+    per_cause[12] = [0, 0, 4, 0, 0, 0, 0, 0]
+    pooled = per_cause.sum(axis=1)
+    h = node_health(np.column_stack([pooled, per_cause]), exposure)
+    assert h.suspect[12] and h.stratum[12] == 3 and h.ratio_low[12] > 2.0
+    assert h.suspect.sum() == 1
+    alone = node_health(per_cause[:, 2], exposure)
+    assert alone.p_adjusted[12] < 1e-3 and alone.ratio_low[12] < 2.0 and not alone.suspect[12]
