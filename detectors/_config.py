@@ -77,6 +77,17 @@ class DiagnoserConfig:
     k-th step: one change from the first of them. A job of fewer than ``small_job`` ranks leads with the
     rank's own past: a rank that only stands out against its few peers (a naturally slower
     worker) is never paged.
+
+    Baselines: a rank or group slow from the job's first settled step, or one of ranks that
+    stood out (flagged or weakly) in ``baseline_rate`` of the settled steps before its
+    episode opened (a static offset, a speed group flickering about the threshold), is the
+    job's baseline, never an anomaly; it becomes one only when it adds a tenth of a step more
+    than its baseline did. ``max_tracked``: ranks whose flags are counted.
+
+    Severity: a confirmed fault is a warning until it has been seen in ``page_after`` times
+    ``min_steps`` steps (a small job's doubled sightings already are); then it is sent again
+    as a page (noise that runs in streaks, strong autocorrelation or heavy tails, confirms for
+    a few steps and ends).
     """
 
     group_column: str = "pp"
@@ -134,3 +145,6 @@ class DiagnoserConfig:
     cp_spike: float = 0.25
     cp_max_period: int = 64
     small_job: int = 16
+    baseline_rate: float = 0.5
+    page_after: float = 2.0
+    max_tracked: int = 8192

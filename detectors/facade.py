@@ -23,6 +23,7 @@ suspect and onset step, so a replay emits the same ids.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -119,6 +120,7 @@ class Episode:
     deepen_left: int = 0
     detail: str = ""
     change_onset: int = -1
+    prior_rate: float = 0.0
 
 
 STATE_VERSION = 2
@@ -157,7 +159,9 @@ class JobState:
     ``global_run``: how many steps in a row every rank has been far slower than usual;
     ``fast_run``: how many steps in a row the job has been far faster than ``fast_ref``, its
     baseline's step time when that run began (a warm-up ending: :func:`_settle`);
-    ``settled``: the warm-up's end was found (it ends once).
+    ``settled``: the warm-up's end was found (it ends once); ``flagged``: per rank, the
+    steps since ``first_step`` (of ``flag_steps``, global ones left out) it was flagged or
+    weakly flagged in: how often it stood out before an episode of it opened.
     """
 
     job: str
@@ -176,6 +180,8 @@ class JobState:
     fast_ref: float = 0.0
     settled: bool = False
     changes: ChangeState = field(default_factory=ChangeState)
+    flagged: dict[int, int] = field(default_factory=dict)
+    flag_steps: int = 0
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -211,6 +217,8 @@ class JobState:
             "transients": dict(self.transients),
             "closed": {k: asdict(e) for k, e in self.closed.items()},
             "changes": self.changes.to_dict(),
+            "flagged": {str(r): n for r, n in self.flagged.items()},
+            "flag_steps": self.flag_steps,
         }
 
     @classmethod
@@ -243,6 +251,8 @@ class JobState:
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
             closed={k: _episode(v) for k, v in data.get("closed", {}).items()},
             changes=ChangeState.from_dict(data.get("changes")),
+            flagged={int(r): int(n) for r, n in data.get("flagged", {}).items()},
+            flag_steps=int(data.get("flag_steps", 0)),
         )
 
 
@@ -424,6 +434,8 @@ def apply_findings(
     if residuals is not None:
         findings = _with_changes(state, sf, findings, residuals, glob, cfg)
     out, seen = _sightings(state, sf, findings, verdict, cfg, deepen)
+    if not glob:
+        _count_flags(state, sf, findings, cfg)
     if deepen is not None:  # sketches that came after the confirming step
         out += _deepen_late(state, sf.step, deepen)
     if not glob:  # a global step is no evidence either way
@@ -448,6 +460,7 @@ def _job_level(
         state.settled = True
         state.iteration.n = 0  # the baseline starts afresh without the warm-up's slow steps
         state.changes = ChangeState()  # and so do the ranks' own baselines
+        state.flagged, state.flag_steps = {}, 0
         state.first_step = step - cfg.min_steps + 1
     elif state.first_step < 0 and step >= cfg.warmup_steps:
         state.first_step = step
@@ -504,6 +517,36 @@ def _with_changes(
     return [*findings, *changes]
 
 
+def _count_flags(
+    state: JobState, sf: StepFindings, findings: Sequence[Finding], cfg: DiagnoserConfig
+) -> None:
+    """Each rank flagged (or weakly) this step, counted from the job's first settled step,
+    but not while it is part of an anomaly."""
+    if state.first_step < 0 or sf.step < state.first_step:
+        return
+    state.flag_steps += 1
+    ranks = {int(r) for r in sf.weak}
+    ranks.update(r for f in findings if f.level == "cross_rank" for r in f.ranks)
+    # a fault's own sightings are not its rank's baseline (a flapping rank would become one)
+    ranks.difference_update(
+        r
+        for e in (*state.episodes.values(), *state.closed.values())
+        if e.emitted and e.reported != _SILENT
+        for r in e.ranks
+    )
+    for r in ranks:
+        if r in state.flagged or len(state.flagged) < cfg.max_tracked:
+            state.flagged[r] = state.flagged.get(r, 0) + 1
+
+
+def _prior_rate(state: JobState, ranks: Sequence[int], cfg: DiagnoserConfig) -> float:
+    """How often ``ranks`` stood out (flagged or weakly) before now, on average (0 before
+    ``min_steps`` counted steps)."""
+    if state.flag_steps < cfg.min_steps or not ranks:
+        return 0.0
+    return sum(state.flagged.get(r, 0) for r in ranks) / (len(ranks) * state.flag_steps)
+
+
 def _confirmed_open(state: JobState, f: Finding, groups: Mapping[tuple[str, int], str]) -> bool:
     """Whether ``f`` is a sighting of an open, confirmed episode (on a step every rank is slow,
     a straggler that still stands out among them is still that fault: its window goes on)."""
@@ -544,7 +587,7 @@ def _sightings(
     seen: set[str] = set()
     routed = [g for f in findings for g in _split(f, groups, state, cfg)]
     for f in sorted(routed, key=lambda f: f.suspect_kind not in _GROUP_KINDS):
-        key, e = _episode_of(state, f, groups, sf.step)
+        key, e = _episode_of(state, f, groups, sf, cfg)
         if f.suspect_kind == "ranks" and e.hits and 2 * len(set(f.ranks) & set(e.ranks)) < len(f.ranks):
             continue  # other ranks of the group than before: noise moving about, not one fault
         if key in seen:  # a second finding of the same episode in this step
@@ -563,6 +606,8 @@ def _sightings(
         if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
             if (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
                 out.append(a)
+        elif (a := _escalate(state, e, sf, cfg)) is not None:
+            out.append(a)
         elif e.emitted and sf.step - e.reported >= cfg.update_every:  # a live window and cost
             e.reported = sf.step
             out.append(_anomaly(state, e))
@@ -593,8 +638,18 @@ def _faint(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> bo
     return step_ms_added(f.step_ms_added, sf.step_ms) < cfg.faint_frac * e.added_ms_sum / e.hits
 
 
+def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, share: float = 1.0) -> bool:
+    """Whether a finding of a rank or group that is slow from the job's start (its baseline:
+    a static offset, a speed group) says it is now slower than that: it adds ``share`` of a
+    tenth of a step more than the baseline added per sighting on average."""
+    if base.reported != _SILENT or base.hits <= 0:
+        return False
+    added = step_ms_added(f.step_ms_added, sf.step_ms)
+    return added >= base.added_ms_sum / base.hits + share * _BEYOND_FRAC * sf.step_ms
+
+
 def _episode_of(
-    state: JobState, f: Finding, groups: dict[tuple[str, int], str], step: int
+    state: JobState, f: Finding, groups: dict[tuple[str, int], str], sf: StepFindings, cfg: DiagnoserConfig
 ) -> tuple[str, Episode]:
     """The episode a finding is a sighting of, opened at ``step`` when there is none (a new
     host or link episode takes over its ranks' open ones, and their later findings)."""
@@ -609,11 +664,27 @@ def _episode_of(
             ),
             key,
         )
-    if f.decided_by == CHANGE_FIGURE and (old := state.episodes.get(key)) is not None and old.persistent:
-        key = f"{f.key}|change"  # a change from a baseline: the baseline's sightings stay its own
+    old = state.episodes.get(key)
+    change = (
+        old is not None
+        and old.persistent
+        and (
+            f.decided_by == CHANGE_FIGURE
+            # hysteresis: an open change goes on down to half its threshold
+            or (
+                not cfg.change_points  # with them on, a change from a baseline is theirs
+                and _beyond_baseline(old, f, sf, 0.5 if f"{f.key}|change" in state.episodes else 1.0)
+            )
+        )
+    )
+    if old is not None and change:  # a change from a baseline: its sightings, until it ends
+        key = f"{f.key}|change"
+        old.idle = 0
     e = state.episodes.get(key)
     if e is None:
-        e = state.episodes[key] = _open(f, step)
+        e = state.episodes[key] = _open(f, sf.step)
+        if not change:  # a baseline's ranks stood out before: that was the baseline
+            e.prior_rate = _prior_rate(state, f.ranks, cfg)
         if f.suspect_kind in _GROUP_KINDS:
             _absorb(state, key, e)
             if f.suspect_kind not in ("ranks", "host"):
@@ -643,6 +714,8 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> fl
 
 _SILENT = 10**15
 """``reported`` of a persistent episode: never sent."""
+_BEYOND_FRAC = 0.1
+"""How much more of a step a baseline's rank or group must add to be a change from it."""
 _BASELINE_KINDS = frozenset({"rank", "host", "ranks"})
 _BASELINE_CAUSES = frozenset({COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER, UNKNOWN})
 """What a slower machine or a speed group looks like: a layout's imbalance (a slow stage,
@@ -666,16 +739,14 @@ def _confirm(
     e.emitted = True
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
-    if (  # silent only where the change points will see a change from it
-        cfg.change_points
-        and e.persistent
-        and e.onset <= state.first_step
+    if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
+        (e.persistent or e.prior_rate >= cfg.baseline_rate)
         and e.suspect_kind in _BASELINE_KINDS
         and e.cause in _BASELINE_CAUSES
     ):
         e.reported = _SILENT
         return None
-    e.severity = _severity(e, cfg)
+    e.severity = _severity(e, cfg, _page_hits(cfg, max(state.n_ranks, sf.n_ranks), e.level))
     _drop_before_onset(e)
     e.detected_ns = sf.end_ns
     e.reported = sf.step
@@ -985,12 +1056,31 @@ def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n
     return one_off and added >= cfg.min_cost_frac * base_ms
 
 
-def _severity(e: Episode, cfg: DiagnoserConfig) -> str:
-    """page: an incident a person should act on now; warn: worth a look, never a page
-    (a straggler since the start, a one-off stall, a layout or workload imbalance)."""
-    if e.persistent or (e.hits < cfg.min_steps and e.change_onset < 0) or e.cause in _WARN_CAUSES:
+def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int) -> str:
+    """page: an incident a person should act on now, seen in ``page_hits`` steps (or a
+    change point's); warn: worth a look, never a page (a straggler since the start, a
+    one-off stall, a layout or workload imbalance), or not yet one (a fault seen in fewer
+    steps: noise that runs in streaks confirms a few steps and ends)."""
+    if e.persistent or e.cause in _WARN_CAUSES:
         return "warn"
-    return "page"
+    return "page" if e.hits >= page_hits or e.change_onset >= 0 else "warn"
+
+
+def _page_hits(cfg: DiagnoserConfig, n_ranks: int, level: str) -> int:
+    """Sightings that make a confirmed fault a page: ``page_after`` times ``min_steps`` (a
+    small job's doubled sightings already are)."""
+    return max(_sightings_needed(cfg, n_ranks, level), math.ceil(cfg.page_after * cfg.min_steps))
+
+
+def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> Anomaly | None:
+    """A confirmed warning that has now been seen long enough to page: sent again at once as
+    a page (a page never turns back into a warning)."""
+    if e.severity == "page" or e.reported == _SILENT or not e.emitted:
+        return None
+    if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level)) != "page":
+        return None
+    e.severity, e.reported = "page", sf.step
+    return _anomaly(state, e)
 
 
 def _count_transient(state: JobState, suspect: str, cfg: DiagnoserConfig) -> None:
@@ -1122,7 +1212,7 @@ class JobDiagnoser:
         for e in st.episodes.values():
             need = _sightings_needed(cfg, st.n_ranks, e.level)
             if not e.emitted and 0 < st.steps < need and e.hits >= st.steps:
-                e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg), st.last_end_ns
+                e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg, st.steps), st.last_end_ns
             if e.emitted and deepen is not None and e.level != "kernel" and e.suspect_kind in _DEEP_KINDS:
                 _deepen(e, deepen)
             if e.emitted and e.reported != _SILENT:

@@ -59,8 +59,9 @@ def irregular(
     return a[:, 0].astype(int), a[:, 1], a[:, 2]
 
 
-def test_several_workers_slower_than_their_own_past_are_found_and_static_ones_once() -> None:
-    """4 of 10 workers slow 1.23-1.30x for their last 30 samples; 2 are always 10 % slower."""
+def test_several_workers_slower_than_their_own_past_are_found_and_static_ones_are_the_baseline() -> None:
+    """4 of 10 workers slow 1.23-1.30x for their last 30 samples; 2 are always 10 % slower:
+    they are the baseline."""
     slow = {2: (170, 1.23), 5: (170, 1.27), 6: (170, 1.30), 9: (170, 1.25)}
     rank, t, v = irregular(10, 200, seed=4, slow=slow, static={0: 1.1, 3: 1.1})
     res = diagnose_log(rank, t, v, by_time=True, metric="step_time")
@@ -70,9 +71,8 @@ def test_several_workers_slower_than_their_own_past_are_found_and_static_ones_on
     for a in events:  # each window covers the slowdown to (nearly) the end of the log
         onset = t[(rank == a.ranks[0])][170]
         assert abs(res.start(a) - onset) <= 90 and a.end_step >= len(res.labels) - 12
-    static = [a for a in res.anomalies if a.evidence.get("persistent") == 1.0]
-    assert sorted(r for a in static for r in a.ranks) == [0, 3]
-    assert all(a.severity == "warn" and a.start_step <= 5 for a in static)  # reported once, from the start
+    # always slower is the job's baseline (a slower machine), never an event (issue 32)
+    assert not [a for a in res.anomalies if {0, 3} & set(a.ranks)]
 
 
 def test_two_workers_slowed_3x_are_two_anomalies_and_nobody_else() -> None:

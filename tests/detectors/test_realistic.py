@@ -62,13 +62,19 @@ def test_forty_percent_of_a_stage_slowed_is_one_anomaly_naming_them() -> None:
     assert abs(a.start_step - 80) <= 1 and abs(a.end_step - 179) <= 1
 
 
-def test_a_rank_slow_from_the_start_is_one_persistent_warning() -> None:
-    """Without the change points (the default until the live worker carries them) a rank slow
-    since the start is reported once, as a warning, never a page."""
+def test_a_rank_slow_from_the_start_is_its_baseline_without_the_change_points() -> None:
+    """A rank slow since the start is the job's baseline (a slower GPU, a speed group: issue
+    32), never an event; slower again by more than a tenth of a step later is a change from
+    it, with its own onset."""
     anomalies, _, _ = run([Fault(d.COMPUTE_STRAGGLER, 0, 600, (99,), magnitude=1.1)], 600)
-    (a,) = anomalies
-    assert a.suspect == "rank:99" and a.severity == "warn" and a.evidence["persistent"] == 1.0
-    assert a.start_step <= 15 and a.end_step >= 595 and "since the job's start" in a.summary
+    assert anomalies == []
+    faults = [
+        Fault(d.COMPUTE_STRAGGLER, 0, 600, (99,), magnitude=1.1),
+        Fault(d.COMPUTE_STRAGGLER, 300, 200, (99,), magnitude=1.3),
+    ]
+    (a,) = run(faults, 600)[0]
+    assert a.suspect == "rank:99" and a.severity == "page" and "persistent" not in a.evidence
+    assert abs(a.start_step - 300) <= 2 and abs(a.end_step - 499) <= 3
 
 
 def test_a_rank_slow_from_the_start_is_its_baseline_and_a_change_from_it_is_found() -> None:
