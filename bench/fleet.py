@@ -14,7 +14,8 @@
 2. **The scale**: a fresh chDB store with 1,000,000 anomalies (a fifth of them stored twice,
    as growing windows are) on 10,000 hosts over 30 days, their placements, 7.2 M host-hours
    and 2.4 M GPU-days of health. The rollups are filled directly (the month above fills them
-   through the views); the anomalies go through their views (the join that places them in
+   through the views; ``node_days`` follows ``node_hours`` through its view); the anomalies
+   go through their views (the join that places them in
    ``anomaly_nodes``, and from there ``node_jobs``, the ranking's rollup); then every table is
    merged (``OPTIMIZE ... FINAL``), as a live store's background merges keep it, not as a
    bulk fill leaves it.
@@ -321,7 +322,15 @@ def scale(folder: Path, anomalies: int, hosts: int, days: int = 30) -> dict[str,
     fill_s = time.perf_counter() - t
     # A bulk fill leaves hundreds of parts that a live store's background merges would have
     # merged long since (the rollups are fed a little every second): time the merged state.
-    tables = ("anomalies", "anomaly_nodes", "node_jobs", "node_hours", "rank_placement", "gpu_health_daily")
+    tables = (
+        "anomalies",
+        "anomaly_nodes",
+        "node_jobs",
+        "node_hours",
+        "node_days",
+        "rank_placement",
+        "gpu_health_daily",
+    )
     for table in tables:
         store.execute(f"OPTIMIZE TABLE {table} FINAL")
     merge_s = time.perf_counter() - t - fill_s

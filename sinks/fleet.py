@@ -1,8 +1,9 @@
 """The fleet view's queries: per host, what it hosted and what implicated it, over a window.
 
-Reads the rollups of migrations 008 and 009 (``node_hours``, ``node_jobs``,
+Reads the rollups of migrations 008 to 010 (``node_days``, ``node_hours``, ``node_jobs``,
 ``anomaly_nodes``, ``gpu_health_daily``), never the step rows; what runs over every host
-reads ``node_hours``, ``node_jobs`` and ``gpu_health_daily`` grouped by host alone, and what
+reads ``node_days`` (and the end hours of ``node_hours``), ``node_jobs`` and
+``gpu_health_daily`` grouped by host alone (or by host and cause), and what
 reads ``anomaly_nodes`` or one GPU at a time is for a few hosts (the tables are sorted by
 host), so a month of a 10,000-host fleet answers in well under a second::
 
@@ -62,6 +63,22 @@ _IMPLICATING_HOURS = """hour >= toStartOfHour({since:DateTime64(3)}) AND hour < 
 their host."""
 
 _MINE = "host IN splitByChar(',', {hosts:String})"
+
+_FIRST_DAY = """if(toStartOfDay(toStartOfHour({since:DateTime64(3)})) = toStartOfHour({since:DateTime64(3)}),
+       toDate(toStartOfHour({since:DateTime64(3)})), toDate(toStartOfHour({since:DateTime64(3)})) + 1)"""
+_LAST_HOUR = "({until:DateTime64(3)} - INTERVAL 23 HOUR)"
+_END_DAY = f"if(toStartOfDay({_LAST_HOUR}) = {_LAST_HOUR}, toDate({_LAST_HOUR}), toDate({_LAST_HOUR}) + 1)"
+_EXPOSURE = f"""SELECT host, sum(ms) / 3.6e6 FROM (
+        SELECT host, gpu_ms AS ms FROM node_days WHERE day >= {_FIRST_DAY} AND day < {_END_DAY}
+        UNION ALL
+        SELECT host, gpu_ms AS ms FROM node_hours
+        WHERE hour >= toStartOfHour({{since:DateTime64(3)}}) AND hour < {{until:DateTime64(3)}}
+          AND NOT (hour >= toDateTime({_FIRST_DAY}) AND hour < toDateTime({_END_DAY})))
+    GROUP BY host"""
+"""GPU-hours per host over the hours that start in the window (``node_hours``' hours from the
+one holding ``since`` to the last before ``until``): the whole days among them from
+``node_days`` (a day is whole when its first hour is in and its last starts before
+``until``), the hours at the two ends from ``node_hours`` (their partitions only)."""
 
 _DAYS = "day >= toDate({since:DateTime64(3)}) AND day <= toDate({until:DateTime64(3)})"
 
@@ -176,11 +193,7 @@ def node_table(
 
     ``causes`` and ``kinds``: the anomaly causes and suspect kinds that implicate a node."""
     p = {**_window(since, until), "causes": _names(causes), "kinds": _names(kinds)}
-    hours = store.query_rows(
-        "SELECT host, sum(gpu_ms) / 3.6e6 FROM node_hours "
-        "WHERE hour >= toStartOfHour({since:DateTime64(3)}) AND hour < {until:DateTime64(3)} GROUP BY host",
-        p,
-    )
+    hours = store.query_rows(_EXPOSURE, p)
     # node_jobs: versions of one anomaly and a job's repeated anomalies share its row (or, not
     # merged yet, its job hash); grouped by host alone for any cause, by host and cause apart
     # (one key of a LowCardinality column groups far faster than two, or than WITH ROLLUP)
@@ -217,22 +230,25 @@ def host_health(store: Store, since: datetime, until: datetime) -> HostHealth:
     touches (``gpu_health_daily``, grouped by host: one pass over the window's days)."""
     p = _window(since, until)
     rows = store.query_rows(
-        f"""SELECT host, sum(samples), sum(throttled), sum(xid_samples)
+        f"""SELECT host, sum(samples), sum(throttled), sum(xid_samples), max(greatest(ecc_max, link_err_max))
             FROM gpu_health_daily WHERE {_DAYS} GROUP BY host ORDER BY host""",
         p,
     )
     # a counter's rise is max - min over the GPU's whole window (its rows of one day are not
-    # merged yet while the day lasts, one sample each): only GPUs whose counters are not 0
-    rises = store.query_rows(
-        f"""SELECT host, sum(ecc), sum(link) FROM (
-                SELECT host, gpu_uuid, max(ecc_max) - min(ecc_min) AS ecc,
-                       max(link_err_max) - min(link_err_min) AS link
-                FROM gpu_health_daily
-                WHERE {_DAYS} AND gpu_uuid IN (
-                    SELECT gpu_uuid FROM gpu_health_daily WHERE {_DAYS} AND (ecc_max > 0 OR link_err_max > 0))
-                GROUP BY host, gpu_uuid)
-            GROUP BY host""",
-        p,
+    # merged yet while the day lasts, one sample each), read per GPU for the hosts whose
+    # counters are not all 0 (by the sort key: those hosts' rows only)
+    counting = [str(r[0]) for r in rows if int(r[4]) > 0]
+    rises = (
+        store.query_rows(
+            f"""SELECT host, sum(ecc), sum(link) FROM (
+                    SELECT host, gpu_uuid, max(ecc_max) - min(ecc_min) AS ecc,
+                           max(link_err_max) - min(link_err_min) AS link
+                    FROM gpu_health_daily WHERE {_MINE} AND {_DAYS} GROUP BY host, gpu_uuid)
+                GROUP BY host""",
+            {**p, "hosts": _names(counting)},
+        )
+        if counting
+        else []
     )
     hosts = np.array([str(r[0]) for r in rows], dtype=object)
     samples = np.array([float(r[1]) for r in rows])

@@ -54,6 +54,37 @@ def test_the_window_bounds_both_exposure_and_anomalies(store: Any, fleet: SmallF
     assert only_links.jobs[only_links.index(fleet.unlucky)] == 1
 
 
+def test_exposure_over_days_reads_whole_days_and_the_hours_at_both_ends(store: Any, unique: str) -> None:
+    """A host runs a 20-step job (8 GPUs x 20 s) at 06:00, 12:00 and 18:00 of each of four days:
+    a window's GPU-hours are those of the jobs whose hour starts in it, whether the window
+    holds whole days (node_days) or cuts them (node_hours at its ends)."""
+    from argus.sinks import to_arrow
+    from tests.helpers.fleet import job_steps
+
+    day = 86_400 * 10**9
+    t0 = 1_970_000_000 * 10**9 + (int(unique, 16) % 5000) * day
+    t0 -= t0 % day
+    host = f"x{unique}-h0"
+    starts = [t0 + d * day + h * 3_600 * 10**9 for d in range(4) for h in (6, 12, 18)]
+    for i, t in enumerate(starts):
+        store.insert_arrow("steps", to_arrow(job_steps(f"x{unique}-j{i}", [host], t))[1])
+    per_job = 8 * 20 / 3600
+    hours = 3_600 * 10**9
+    for since, until in [
+        (t0, t0 + 4 * day),  # four whole days
+        (t0 + 12 * hours + 59 * 10**9, t0 + 3 * day + 12 * hours),  # its first hour is in; the end cuts a day
+        (t0 + 13 * hours, t0 + 3 * day + 12 * hours + 10**6),  # 12:00 of day 3 starts 1 ms before the end
+        (t0 + 7 * hours, t0 + 19 * hours),  # within a day
+        (t0 + 18 * hours, t0 + 2 * day + 6 * hours),  # two ends and one whole day
+    ]:
+        want = sum(1 for t in starts if since - since % hours <= t < until) * per_job
+        nodes = node_table(store, _t(since), _t(until), **_KW)
+        assert nodes.gpu_hours[nodes.index(host)] == pytest.approx(want), (
+            (since - t0) / hours,
+            (until - t0) / hours,
+        )
+
+
 def test_node_jobs_keeps_one_row_per_host_job_and_hour_and_the_gpus_they_named(
     store: Any, fleet: SmallFleet
 ) -> None:
