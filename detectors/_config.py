@@ -85,9 +85,9 @@ class DiagnoserConfig:
     than its baseline did. ``max_tracked``: ranks whose flags are counted.
 
     Severity: a confirmed fault is a warning until it has been seen in ``page_after`` times
-    ``min_steps`` steps (a small job's doubled sightings already are); then it is sent again
-    as a page (noise that runs in streaks, strong autocorrelation or heavy tails, confirms for
-    a few steps and ends).
+    the steps that confirmed it, or adds ``page_cost_frac`` of a step per sighting; then it is
+    sent again as a page (noise that runs in streaks, strong autocorrelation or heavy tails,
+    confirms for a few steps at a small excess and ends).
     """
 
     group_column: str = "pp"
@@ -147,4 +147,5 @@ class DiagnoserConfig:
     small_job: int = 16
     baseline_rate: float = 0.5
     page_after: float = 2.0
+    page_cost_frac: float = 0.2
     max_tracked: int = 8192

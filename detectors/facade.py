@@ -746,7 +746,7 @@ def _confirm(
     ):
         e.reported = _SILENT
         return None
-    e.severity = _severity(e, cfg, _page_hits(cfg, max(state.n_ranks, sf.n_ranks), e.level))
+    e.severity = _severity(e, cfg, _page_hits(cfg, max(state.n_ranks, sf.n_ranks), e.level), sf.step_ms)
     _drop_before_onset(e)
     e.detected_ns = sf.end_ns
     e.reported = sf.step
@@ -1056,20 +1056,23 @@ def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n
     return one_off and added >= cfg.min_cost_frac * base_ms
 
 
-def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int) -> str:
-    """page: an incident a person should act on now, seen in ``page_hits`` steps (or a
-    change point's); warn: worth a look, never a page (a straggler since the start, a
-    one-off stall, a layout or workload imbalance), or not yet one (a fault seen in fewer
+def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0) -> str:
+    """page: an incident a person should act on now, seen in ``page_hits`` steps, or adding
+    ``page_cost_frac`` of a ``step_ms`` step per sighting once confirmed (or a change
+    point's); warn: worth a look, never a page (a straggler since the start, a one-off
+    stall, a layout or workload imbalance), or not yet one (a small fault seen in fewer
     steps: noise that runs in streaks confirms a few steps and ends)."""
-    if e.persistent or e.cause in _WARN_CAUSES:
+    if e.persistent or e.cause in _WARN_CAUSES or e.hits < 1:
         return "warn"
-    return "page" if e.hits >= page_hits or e.change_onset >= 0 else "warn"
+    costly = (
+        step_ms > 0 and e.hits >= cfg.min_steps and e.added_ms_sum / e.hits >= cfg.page_cost_frac * step_ms
+    )
+    return "page" if e.hits >= page_hits or costly or e.change_onset >= 0 else "warn"
 
 
 def _page_hits(cfg: DiagnoserConfig, n_ranks: int, level: str) -> int:
-    """Sightings that make a confirmed fault a page: ``page_after`` times ``min_steps`` (a
-    small job's doubled sightings already are)."""
-    return max(_sightings_needed(cfg, n_ranks, level), math.ceil(cfg.page_after * cfg.min_steps))
+    """Sightings that make a confirmed fault a page: ``page_after`` times those that confirm it."""
+    return math.ceil(cfg.page_after * _sightings_needed(cfg, n_ranks, level))
 
 
 def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> Anomaly | None:
@@ -1077,7 +1080,7 @@ def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfi
     a page (a page never turns back into a warning)."""
     if e.severity == "page" or e.reported == _SILENT or not e.emitted:
         return None
-    if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level)) != "page":
+    if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level), sf.step_ms) != "page":
         return None
     e.severity, e.reported = "page", sf.step
     return _anomaly(state, e)

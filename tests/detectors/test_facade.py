@@ -57,13 +57,27 @@ def test_confirmed_once_then_closed_with_the_same_id() -> None:
     for b in batches():
         emitted += [(b.step, a) for a in diag.step(b).anomalies]
     straggler = [(s, a) for s, a in emitted if a.cause == COMPUTE_STRAGGLER]
-    # confirmed on its 4th step (a warning), sent again as a page on its 8th, closed 4 steps
-    # after it ended: one id, its window growing
-    assert [s for s, _ in straggler] == [23, 27, 33]
+    # confirmed on its 4th step (a page at once: it adds over a fifth of a step), sent again 5
+    # steps later with its window so far, closed 4 steps after it ended: one id, its window growing
+    assert [s for s, _ in straggler] == [23, 28, 33]
     assert len({a.id for _, a in straggler}) == 1
-    assert [a.end_step for _, a in straggler] == [23, 27, 29]
-    assert [a.severity for _, a in straggler] == ["warn", "page", "page"]
+    assert [a.end_step for _, a in straggler] == [23, 28, 29]
+    assert [a.severity for _, a in straggler] == ["page", "page", "page"]
     assert straggler[-1][1].start_step == 20
+
+
+def test_a_small_fault_is_a_warning_until_it_lasts() -> None:
+    """A straggler adding little (1.1x compute) is confirmed as a warning and sent again as a
+    page once seen in twice the steps that confirmed it (noise running in streaks does not
+    last that long)."""
+    diag = d.JobDiagnoser("small")
+    emitted = []
+    for b in batches(60, faults=[Fault(COMPUTE_STRAGGLER, 20, 30, (5,), magnitude=1.1)]):
+        emitted += [(b.step, a.severity) for a in diag.step(b).anomalies if a.cause == COMPUTE_STRAGGLER]
+    sev = [v for _, v in emitted]
+    assert sev[0] == "warn" and "page" in sev
+    first_page = next(s for s, v in emitted if v == "page")
+    assert first_page - emitted[0][0] >= 3
 
 
 def test_no_alarm_on_a_fault_free_run_nor_during_warm_up() -> None:
