@@ -78,7 +78,9 @@ class DiagnoserConfig:
     rank's own past: a rank that only stands out against its few peers (a naturally slower
     worker) is never paged.
 
-    Baselines: a rank or group slow from the job's first settled step, or one of ranks that
+    Baselines: a rank or group slow from the job's first settled step (by at most
+    ``baseline_max_frac`` of a step, or with two more suspects slow since then: a speed
+    group; one rank far slower alone is a warning "since the start"), or one of ranks that
     stood out (flagged or weakly) in ``baseline_rate`` of the settled steps before its
     episode opened (a static offset, a speed group flickering about the threshold), is the
     job's baseline, never an anomaly; it becomes one only when it adds a tenth of a step more
@@ -146,6 +148,7 @@ class DiagnoserConfig:
     cp_max_period: int = 64
     small_job: int = 16
     baseline_rate: float = 0.5
+    baseline_max_frac: float = 0.15
     page_after: float = 2.0
     page_cost_frac: float = 0.2
     max_tracked: int = 8192

@@ -740,7 +740,7 @@ def _confirm(
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
     if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
-        (e.persistent or e.prior_rate >= cfg.baseline_rate)
+        ((e.persistent and _static(state, e, sf, cfg)) or e.prior_rate >= cfg.baseline_rate)
         and e.suspect_kind in _BASELINE_KINDS
         and e.cause in _BASELINE_CAUSES
     ):
@@ -754,6 +754,20 @@ def _confirm(
         e.deepen_left = cfg.deepen_steps + 1
         _deepen(e, deepen)
     return _anomaly(state, e)
+
+
+def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
+    """Whether a straggler since the start is the job's baseline: slower by a static offset
+    (it adds at most ``baseline_max_frac`` of a step), or one of a speed group (two more
+    suspects slow since the start). One rank far slower from the start alone is still
+    reported, as a warning."""
+    modest = e.hits > 0 and e.added_ms_sum / e.hits <= cfg.baseline_max_frac * sf.step_ms
+    since_start = sum(
+        1
+        for o in state.episodes.values()
+        if o is not e and o.level == e.level and o.onset - state.first_step <= cfg.persistent_within
+    )
+    return modest or since_start >= 2
 
 
 def _deepen_late(state: JobState, step: int, deepen: Deepen) -> list[Anomaly]:
