@@ -232,7 +232,8 @@ def node_health(
         Counts are distinct jobs, not anomalies: one job's repeated anomalies on a node are
         one piece of evidence (they share the job's code, data and neighbours). Under the
         null a healthy node's count in each stratum is Poisson(``rate x exposure``), the
-        stratum's ``rate`` from :func:`fleet_rate`. A bad node keeps failing the same way
+        stratum's ``rate`` from :func:`fleet_rate` plus half a job over the fleet's exposure
+        (a cause seen only on the nodes the rate leaves out is rare, not untestable). A bad node keeps failing the same way
         (a slow GPU's jobs see compute stragglers, a flaky link's see link faults) while
         healthy nodes' bad luck spreads over the causes: a stratum per cause needs fewer jobs
         to tell it apart than all causes pooled. A node's p-value is its smallest over the
@@ -259,7 +260,16 @@ def node_health(
     if (k < 0).any() or (e < 0).any() or not np.isfinite(e).all():
         raise ValueError("counts and exposure must be finite and >= 0")
     n, strata = k.shape
-    rate = np.array([fleet_rate(k[:, j], e, trim_alpha=cfg.trim_alpha) for j in range(strata)])
+    # plus half a job over the fleet's exposure (Jeffreys) in a stratum with any job: when
+    # every job of a cause is on nodes the trimmed rate finds improbable, the cause is rare
+    # among healthy nodes, not untestable
+    half = 0.5 / e.sum() if n and e.sum() > 0.0 else 0.0
+    rate = np.array(
+        [
+            fleet_rate(k[:, j], e, trim_alpha=cfg.trim_alpha) + (half if k[:, j].any() else 0.0)
+            for j in range(strata)
+        ]
+    )
     if n == 0 or strata == 0 or (rate <= 0.0).all():
         zeros = np.zeros(n)
         return NodeHealth(

@@ -213,3 +213,18 @@ def test_the_prior_is_worth_the_same_exposure_in_a_rare_cause_as_in_all_causes_p
     assert h.suspect.sum() == 1
     alone = node_health(per_cause[:, 2], exposure)
     assert alone.p_adjusted[12] < 1e-3 and alone.ratio_low[12] < 2.0 and not alone.suspect[12]
+
+
+def test_a_cause_only_a_bad_node_shows_is_rare_among_healthy_nodes_not_untestable() -> None:
+    """Four jobs found a node slow in a cause no other node showed: the rate without the
+    improbable node is 0, and half a job over the fleet keeps the stratum testable: it is the
+    one that decides (without the half job its p-value would be 1)."""
+    rng = np.random.default_rng(43)
+    exposure = np.full(250, 10.0)
+    per_cause = np.column_stack([rng.poisson(RATE / 3 * exposure[:, None], (250, 3)), np.zeros(250, int)])
+    per_cause[5, 3] = 4
+    pooled = per_cause.sum(axis=1)
+    h = node_health(np.column_stack([pooled, per_cause]), exposure)
+    assert h.suspect[5] and h.stratum[5] == 4 and h.suspect.sum() == 1
+    assert h.rate[4] == pytest.approx(0.5 / exposure.sum())
+    assert h.p_value[5] < 1e-6
