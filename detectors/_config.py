@@ -147,7 +147,7 @@ class DiagnoserConfig:
     cp_spike: float = 0.25
     cp_max_period: int = 64
     small_job: int = 16
-    baseline_rate: float = 0.5
+    baseline_rate: float = 0.25
     baseline_max_frac: float = 0.15
     page_after: float = 2.0
     page_cost_frac: float = 0.2

@@ -740,7 +740,7 @@ def _confirm(
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
     if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
-        ((e.persistent and _static(state, e, sf, cfg)) or e.prior_rate >= cfg.baseline_rate)
+        (_static(state, e, sf, cfg) or e.prior_rate >= cfg.baseline_rate)
         and e.suspect_kind in _BASELINE_KINDS
         and e.cause in _BASELINE_CAUSES
     ):
@@ -757,17 +757,21 @@ def _confirm(
 
 
 def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
-    """Whether a straggler since the start is the job's baseline: slower by a static offset
-    (it adds at most ``baseline_max_frac`` of a step), or one of a speed group (two more
-    suspects slow since the start). One rank far slower from the start alone is still
-    reported, as a warning."""
+    """Whether a fault seen from about the job's start is its baseline: since the start
+    (:func:`_persistent`) and one of a speed group (two more suspects slow since the start),
+    or a static offset (it adds at most ``baseline_max_frac`` of a step) first seen within
+    twice the sightings a confirmation takes (noise hides a small offset now and then). One
+    rank far slower from the start alone is still reported, as a warning."""
+    early = 0 <= e.onset - state.first_step <= 2 * _sightings_needed(cfg, state.n_ranks, e.level)
     modest = e.hits > 0 and e.added_ms_sum / e.hits <= cfg.baseline_max_frac * sf.step_ms
+    if early and modest:
+        return True
     since_start = sum(
         1
         for o in state.episodes.values()
         if o is not e and o.level == e.level and o.onset - state.first_step <= cfg.persistent_within
     )
-    return modest or since_start >= 2
+    return e.persistent and since_start >= 2
 
 
 def _deepen_late(state: JobState, step: int, deepen: Deepen) -> list[Anomaly]:
