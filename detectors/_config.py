@@ -78,9 +78,10 @@ class DiagnoserConfig:
     rank's own past: a rank that only stands out against its few peers (a naturally slower
     worker) is never paged.
 
-    Baselines: a rank or group slow from the job's first settled step (by at most
-    ``baseline_max_frac`` of a step, or with two more suspects slow since then: a speed
-    group; one rank far slower alone is a warning "since the start"), or one of ranks that
+    Baselines: a rank or group slow from about the job's first settled step (first seen
+    within twice the sightings a confirmation takes, adding at most ``baseline_max_frac`` of
+    a step; or since the start with two more suspects slow since then: a speed group; one
+    rank far slower alone is a warning "since the start"), or one of ranks that
     stood out (flagged or weakly) in ``baseline_rate`` of the settled steps before its
     episode opened (a static offset, a speed group flickering about the threshold), is the
     job's baseline, never an anomaly; it becomes one only when it adds a tenth of a step more
