@@ -217,9 +217,12 @@ def node_table(
             out[idx] = [r[-1] for r in rows]
         return out
 
+    of_cause: dict[str, list[tuple[Any, ...]]] = {}
+    for r in hit:
+        of_cause.setdefault(str(r[1]), []).append(r)
     by_cause = np.zeros((len(hosts), len(causes)), np.int64)
     for j, c in enumerate(causes):
-        by_cause[:, j] = column([r for r in hit if str(r[1]) == c], np.int64)
+        by_cause[:, j] = column(of_cause[c], np.int64)
     total = column([r[:2] for r in anyc], np.int64)
     pairs = column([(r[0], r[2]) for r in anyc], np.int64)
     return NodeTable(hosts, column(hours, float), total, causes, by_cause, pairs)
