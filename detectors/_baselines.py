@@ -1,0 +1,166 @@
+"""Baselines and when a fault pages (docs/architecture.md#baselines): the rules over an
+:class:`~detectors._state.Episode` and its :class:`~detectors._state.JobState` that say
+how many sightings confirm a fault, whether it is slow since the job's start (and where
+that start is: the warm-up's end), whether it is the job's baseline (a static offset, a
+speed group, a rank that stood out before) or a change from it, and its severity."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from argus.schemas import StepFindings
+from argus.schemas.causes import (
+    CHECKPOINT_STALL,
+    COMPUTE_STRAGGLER,
+    MASKED_COMPUTE_STRAGGLER,
+    ONE_OFF_CAUSES,
+    PIPELINE_STAGE_IMBALANCE,
+    SEQUENCE_LENGTH_IMBALANCE,
+    UNKNOWN,
+)
+
+from ._config import DiagnoserConfig
+from ._finding import Finding
+from ._state import _SILENT, Episode, JobState
+from .cost import step_ms_added
+from .iteration import IterationVerdict
+
+_WARN_CAUSES = frozenset({PIPELINE_STAGE_IMBALANCE, SEQUENCE_LENGTH_IMBALANCE})
+
+
+def _sightings_needed(cfg: DiagnoserConfig, n_ranks: int, level: str = "cross_rank") -> int:
+    """Sightings that make a sustained fault: ``min_steps``, twice that for a rank of a job
+    under ``group_min_size`` ranks (a few ranks' spread is a poor yardstick for one step's
+    noise)."""
+    return cfg.min_steps * (2 if level != "iteration" and n_ranks < cfg.group_min_size else 1)
+
+
+def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n_ranks: int) -> bool:
+    """Sustained, or a one-off stall that cost enough in one step (rank level, or a slow
+    checkpoint): a few small pauses do not add up to a stall."""
+    if e.hits >= _sightings_needed(cfg, n_ranks, e.level) or e.change_onset >= 0:
+        return True
+    one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
+    return one_off and added >= cfg.min_cost_frac * base_ms
+
+
+def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0) -> str:
+    """page: an incident a person should act on now, seen in ``page_hits`` steps, or adding
+    ``page_cost_frac`` of a ``step_ms`` step per sighting once confirmed (or a change
+    point's); warn: worth a look, never a page (a straggler since the start, a one-off
+    stall, a layout or workload imbalance), or not yet one (a small fault seen in fewer
+    steps: noise that runs in streaks confirms a few steps and ends)."""
+    if e.persistent or e.cause in _WARN_CAUSES or e.hits < 1:
+        return "warn"
+    costly = (
+        step_ms > 0 and e.hits >= cfg.min_steps and e.added_ms_sum / e.hits >= cfg.page_cost_frac * step_ms
+    )
+    return "page" if e.hits >= page_hits or costly or e.change_onset >= 0 else "warn"
+
+
+def _page_hits(cfg: DiagnoserConfig, n_ranks: int, level: str) -> int:
+    """Sightings that make a confirmed fault a page: ``page_after`` times those that confirm it."""
+    return math.ceil(cfg.page_after * _sightings_needed(cfg, n_ranks, level))
+
+
+def _settle(state: JobState, verdict: IterationVerdict, cfg: DiagnoserConfig) -> bool:
+    """Whether the job's warm-up ended, ``min_steps`` steps ago: early in its life, nothing
+    confirmed yet, its steps have been ``global_ratio`` times faster than its baseline was
+    when they began, ``min_steps`` steps in a row; from there "slow since the start" counts.
+    A noisy job's short steps dip that far for a step or two: taken for the end of a warm-up,
+    a fault that began just after a dip would be called "since the start" and never page.
+    The reference stays the baseline before the run (the baseline itself soon follows the
+    faster steps). A warm-up ends once: a job whose steps alternate between two speeds has
+    such runs all its life."""
+    early = (
+        not state.settled
+        and 0 < state.steps <= cfg.persistent_settle_steps
+        and verdict.base_ms > 0
+        and not any(e.emitted for e in state.episodes.values())
+    )
+    ref = state.fast_ref if state.fast_run else verdict.base_ms
+    if early and verdict.step_ms * cfg.global_ratio <= ref:
+        state.fast_run, state.fast_ref = state.fast_run + 1, ref
+    else:
+        state.fast_run = 0
+    return state.fast_run == cfg.min_steps
+
+
+def _persistent(e: Episode, state: JobState, cfg: DiagnoserConfig) -> bool:
+    """Slow since the job's start (decided when confirmed): seen before the job settled
+    after its warm-up, or within ``persistent_within`` steps of it."""
+    return (
+        e.level == "cross_rank"
+        and e.cause not in ONE_OFF_CAUSES
+        and state.first_step >= 0
+        and e.onset - state.first_step <= cfg.persistent_within
+    )
+
+
+_BEYOND_FRAC = 0.1
+"""How much more of a step a baseline's rank or group must add to be a change from it."""
+
+
+_BASELINE_KINDS = frozenset({"rank", "host", "ranks"})
+
+
+_BASELINE_CAUSES = frozenset({COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER, UNKNOWN})
+"""What a slower machine or a speed group looks like: a layout's imbalance (a slow stage,
+uneven sequence lengths) or a link since the start is still reported (a warning)."""
+
+
+def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
+    """Whether a fault seen from about the job's start is its baseline: since the start
+    (:func:`_persistent`) and one of a speed group (two more suspects slow since the start),
+    or a static offset (it adds at most ``baseline_max_frac`` of a step) first seen within
+    twice the sightings a confirmation takes (noise hides a small offset now and then). One
+    rank far slower from the start alone is still reported, as a warning."""
+    early = 0 <= e.onset - state.first_step <= 2 * _sightings_needed(cfg, state.n_ranks, e.level)
+    modest = e.hits > 0 and e.added_ms_sum / e.hits <= cfg.baseline_max_frac * sf.step_ms
+    if early and modest:
+        return True
+    since_start = sum(
+        1
+        for o in state.episodes.values()
+        if o is not e and o.level == e.level and o.onset - state.first_step <= cfg.persistent_within
+    )
+    return e.persistent and since_start >= 2
+
+
+def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, share: float = 1.0) -> bool:
+    """Whether a finding of a rank or group that is slow from the job's start (its baseline:
+    a static offset, a speed group) says it is now slower than that: it adds ``share`` of a
+    tenth of a step more than the baseline added per sighting on average."""
+    if base.reported != _SILENT or base.hits <= 0:
+        return False
+    added = step_ms_added(f.step_ms_added, sf.step_ms)
+    return added >= base.added_ms_sum / base.hits + share * _BEYOND_FRAC * sf.step_ms
+
+
+def count_flags(state: JobState, sf: StepFindings, findings: Sequence[Finding], cfg: DiagnoserConfig) -> None:
+    """Each rank flagged (or weakly) this step, counted from the job's first settled step,
+    but not while it is part of an anomaly."""
+    if state.first_step < 0 or sf.step < state.first_step:
+        return
+    state.flag_steps += 1
+    ranks = {int(r) for r in sf.weak}
+    ranks.update(r for f in findings if f.level == "cross_rank" for r in f.ranks)
+    # a fault's own sightings are not its rank's baseline (a flapping rank would become one)
+    ranks.difference_update(
+        r
+        for e in (*state.episodes.values(), *state.closed.values())
+        if e.emitted and e.reported != _SILENT
+        for r in e.ranks
+    )
+    for r in ranks:
+        if r in state.flagged or len(state.flagged) < cfg.max_tracked:
+            state.flagged[r] = state.flagged.get(r, 0) + 1
+
+
+def _prior_rate(state: JobState, ranks: Sequence[int], cfg: DiagnoserConfig) -> float:
+    """How often ``ranks`` stood out (flagged or weakly) before now, on average (0 before
+    ``min_steps`` counted steps)."""
+    if state.flag_steps < cfg.min_steps or not ranks:
+        return 0.0
+    return sum(state.flagged.get(r, 0) for r in ranks) / (len(ranks) * state.flag_steps)

@@ -1,0 +1,119 @@
+"""The iteration level of the temporal half: one step against the job's baseline (its
+warm-up's end, global steps, the job's own finding when no rank explains a rise), the
+baseline followed, and the ranks' change points folded in."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from argus.schemas import StepFindings
+from argus.schemas.causes import ONE_OFF_CAUSES
+
+from ._baselines import _settle
+from ._config import DiagnoserConfig
+from ._finding import Finding
+from ._routing import _confirmed_open, _group_index
+from ._state import JobState
+from .changepoint import ChangeState, RankResiduals, track
+from .common_cause import cause_findings
+from .iteration import IterationVerdict, attribute, is_global_step, iteration_level, update_baseline
+
+
+def job_level(
+    state: JobState, sf: StepFindings, cfg: DiagnoserConfig
+) -> tuple[IterationVerdict, list[Finding], bool]:
+    """The iteration level of one step: its verdict against the job's baseline, the step's
+    findings (without the rank ones on a global step; with the job's own when no rank
+    explains a rise) and whether the step is global; the baseline and step counts updated."""
+    step = sf.step
+    job_ms = sf.job_ms if sf.job_ms >= 0 else sf.step_ms
+    verdict = iteration_level(state.iteration, step, job_ms, sf.job_median, cfg)
+    if _settle(state, verdict, cfg):
+        state.settled = True
+        state.iteration.n = 0  # the baseline starts afresh without the warm-up's slow steps
+        state.changes = ChangeState()  # and so do the ranks' own baselines
+        state.flagged, state.flag_steps = {}, 0
+        state.first_step = step - cfg.min_steps + 1
+    elif state.first_step < 0 and step >= cfg.warmup_steps:
+        state.first_step = step
+    if step >= cfg.warmup_steps:
+        state.steps += 1
+    findings = list(sf.findings)
+    glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
+    state.global_run = state.global_run + 1 if glob else 0
+    if glob:  # no new rank episode; a confirmed one its rank still stands out in goes on
+        groups = _group_index(state)
+        findings = [f for f in findings if f.level != "cross_rank" or _confirmed_open(state, f, groups)]
+    # an evaluation or a checkpoint is a few global steps; the whole job slow for longer is news
+    sustained = state.global_run > 2 * cfg.min_steps
+    if step >= cfg.warmup_steps and (sustained or not glob) and not _explained(state, findings, verdict):
+        job = attribute(verdict, cfg)
+        if job is not None:
+            findings.append(job)
+    if not glob:
+        _follow_baseline(state, sf, verdict, cfg)
+    return verdict, findings, glob
+
+
+def with_changes(
+    state: JobState,
+    sf: StepFindings,
+    findings: list[Finding],
+    res: RankResiduals,
+    glob: bool,
+    cfg: DiagnoserConfig,
+) -> list[Finding]:
+    """The step's findings with its change points: the residuals folded into each rank's
+    test (not on a global step, which says nothing about a rank), a finding per common
+    cause of the open changes; in a small job, rank findings of ranks whose own past shows
+    no change (learned, nothing open) dropped."""
+    if sf.step < cfg.warmup_steps:
+        return findings
+    if not glob:
+        track(state.changes, res, sf.step, cfg)
+    ch = state.changes
+    if sf.n_ranks < cfg.small_job and ch.n_ranks:
+        learned: np.ndarray = np.asarray(ch.n[0] >= cfg.cp_learn)
+        opened: np.ndarray = np.asarray((ch.onset >= 0).any(axis=0))
+
+        def own_past_agrees(f: Finding) -> bool:
+            if f.level != "cross_rank" or f.suspect_kind != "rank" or f.cause in ONE_OFF_CAUSES:
+                return True
+            r = f.ranks[0]
+            return r >= ch.n_ranks or not learned[r] or bool(opened[r])
+
+        findings = [f for f in findings if own_past_agrees(f)]
+    # a whole stage slower than the others is the stage's finding (the layout's), not its ranks'
+    stages = {f.suspect for f in findings if f.suspect_kind == "stage"}
+    changes = [f for f in cause_findings(ch, res, cfg) if f.suspect not in stages]
+    return [*findings, *changes]
+
+
+def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationVerdict) -> bool:
+    """Whether the job's rise is the ranks' doing: a confirmed straggler is open, or one of
+    this step's rank findings adds most of the rise (the step waits for its slowest rank)."""
+    if any(
+        e.emitted and e.level != "iteration" and e.cause not in ONE_OFF_CAUSES
+        for e in state.episodes.values()
+    ):
+        return True
+    rise = verdict.step_ms - verdict.base_ms
+    return any(f.step_ms_added >= 0.8 * rise for f in findings)
+
+
+def _follow_baseline(
+    state: JobState, sf: StepFindings, verdict: IterationVerdict, cfg: DiagnoserConfig
+) -> None:
+    """The baseline stands still while a fault is confirmed. Until then every step goes into
+    its ring (where a share of steps is slow on every rank, that is the job's pace), but an
+    anomalous one not into the phase reference a rise is attributed against. A job-wide
+    change that lasted ``iter_adopt_steps`` is taken in as the job's new level (a schedule or
+    data change, a permanent loss): its anomaly closes as the baseline catches up."""
+    emitted = [e for e in state.episodes.values() if e.emitted]
+    adopting = any(e.level == "iteration" and sf.step - e.onset >= cfg.iter_adopt_steps for e in emitted)
+    if adopting or not emitted:
+        update_baseline(
+            state.iteration, verdict, sf.step, sf.job_median, cfg, phases=adopting or not verdict.anomalous
+        )

@@ -1,0 +1,105 @@
+"""Which episode a finding is a sighting of: the open episode of its ranks (same cause
+family; a host or link episode before a rank's own), a group's ranks given back to the
+confirmed episodes they already have, and a new group episode taking over its ranks' open
+ones."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from argus.schemas.causes import COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER
+
+from ._config import DiagnoserConfig
+from ._finding import Finding
+from ._state import Episode, JobState
+from .common_cause import CHANGE_FIGURE
+
+_GROUP_KINDS = ("host", "link", "ranks")
+
+
+def _family(cause: str) -> str:
+    """Causes that are one fault seen two ways (a straggler whose time the timers see on
+    some steps and not on others) share a family."""
+    return COMPUTE_STRAGGLER if cause == MASKED_COMPUTE_STRAGGLER else cause
+
+
+def _group_index(state: JobState) -> dict[tuple[str, int], str]:
+    """(cause family, rank) -> key of the open episode the rank belongs to (a host or link
+    episode before a rank's own). Ranks of a group across hosts belong to it once it is
+    confirmed: before, they are whichever ranks a step flagged, and noise that moves about
+    a large group would add up to one sustained fault. The same for a host before it is
+    confirmed: a blip of one of its ranks is no sighting of the host."""
+    out: dict[tuple[str, int], str] = {}
+    for k, e in sorted(state.episodes.items(), key=lambda kv: kv[1].suspect_kind in _GROUP_KINDS):
+        if k.endswith("|change"):  # a change from a baseline: its own test's sightings only
+            continue
+        if e.suspect_kind not in ("ranks", "host") or e.emitted:
+            out.update({(_family(e.cause), r): k for r in e.ranks})
+    return out
+
+
+def _route(f: Finding, groups: Mapping[tuple[str, int], str]) -> str:
+    """The episode a finding adds to: the open episode of its ranks (same cause family),
+    else its own."""
+    if f.decided_by == CHANGE_FIGURE:  # a change of ranks that already have an episode adds to it
+        members = set(f.ranks)  # whatever the step's classifier named it: it saw the phases
+        return next((k for (_, r), k in groups.items() if r in members), f.key)
+    if f.suspect_kind in ("rank", "link", "host"):
+        for r in f.ranks:
+            key = groups.get((_family(f.cause), r))
+            if key is not None and (f.suspect_kind != "host" or key.endswith(f"|{f.suspect}")):
+                return key
+    return f.key
+
+
+def _confirmed_open(state: JobState, f: Finding, groups: Mapping[tuple[str, int], str]) -> bool:
+    """Whether ``f`` is a sighting of an open, confirmed episode (on a step every rank is slow,
+    a straggler that still stands out among them is still that fault: its window goes on)."""
+    e = state.episodes.get(_route(f, groups))
+    return e is not None and e.emitted
+
+
+def _absorb(state: JobState, key: str, group: Episode) -> None:
+    """A new host or link episode takes over the open, unconfirmed episodes of its ranks
+    (same cause family): the fault's onset is the earliest sighting of any of them."""
+    fam = _family(group.cause)
+    members = set(group.ranks)
+    for k, e in list(state.episodes.items()):
+        if k == key or e.emitted or _family(e.cause) != fam or not set(e.ranks) <= members:
+            continue
+        if e.suspect_kind not in ("rank", "link"):
+            continue
+        state.episodes.pop(k)
+        group.onset = min(group.onset, e.onset)
+        group.hits = max(group.hits, e.hits)
+        group.persistent = group.persistent or e.persistent
+
+
+def _split(
+    f: Finding, groups: Mapping[tuple[str, int], str], state: JobState, cfg: DiagnoserConfig
+) -> list[Finding]:
+    """A host or multi-rank finding whose ranks already have confirmed episodes of their
+    own (another fault, found earlier) gives those ranks back to them; what is left stays a
+    group when large enough, else becomes per-rank findings."""
+    if f.suspect_kind not in ("host", "ranks"):
+        return [f]
+    fam = _family(f.cause)
+    taken = []
+    for r in f.ranks:
+        k = groups.get((fam, r))
+        if k is not None and k != f.key and (state.episodes[k].emitted or state.episodes[k].persistent):
+            taken.append(r)
+    if not taken:
+        return [f]
+    rest = [r for r in f.ranks if r not in taken]
+    out = [_as_rank(f, r) for r in taken]
+    if len(rest) >= cfg.host_min_ranks or (rest and f.key in state.episodes):
+        out.append(dataclasses.replace(f, ranks=tuple(rest)))
+    else:
+        out.extend(_as_rank(f, r) for r in rest)
+    return out
+
+
+def _as_rank(f: Finding, r: int) -> Finding:
+    return dataclasses.replace(f, suspect_kind="rank", suspect=f"rank:{r}", ranks=(r,))

@@ -1,0 +1,458 @@
+"""The life of an episode, one suspect across steps, mutated in place in the job's state.
+
+- open and sight: :func:`sightings` folds a step's findings into their episodes
+  (:func:`_episode_of` opens one when new; :func:`_sight` counts a sighting);
+- confirm: :func:`_confirm` makes a sustained (or costly one-off) episode an anomaly, or
+  the job's silent baseline, or the continuation of the same fault closed lately
+  (:func:`_recurring`, :func:`_continue`);
+- escalate: :func:`_escalate` sends a confirmed warning again as a page;
+- close: :func:`unsighted` waits (:func:`_patience`, :func:`_near`) or closes
+  (:func:`_close`) the episodes a step did not sight; :func:`forget_stale` bounds them;
+  :func:`flush` closes them all at the job's end;
+- report: :func:`_anomaly` is an episode's record, :func:`refresh` the current version of
+  each confirmed one; :func:`_deepen` / :func:`deepen_late` give the kernel level its tries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from argus.schemas import Anomaly, StepFindings
+from argus.schemas.causes import ONE_OFF_CAUSES
+
+from ._baselines import (
+    _BASELINE_CAUSES,
+    _BASELINE_KINDS,
+    _beyond_baseline,
+    _confirmed,
+    _page_hits,
+    _persistent,
+    _prior_rate,
+    _severity,
+    _sightings_needed,
+    _static,
+)
+from ._config import DiagnoserConfig
+from ._cross_stage import _DEEP_KINDS
+from ._finding import Finding, anomaly_id
+from ._routing import _GROUP_KINDS, _absorb, _family, _group_index, _route, _split
+from ._state import _SILENT, Episode, JobState
+from .common_cause import CHANGE_FIGURE
+from .cost import gpu_hours, step_ms_added
+from .deepen import Deepening
+from .iteration import IterationVerdict
+
+Deepen = Callable[[Sequence[int], Sequence[int], int], Deepening | None]
+"""Given a confirmed anomaly's suspect ranks, healthy peers of their group and its onset
+step, what their kernels and stacks say from that step on (:func:`detectors.deepen.deepen_ranks`
+over the caller's data), or None when there is no such data yet."""
+
+
+def _anomaly(state: JobState, e: Episode) -> Anomaly:
+    steps = max(e.hits, 1)
+    ev = dict(e.evidence)
+    ev["steps_seen"] = float(e.hits)
+    if e.persistent:
+        ev["persistent"] = 1.0
+    since = " since the job's start" if e.persistent else ""
+    summary = (
+        f"{e.cause} at {e.suspect}{since}: decided by {e.decided_by}="
+        f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {e.hits} step(s)"
+    )
+    if ev.get("period_steps"):
+        summary += f"; slow every {ev['period_steps']:.0f} steps"
+    if e.detail:
+        summary += f"; {e.detail}"
+    return Anomaly(
+        id=anomaly_id(state.job, state.run, e.cause, e.suspect, e.onset),
+        job=state.job,
+        run=state.run,
+        start_step=e.onset,
+        end_step=e.last_seen,
+        level=e.level,
+        suspect_kind=e.suspect_kind,
+        suspect=e.suspect,
+        ranks=tuple(e.ranks),
+        cause=e.cause,
+        score=float(min(max(e.score, 0.0), 1e9)),
+        evidence=ev,
+        summary=summary[:4096],
+        step_ms_added=e.added_ms_sum / steps,
+        gpu_hours_lost=e.gpu_hours,
+        detected_ns=e.detected_ns,
+        severity=e.severity,
+    )
+
+
+def sightings(
+    state: JobState,
+    sf: StepFindings,
+    findings: Sequence[Finding],
+    verdict: IterationVerdict,
+    cfg: DiagnoserConfig,
+    deepen: Deepen | None,
+) -> tuple[list[Anomaly], set[str]]:
+    """Each finding a sighting of its episode (opened when new; group findings first, so
+    that their ranks' findings add to them): the anomalies it confirms or updates, and the
+    keys of the episodes sighted."""
+    base_ms = verdict.base_ms if verdict.base_ms > 0 else sf.step_ms
+    out: list[Anomaly] = []
+    groups = _group_index(state)
+    seen: set[str] = set()
+    routed = [g for f in findings for g in _split(f, groups, state, cfg)]
+    for f in sorted(routed, key=lambda f: f.suspect_kind not in _GROUP_KINDS):
+        key, e = _episode_of(state, f, groups, sf, cfg)
+        if f.suspect_kind == "ranks" and e.hits and 2 * len(set(f.ranks) & set(e.ranks)) < len(f.ranks):
+            continue  # other ranks of the group than before: noise moving about, not one fault
+        if key in seen:  # a second finding of the same episode in this step
+            e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+            if f.decided_by == CHANGE_FIGURE:
+                _sight_change(e, f, step_ms_added(f.step_ms_added, sf.step_ms), sf)
+                if not e.emitted and (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
+                    out.append(a)
+            continue
+        if _faint(e, f, sf, cfg):
+            continue
+        seen.add(key)
+        added = _sight(e, f, sf, cfg)
+        if f.decided_by == CHANGE_FIGURE:
+            _sight_change(e, f, added, sf)
+        if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
+            if (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
+                out.append(a)
+        elif (a := _escalate(state, e, sf, cfg)) is not None:
+            out.append(a)
+        elif e.emitted and sf.step - e.reported >= cfg.update_every:  # a live window and cost
+            e.reported = sf.step
+            out.append(_anomaly(state, e))
+    return out, seen
+
+
+def _episode_of(
+    state: JobState, f: Finding, groups: dict[tuple[str, int], str], sf: StepFindings, cfg: DiagnoserConfig
+) -> tuple[str, Episode]:
+    """The episode a finding is a sighting of, opened at ``step`` when there is none (a new
+    host or link episode takes over its ranks' open ones, and their later findings)."""
+    key = _route(f, groups)
+    if f.decided_by == CHANGE_FIGURE and key not in state.episodes:  # a host or link not confirmed yet
+        members = set(f.ranks)
+        key = next(
+            (
+                k
+                for k, o in state.episodes.items()
+                if o.suspect_kind in _GROUP_KINDS and members & set(o.ranks)
+            ),
+            key,
+        )
+    old = state.episodes.get(key)
+    change = (
+        old is not None
+        and old.persistent
+        and (
+            f.decided_by == CHANGE_FIGURE
+            # hysteresis: an open change goes on down to half its threshold
+            or (
+                not cfg.change_points  # with them on, a change from a baseline is theirs
+                and _beyond_baseline(old, f, sf, 0.5 if f"{f.key}|change" in state.episodes else 1.0)
+            )
+        )
+    )
+    if old is not None and change:  # a change from a baseline: its sightings, until it ends
+        key = f"{f.key}|change"
+        old.idle = 0
+    e = state.episodes.get(key)
+    if e is None:
+        e = state.episodes[key] = _open(f, sf.step)
+        if not change:  # a baseline's ranks stood out before: that was the baseline
+            e.prior_rate = _prior_rate(state, f.ranks, cfg)
+        if f.suspect_kind in _GROUP_KINDS:
+            _absorb(state, key, e)
+            if f.suspect_kind not in ("ranks", "host"):
+                groups.update({(_family(f.cause), r): key for r in f.ranks})
+    return key, e
+
+
+def _open(f: Finding, step: int) -> Episode:
+    return Episode(
+        f.cause, f.level, f.suspect_kind, f.suspect, list(f.ranks), step, step, 0, False,
+        f.score, f.decided_by, dict(f.evidence), 0.0, 0.0,
+    )  # fmt: skip
+
+
+def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> float:
+    """One sighting of an episode in step ``sf``: its window, sightings, cost, and (when this
+    one scores as high, or it is not confirmed yet) its evidence and ranks; the step time
+    it added."""
+    added = step_ms_added(f.step_ms_added, sf.step_ms)
+    e.last_seen = sf.step
+    e.idle = 0
+    e.hits_at = [*e.hits_at[-7:], sf.step]
+    e.hits += 1
+    e.added_ms_sum += added
+    e.gpu_hours += gpu_hours(added, sf.n_ranks)
+    if f.score >= e.score or not e.emitted:
+        e.score = max(e.score, f.score)
+        e.evidence.update(f.evidence)
+        e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+    if f.ranks and f.ranks[0] in sf.peers:
+        e.peers = list(sf.peers[f.ranks[0]])
+    return added
+
+
+def _sight_change(e: Episode, f: Finding, added: float, sf: StepFindings) -> None:
+    """A change point sighted: the episode's fault began at the change's onset, and was
+    there on every step since (the evidence of a change is their sum)."""
+    onset = int(f.evidence.get("change_onset", sf.step))
+    if "period_steps" in f.evidence:  # slow every k-th step: said in its summary
+        e.evidence["period_steps"] = f.evidence["period_steps"]
+    e.change_onset = onset if e.change_onset < 0 else min(e.change_onset, onset)
+    steps = sf.step - e.change_onset + 1
+    if not e.emitted and steps > e.hits:
+        more = steps - e.hits
+        e.hits = steps
+        e.added_ms_sum += more * added
+        e.gpu_hours += more * gpu_hours(added, sf.n_ranks)
+
+
+def _faint(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
+    """Whether a finding is too faint to be more of a confirmed fault: it adds less than
+    ``faint_frac`` of what the fault added per sighting (the noise of a busy host flagging
+    the same rank after the fault ended would otherwise carry its window on)."""
+    if not e.emitted or e.hits < cfg.min_steps or e.added_ms_sum <= 0:
+        return False
+    return step_ms_added(f.step_ms_added, sf.step_ms) < cfg.faint_frac * e.added_ms_sum / e.hits
+
+
+def _confirm(
+    state: JobState, key: str, e: Episode, sf: StepFindings, cfg: DiagnoserConfig, deepen: Deepen | None
+) -> Anomaly | None:
+    """A newly confirmed episode's anomaly: the same fault back continues the anomaly that
+    closed lately; else its onset, persistence and severity are decided now, and the kernel
+    level has its first try. A rank or group slow from the job's first step past its
+    warm-up is its baseline (a static offset, a persistent speed group): the episode stays,
+    silent, so its sightings make no other; a change from it is the change points' (None).
+    One first seen a step or two later is a straggler since the start: a warning."""
+    old = _recurring(state, key, e, cfg)
+    if old is not None:  # the same fault back: its anomaly goes on
+        e = state.episodes[key] = _continue(old, e, cfg)
+        e.reported = sf.step
+        return _anomaly(state, e)
+    e.emitted = True
+    e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
+    e.persistent = _persistent(e, state, cfg)
+    if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
+        (_static(state, e, sf, cfg) or e.prior_rate >= cfg.baseline_rate)
+        and e.suspect_kind in _BASELINE_KINDS
+        and e.cause in _BASELINE_CAUSES
+    ):
+        e.reported = _SILENT
+        return None
+    e.severity = _severity(e, cfg, _page_hits(cfg, max(state.n_ranks, sf.n_ranks), e.level), sf.step_ms)
+    _drop_before_onset(e)
+    e.detected_ns = sf.end_ns
+    e.reported = sf.step
+    if deepen is not None and e.suspect_kind in _DEEP_KINDS:
+        e.deepen_left = cfg.deepen_steps + 1
+        _deepen(e, deepen)
+    return _anomaly(state, e)
+
+
+def _onset(e: Episode) -> int:
+    """Where a confirmed fault began: its first sighting, less leading ones a wider gap
+    apart than its sightings since (a blip just before the fault is not its start; a
+    flapping rank's regular gaps are kept)."""
+    at = [a for a in e.hits_at if a >= e.onset]
+    if len(at) < 3 or at[0] != e.onset:
+        return e.onset
+    gaps = np.diff(at)
+    typical = float(np.median(gaps[1:]))
+    i = 0
+    while i < len(gaps) - 1 and gaps[i] > typical:
+        i += 1
+    return int(at[i])
+
+
+def _drop_before_onset(e: Episode) -> None:
+    """The sightings before a confirmed episode's onset (blips that were not the fault yet)
+    leave its count, and their share of its cost with them (severity is decided on all)."""
+    before = sum(1 for a in e.hits_at if a < e.onset)
+    if before and e.hits > before:
+        keep = (e.hits - before) / e.hits
+        e.hits -= before
+        e.added_ms_sum *= keep
+        e.gpu_hours *= keep
+
+
+def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> Anomaly | None:
+    """A confirmed warning that has now been seen long enough to page: sent again at once as
+    a page (a page never turns back into a warning)."""
+    if e.severity == "page" or e.reported == _SILENT or not e.emitted:
+        return None
+    if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level), sf.step_ms) != "page":
+        return None
+    e.severity, e.reported = "page", sf.step
+    return _anomaly(state, e)
+
+
+def _recurring(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> Episode | None:
+    """The anomaly of ``key`` that closed lately, if ``e`` (just confirmed) is that fault
+    back: a flapping rank, a job-wide change that wavers about its threshold. It came within
+    ``recur_within`` steps and within twice the last stretch. Forgets what closed too long
+    ago."""
+    for k, was in list(state.closed.items()):
+        if e.onset - was.last_seen > cfg.recur_within:
+            del state.closed[k]
+    old = state.closed.get(key)
+    if old is None or e.onset - old.last_seen > 2 * (old.last_seen - old.onset + 1):
+        return None
+    return state.closed.pop(key)
+
+
+def _continue(old: Episode, e: Episode, cfg: DiagnoserConfig) -> Episode:
+    """``old`` (an anomaly closed lately) taking in ``e``, the same fault back: one anomaly,
+    its id and onset kept, its window, sightings and cost grown."""
+    old.last_seen, old.idle = e.last_seen, 0
+    old.hits += e.hits
+    old.hits_at = [*old.hits_at, *e.hits_at][-8:]
+    old.added_ms_sum += e.added_ms_sum
+    old.gpu_hours += e.gpu_hours
+    if e.score >= old.score:
+        old.score = e.score
+        old.evidence.update(e.evidence)
+    old.ranks = sorted(set(old.ranks) | set(e.ranks))[: cfg.max_listed]
+    return old
+
+
+def _deepen(e: Episode, deepen: Deepen) -> bool:
+    """One try at the kernel level for a confirmed episode: True when its kernels or stacks
+    explained it now (its level becomes ``kernel``; no more tries), else one try fewer; no
+    data yet (its sketches late, or not collected) costs no try."""
+    found = deepen(e.ranks[:3], e.peers, e.onset)
+    if found is None:
+        return False
+    e.deepen_left -= 1
+    e.evidence.update(found.evidence)
+    if not found.explained:
+        return False
+    e.level, e.detail, e.deepen_left = "kernel", found.summary, 0
+    return True
+
+
+def deepen_late(state: JobState, step: int, deepen: Deepen) -> list[Anomaly]:
+    """Another try at the kernel level for confirmed episodes it has not explained yet and
+    not reported this step: the anomalies it explained now."""
+    out = []
+    for e in state.episodes.values():
+        if e.emitted and e.deepen_left > 0 and e.reported != step and _deepen(e, deepen):
+            e.reported = step
+            out.append(_anomaly(state, e))
+    return out
+
+
+def unsighted(
+    state: JobState, seen: set[str], weak: set[int], verdict: IterationVerdict, cfg: DiagnoserConfig
+) -> list[Anomaly]:
+    """Episodes not sighted this step wait one step more, or close: a confirmed one still near
+    its threshold stays open (hysteresis: its window ends at its last clear sighting); one
+    past its patience closes (its final anomaly, or a transient); one of a rank slow every
+    k-th step stays open while its spikes keep their rhythm. The anomalies closed."""
+    out = []
+    changing = {int(r) for r in np.flatnonzero(state.changes.period[0] >= 0)}
+    for key, e in list(state.episodes.items()):
+        if key in seen:
+            continue
+        if e.emitted and (_near(e, weak, verdict, cfg) or (e.change_onset >= 0 and changing & set(e.ranks))):
+            e.idle = 0
+            continue
+        e.idle += 1
+        if e.idle > _patience(e, cfg):
+            state.episodes.pop(key)
+            out += _close(state, key, e, cfg)
+    return out
+
+
+def _near(e: Episode, weak: set[int], verdict: IterationVerdict, cfg: DiagnoserConfig) -> bool:
+    """Whether a confirmed episode not sighted this step is still near its threshold: half
+    of its ranks weakly flagged, or for a job-level one the step time half as far out."""
+    if e.cause in ONE_OFF_CAUSES:
+        return False
+    if e.level == "iteration":
+        return verdict.near(cfg.weak_frac)
+    return bool(weak) and 2 * sum(r in weak for r in e.ranks) >= len(e.ranks) > 0
+
+
+def _patience(e: Episode, cfg: DiagnoserConfig) -> int:
+    """Steps without a sighting before an episode closes: longer for a straggler since the
+    start, and for a confirmed fault seen every few steps (a flapping rank) twice its
+    typical gap."""
+    if e.persistent:
+        return cfg.persistent_close_after
+    if not e.emitted or e.hits < 2:
+        return cfg.close_after
+    gap = (e.last_seen - e.onset) / (e.hits - 1)
+    return int(min(max(cfg.close_after, np.ceil(2.0 * gap)), 4 * cfg.close_after))
+
+
+def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[Anomaly]:
+    """A closed episode: its final anomaly, kept a while to be continued if the same fault
+    comes back (a one-off or persistent one aside); an unconfirmed one counts as a transient."""
+    if not e.emitted:
+        _count_transient(state, e.suspect, cfg)
+        return []
+    if e.reported == _SILENT:
+        return []
+    if e.cause not in ONE_OFF_CAUSES and not e.persistent:
+        state.closed[key] = e
+        if len(state.closed) > cfg.max_open:
+            del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
+    return [_anomaly(state, e)]
+
+
+def _count_transient(state: JobState, suspect: str, cfg: DiagnoserConfig) -> None:
+    if suspect in state.transients or len(state.transients) < cfg.max_open:
+        state.transients[suspect] = state.transients.get(suspect, 0) + 1
+
+
+def forget_stale(state: JobState, cfg: DiagnoserConfig) -> None:
+    """At most ``max_open`` episodes: the unconfirmed ones seen longest ago go."""
+    if len(state.episodes) > cfg.max_open:
+        stale = sorted((e.last_seen, k) for k, e in state.episodes.items() if not e.emitted)
+        for _, k in stale[: len(state.episodes) - cfg.max_open]:
+            state.episodes.pop(k)
+
+
+def refresh(state: JobState, deepen: Deepen | None = None) -> list[Anomaly]:
+    """The current version of every confirmed anomaly whose window grew since it was last
+    sent: for a job that stopped sending steps (it ended, or hangs), so that its anomalies'
+    windows and costs are right without waiting for steps that will not come. ``deepen``
+    gives the kernel level another try at every confirmed episode it has not explained yet
+    (its sketches came after the job's last step); one it explains now is in the list too,
+    ``level="kernel"``. Updates ``state`` (what was sent)."""
+    out = []
+    for e in state.episodes.values():
+        if not e.emitted:
+            continue
+        explained = deepen is not None and e.level != "kernel" and e.deepen_left > 0 and _deepen(e, deepen)
+        if e.reported < e.last_seen or explained:
+            e.reported = e.last_seen
+            out.append(_anomaly(state, e))
+    return out
+
+
+def flush(state: JobState, cfg: DiagnoserConfig, deepen: Deepen | None = None) -> list[Anomaly]:
+    """Close every open episode (the end of the job): the final version of each confirmed
+    one (:meth:`detectors.JobDiagnoser.flush`)."""
+    st = state
+    out = []
+    for e in st.episodes.values():
+        need = _sightings_needed(cfg, st.n_ranks, e.level)
+        if not e.emitted and 0 < st.steps < need and e.hits >= st.steps:
+            e.emitted, e.severity, e.detected_ns = True, _severity(e, cfg, st.steps), st.last_end_ns
+        if e.emitted and deepen is not None and e.level != "kernel" and e.suspect_kind in _DEEP_KINDS:
+            _deepen(e, deepen)
+        if e.emitted and e.reported != _SILENT:
+            out.append(_anomaly(st, e))
+    st.episodes.clear()
+    return out
