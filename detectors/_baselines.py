@@ -160,7 +160,11 @@ def count_flags(state: JobState, sf: StepFindings, findings: Sequence[Finding], 
 
 def _prior_rate(state: JobState, ranks: Sequence[int], cfg: DiagnoserConfig) -> float:
     """How often ``ranks`` stood out (flagged or weakly) before now, on average (0 before
-    ``min_steps`` counted steps)."""
-    if state.flag_steps < cfg.min_steps or not ranks:
+    ``min_steps`` counted steps, and 0 unless three times as often as the job's ranks do on
+    average: in a job of two or three ranks that take turns being the slower, every rank
+    stands out half the time, and none of them is a slower machine)."""
+    if state.flag_steps < cfg.min_steps or not ranks or state.n_ranks <= 0:
         return 0.0
-    return sum(state.flagged.get(r, 0) for r in ranks) / (len(ranks) * state.flag_steps)
+    rate = sum(state.flagged.get(r, 0) for r in ranks) / (len(ranks) * state.flag_steps)
+    typical = sum(state.flagged.values()) / (state.n_ranks * state.flag_steps)
+    return rate if rate >= 3 * typical else 0.0
