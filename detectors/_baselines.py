@@ -160,11 +160,17 @@ def count_flags(state: JobState, sf: StepFindings, findings: Sequence[Finding], 
 
 def _prior_rate(state: JobState, ranks: Sequence[int], cfg: DiagnoserConfig) -> float:
     """How often ``ranks`` stood out (flagged or weakly) before now, on average (0 before
-    ``min_steps`` counted steps, and 0 unless three times as often as the job's ranks do on
-    average: in a job of two or three ranks that take turns being the slower, every rank
-    stands out half the time, and none of them is a slower machine)."""
-    if state.flag_steps < cfg.min_steps or not ranks or state.n_ranks <= 0:
+    ``min_steps`` counted steps)."""
+    if state.flag_steps < cfg.min_steps or not ranks:
         return 0.0
-    rate = sum(state.flagged.get(r, 0) for r in ranks) / (len(ranks) * state.flag_steps)
-    typical = sum(state.flagged.values()) / (state.n_ranks * state.flag_steps)
-    return rate if rate >= 3 * typical else 0.0
+    return sum(state.flagged.get(r, 0) for r in ranks) / (len(ranks) * state.flag_steps)
+
+
+def _flickered(e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
+    """Whether a confirmed fault is its ranks' baseline seen again: they stood out in
+    ``baseline_rate`` of the steps before it opened (:func:`_prior_rate`), and it adds at
+    most ``flicker_max_frac`` of a step (a rank that stood out now and then was never that
+    much slower: a slowdown of half a step or more is news)."""
+    if e.prior_rate < cfg.baseline_rate or e.hits <= 0:
+        return False
+    return e.added_ms_sum / e.hits <= cfg.flicker_max_frac * sf.step_ms

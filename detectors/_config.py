@@ -83,8 +83,8 @@ class DiagnoserConfig:
     a step; or since the start with two more suspects slow since then: a speed group; one
     rank far slower alone is a warning "since the start"), or one of ranks that
     stood out (flagged or weakly) in ``baseline_rate`` of the settled steps before its
-    episode opened (a static offset, a speed group flickering about the threshold), is the
-    job's baseline, never an anomaly; it becomes one only when it adds a tenth of a step more
+    episode opened (a static offset, a speed group flickering about the threshold) and adds
+    at most ``flicker_max_frac`` of a step, is the job's baseline, never an anomaly; it becomes one only when it adds a tenth of a step more
     than its baseline did. ``max_tracked``: ranks whose flags are counted.
 
     Severity: a confirmed fault is a warning until it has been seen in ``page_after`` times
@@ -150,6 +150,7 @@ class DiagnoserConfig:
     small_job: int = 16
     baseline_rate: float = 0.25
     baseline_max_frac: float = 0.15
+    flicker_max_frac: float = 0.5
     page_after: float = 2.0
     page_cost_frac: float = 0.2
     max_tracked: int = 8192

@@ -27,6 +27,7 @@ from ._baselines import (
     _BASELINE_KINDS,
     _beyond_baseline,
     _confirmed,
+    _flickered,
     _page_hits,
     _persistent,
     _prior_rate,
@@ -243,7 +244,7 @@ def _confirm(
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
     if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
-        (_static(state, e, sf, cfg) or e.prior_rate >= cfg.baseline_rate)
+        (_static(state, e, sf, cfg) or _flickered(e, sf, cfg))
         and e.suspect_kind in _BASELINE_KINDS
         and e.cause in _BASELINE_CAUSES
     ):
