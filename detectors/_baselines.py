@@ -113,26 +113,31 @@ uneven sequence lengths) or a link since the start is still reported (a warning)
 def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
     """Whether a fault seen from about the job's start is its baseline: since the start
     (:func:`_persistent`) and one of a speed group (two more suspects slow since the start),
-    or a static offset (it adds at most ``baseline_max_frac`` of a step) first seen within
-    twice the sightings a confirmation takes (noise hides a small offset now and then). One
-    rank far slower from the start alone is still reported, as a warning."""
+    or, in a job of fewer than ``small_job`` ranks, a static offset (it adds at most
+    ``baseline_max_frac`` of a step) first seen within twice the sightings a confirmation
+    takes (noise hides a small offset among few peers now and then; among many, a rank as
+    slow so early is a degraded GPU the kernel level and the fleet view want). One rank far
+    slower from the start alone is still reported, as a warning."""
     early = 0 <= e.onset - state.first_step <= 2 * _sightings_needed(cfg, state.n_ranks, e.level)
     modest = e.hits > 0 and e.added_ms_sum / e.hits <= cfg.baseline_max_frac * sf.step_ms
-    if early and modest:
+    if early and modest and state.n_ranks < cfg.small_job:
         return True
     since_start = sum(
         1
         for o in state.episodes.values()
-        if o is not e and o.level == e.level and o.onset - state.first_step <= cfg.persistent_within
+        if o is not e
+        and o.cause == e.cause
+        and o.hits >= 2  # seen again, not one blip of the warm-up
+        and o.onset - state.first_step <= cfg.persistent_within
     )
     return e.persistent and since_start >= 2
 
 
 def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, share: float = 1.0) -> bool:
-    """Whether a finding of a rank or group that is slow from the job's start (its baseline:
-    a static offset, a speed group) says it is now slower than that: it adds ``share`` of a
-    tenth of a step more than the baseline added per sighting on average."""
-    if base.reported != _SILENT or base.hits <= 0:
+    """Whether a finding of a rank or group that is slow from the job's start (its baseline,
+    silent, or a warning "since the start") says it is now slower than that: it adds
+    ``share`` of a tenth of a step more than the baseline added per sighting on average."""
+    if not (base.persistent or base.reported == _SILENT) or base.hits <= 0:
         return False
     added = step_ms_added(f.step_ms_added, sf.step_ms)
     return added >= base.added_ms_sum / base.hits + share * _BEYOND_FRAC * sf.step_ms

@@ -244,7 +244,12 @@ def _confirm(
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     e.persistent = _persistent(e, state, cfg)
     if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
-        (_static(state, e, sf, cfg) or _flickered(e, sf, cfg))
+        (
+            _static(state, e, sf, cfg)
+            or _flickered(e, sf, cfg)
+            # the change points see a change from any baseline: since the start is one
+            or (cfg.change_points and e.persistent and e.onset <= state.first_step)
+        )
         and e.suspect_kind in _BASELINE_KINDS
         and e.cause in _BASELINE_CAUSES
     ):
