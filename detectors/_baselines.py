@@ -77,7 +77,7 @@ def _settle(state: JobState, verdict: IterationVerdict, cfg: DiagnoserConfig) ->
         not state.settled
         and 0 < state.steps <= cfg.persistent_settle_steps
         and verdict.base_ms > 0
-        and not any(e.emitted for e in state.episodes.values())
+        and not any(e.emitted and e.reported != _SILENT for e in state.episodes.values())
     )
     ref = state.fast_ref if state.fast_run else verdict.base_ms
     if early and verdict.step_ms * cfg.global_ratio <= ref:

@@ -15,7 +15,7 @@ from ._baselines import _settle
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._routing import _confirmed_open, _group_index
-from ._state import JobState
+from ._state import _SILENT, JobState
 from .changepoint import ChangeState, RankResiduals, track
 from .common_cause import cause_findings
 from .iteration import IterationVerdict, attribute, is_global_step, iteration_level, update_baseline
@@ -95,7 +95,7 @@ def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationV
     """Whether the job's rise is the ranks' doing: a confirmed straggler is open, or one of
     this step's rank findings adds most of the rise (the step waits for its slowest rank)."""
     if any(
-        e.emitted and e.level != "iteration" and e.cause not in ONE_OFF_CAUSES
+        e.emitted and e.reported != _SILENT and e.level != "iteration" and e.cause not in ONE_OFF_CAUSES
         for e in state.episodes.values()
     ):
         return True
@@ -111,7 +111,7 @@ def _follow_baseline(
     anomalous one not into the phase reference a rise is attributed against. A job-wide
     change that lasted ``iter_adopt_steps`` is taken in as the job's new level (a schedule or
     data change, a permanent loss): its anomaly closes as the baseline catches up."""
-    emitted = [e for e in state.episodes.values() if e.emitted]
+    emitted = [e for e in state.episodes.values() if e.emitted and e.reported != _SILENT]  # not baselines
     adopting = any(e.level == "iteration" and sf.step - e.onset >= cfg.iter_adopt_steps for e in emitted)
     if adopting or not emitted:
         update_baseline(
