@@ -70,7 +70,9 @@ from argus.producers.collectors.cupti import (
     KIND_CONCURRENT_KERNEL,
     KIND_EXTERNAL_CORRELATION,
     Activity,
+    ActivityArrays,
     activity_arrays,
+    join_arrays,
     step_events,
 )
 from argus.producers.sketch._synthetic import kineto_kernel_event
@@ -118,21 +120,21 @@ class Size:
 
 
 SIZES = {
-    "full": Size(16384, 1024, 12, 16, 1024, 8, 60, 10, 20, 90, 30.0),
+    "full": Size(16384, 1024, 12, 16, 1024, 8, 64, 10, 32, 90, 30.0),
     "quick": Size(8192, 512, 6, 8, 512, 8, 30, 6, 15, 60, 10.0),
     "smoke": Size(512, 64, 2, 4, 32, 2, 6, 1, 2, 24, 1.0),
 }
 
 
 # -- pure: exact quantiles vs sketches, profiler phases ---------------------------------
-def sketch_accuracy(raw: Sequence[Activity], emitted: Sequence[Any]) -> dict[str, Any]:
+def sketch_accuracy(raw: Sequence[Any], emitted: Sequence[Any]) -> dict[str, Any]:
     """The sketches' error against the exact durations of the same activity records.
 
     ``raw``: what the collector was fed; ``emitted``: its ``KernelNames`` and
     ``KernelSketch`` records, in order. Counts and totals must match exactly; quantile
     errors are relative, for kernels with at least ``MIN_CALLS`` calls in a step.
     """
-    a = activity_arrays(raw)
+    a = _columns(raw)
     by_step = step_events(a)
     names: dict[int, str] = {}
     for rec in emitted:
@@ -193,6 +195,13 @@ def sketch_accuracy(raw: Sequence[Activity], emitted: Sequence[Any]) -> dict[str
         "sketch_bytes_per_step": mean_enc,
         "sketch_ratio": float(np.mean(raw_bytes)) / mean_enc if enc_bytes else math.nan,
     }
+
+
+def _columns(raw: Sequence[Any]) -> ActivityArrays:
+    """Records (shaped like cupti-python's) or the collector's column chunks, as one."""
+    if raw and isinstance(raw[0], ActivityArrays):
+        return join_arrays(list(raw))
+    return activity_arrays(raw)
 
 
 def profiler_phase_ms(trace: dict[str, Any], phases: Sequence[str]) -> dict[str, list[float]]:
@@ -376,44 +385,35 @@ def _steps_of(sink: ListSink) -> dict[int, Any]:
 
 # -- the parts ----------------------------------------------------------------------------
 def part_cupti(size: Size, device: str) -> dict[str, Any]:
-    """Kernel activity through the agent's collector, sketches against the same records, for
-    each way of tagging steps (the agent's default first: its figures are the part's)."""
+    """Kernel activity through the agent's collector, sketches against the same records: the
+    agent's default (one step traced in ``kernel_every``) first, its figures the part's, then
+    every step traced."""
     if device != "cuda":
         return {"cuda": False, **sketch_accuracy(*_pure_sketches(size.steps))}
     model, opt, data = build(size, device)
     for i in range(3):
         train_step(model, opt, data[i % len(data)])
     _sync(device)
-    first, *others = _taggings()
-    res = _cupti_run(model, opt, data, size, device, first)
-    for tagging in others:
-        res[tagging] = _cupti_run(model, opt, data, size, device, tagging)
+    res = _cupti_run(model, opt, data, size, device)
+    res["every_step"] = _cupti_run(model, opt, data, size, device, kernel_every=1)
     return res
 
 
-def _taggings() -> list[str]:
-    from argus.producers.agent import AgentConfig
-
-    default = AgentConfig().cupti_tagging
-    return [default, *(t for t in ("runtime", "marker") if t != default)]
-
-
-def _cupti_run(model: Any, opt: Any, data: Any, size: Size, device: str, tagging: str) -> dict[str, Any]:
+def _cupti_run(model: Any, opt: Any, data: Any, size: Size, device: str, **cfg: Any) -> dict[str, Any]:
     sink = ListSink()
-    agent = new_agent(sink, cupti_tagging=tagging)
+    agent = new_agent(sink, **cfg)
     agent.install(model, opt)
     if agent.cupti is None:
         agent.close()
         return {"error": f"CUPTI absent: {agent.absent.get('cupti')}"}
-    raw: list[Activity] = []
-    feed = agent.cupti.feed
+    raw: list[ActivityArrays] = []
+    feed = agent.cupti._feed
 
-    def tee(records: Any, current_step: int, *, lag: int = 2) -> Any:
-        recs = list(records)
-        raw.extend(recs)
-        return feed(recs, current_step, lag=lag)
+    def tee(a: Any, current_step: int, lag: int, final: bool) -> Any:
+        raw.append(a)
+        return feed(a, current_step, lag, final)
 
-    agent.cupti.feed = tee
+    agent.cupti._feed = tee
     t0 = time.perf_counter()
     for i in range(size.steps):
         train_step(model, opt, data[i % len(data)])
@@ -422,18 +422,23 @@ def _cupti_run(model: Any, opt: Any, data: Any, size: Size, device: str, tagging
     time.sleep(1.5)  # a publishing round drains what the last steps left
     buffer_dropped = agent.cupti.buffer_dropped()
     untagged_before = agent.cupti.dropped_records
+    c = agent.cupti
     agent.close()
     emitted = [r for _, r in sink.items if isinstance(r, KernelNames | KernelSketch)]
     acc = sketch_accuracy(raw, emitted)
     return {
         "cuda": True,
-        "tagging": tagging,
+        "tagging": agent.config.cupti_tagging,
+        "kernel_every": agent.config.kernel_every,
         **acc,
         "step_ms": step_ms,
         "steps": size.steps,
         "cupti_dropped": buffer_dropped,
         "cupti_untagged": untagged_before,
-        "records_seen": len(raw),
+        "cupti_untraced": c.untraced_records,
+        "toggles": c.toggles,
+        "toggle_us_mean": c.toggle_ns / max(c.toggles, 1) / 1e3,
+        "records_seen": sum(len(a) for a in raw),
         "agent_absent": dict(agent.absent),
     }
 
@@ -611,9 +616,16 @@ def part_overhead(
             ms = (time.perf_counter() - t0) * 1e3 / size.block
         if agent is not None:
             time.sleep(0.05)
+            th = agent._thread
+            cpu = _thread_cpu_ms(th.native_id) if th is not None and th.native_id else math.nan
             agent.close()
+            agent_cpu.append(round(cpu / (size.block + 1), 3))
+            if agent.cupti is not None:
+                toggles.append(agent.cupti.toggle_ns / 1e6)
         return ms
 
+    agent_cpu: list[float] = []  # the agent's thread, CPU ms per step of a block
+    toggles: list[float] = []  # ms a block spent turning CUPTI's device kinds on and off
     block(True)  # untimed: CUPTI's or the profiler's first start in this process costs seconds
     ratios, off, on = [], [], []
     absent: dict[str, str] = {}
@@ -657,7 +669,18 @@ def part_overhead(
         "round_pct": [round(x * 100, 3) for x in ratios],
         "block_ms_off": [round(x, 3) for x in off],
         "block_ms_on": [round(x, 3) for x in on],
+        "agent_thread_cpu_ms_per_step": agent_cpu,
+        "toggle_ms_per_block": [round(x, 3) for x in toggles],
     }
+
+
+def _thread_cpu_ms(tid: int) -> float:
+    """CPU milliseconds a thread of this process has used (Linux; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
@@ -736,6 +759,8 @@ def _straggler(size: Size, device: str, mps: dict[str, str] | None, out: Path) -
         for a in anomalies
         if 1 in a.ranks
         and 0 not in a.ranks
+        and a.start_step < slow[1]
+        and a.end_step >= slow[0]  # the slowed stretch, not a blip before it
         and (a.level == "kernel" or any("kernel" in k for k in a.evidence))
     ]
     return {
@@ -749,6 +774,7 @@ def _straggler(size: Size, device: str, mps: dict[str, str] | None, out: Path) -
                 "suspect": a.suspect,
                 "ranks": list(a.ranks),
                 "window": [a.start_step, a.end_step],
+                "evidence": list(a.evidence)[:12],
                 "summary": a.summary[:200],
             }
             for a in anomalies
@@ -781,7 +807,7 @@ def straggler_rank(rank: int, steps: int, to: Path, device: str) -> None:
     agent = new_agent(sink, rank=rank, world=2, cupti_tagging=os.environ.get("ARGUS_GPU_TAGGING", "marker"))
     agent.install(model, opt)
     for s in range(steps):
-        cycles = int(40e6) if rank == 1 and lo <= s < hi else 20_000  # ~20 ms vs ~10 us at ~2 GHz
+        cycles = int(120e6) if rank == 1 and lo <= s < hi else 20_000  # ~60 ms vs ~10 us at ~2 GHz
         train_step(model, opt, data[s % len(data)], slow=cycles, before_step=mean_grads)
         if s % 10 == 0:
             print(f"straggler rank {rank}: step {s}", file=sys.stderr, flush=True)
@@ -873,15 +899,14 @@ def run_part(name: str, size: Size, out: Path, device: str) -> dict[str, Any]:
         elif name == "nvml":
             res = part_nvml(size, device)
         elif name == "overhead":
-            # within the part's 400 s: the default tagging first, then the other, then
-            # torch.profiler's figure to compare with
-            first, *others = _taggings()
-            res = part_overhead(size, device, "agent", budget_s=150, cupti_tagging=first)
+            # within the part's 400 s: the agent as it ships first, then with every step's
+            # kernels traced and with CUPTI off (what each layer costs), then torch.profiler
+            res = part_overhead(size, device, "agent", budget_s=110)
             alt = {
-                t: part_overhead(size, device, "agent", size.rounds // 2, budget_s=60, cupti_tagging=t)
-                for t in others
+                name: part_overhead(size, device, "agent", size.rounds // 2, budget_s=40, **cfg)
+                for name, cfg in (("every_step", {"kernel_every": 1}), ("no_cupti", {"cupti": False}))
             }
-            prof = part_overhead(size, device, "profiler", max(2, size.rounds // 4), budget_s=60)
+            prof = part_overhead(size, device, "profiler", max(2, size.rounds // 4), budget_s=40)
             res = {
                 "overhead_gpu_pct": res["overhead_pct"],
                 "overhead_gpu_se_pct": res["overhead_se_pct"],
@@ -1022,13 +1047,21 @@ def _summary(results: list[dict[str, Any]], cuda: bool, why: str) -> dict[str, A
     for part, ks in keys.items():
         for k in ks:
             out[k] = by.get(part, {}).get(k)
-    # the other way of tagging steps, beside the default's figures
+    # every step traced and CUPTI off, beside the default's figures
     over = by.get("overhead", {})
     out.update({k: v for k, v in over.items() if k.startswith("overhead_") and k not in out})
-    for tagging, sub in by.get("cupti", {}).items():
+    cupti = by.get("cupti", {})
+    out.update({k: cupti.get(k) for k in ("counts_totals_exact", "step_ms", "toggle_us_mean")})
+    for name, sub in cupti.items():
         if isinstance(sub, dict) and "tagging" in sub:
-            for k in ("cupti_untagged", "cupti_dropped", "sketch_p99_err_max", "counts_totals_exact"):
-                out[f"{tagging}_{k}"] = sub.get(k)
+            for k in (
+                "cupti_untagged",
+                "cupti_dropped",
+                "sketch_p99_err_max",
+                "counts_totals_exact",
+                "step_ms",
+            ):
+                out[f"{name}_{k}"] = sub.get(k)
     out["errors"] = {r["part"]: r["error"] for r in results if "error" in r}
     return out
 

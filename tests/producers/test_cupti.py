@@ -265,3 +265,65 @@ def test_marker_tagging_needs_a_marker() -> None:
         CuptiCollector("j", 0, 0, tagging="marker")
     with pytest.raises(ValueError, match="tagging"):
         CuptiCollector("j", 0, 0, tagging="every")
+
+
+def test_sampled_tracing_turns_the_device_kinds_on_for_a_traced_step_and_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One step in ``every``: the device kinds go on before the traced step's marker and off
+    after the marker of the step after the next (whose tag closes the span); steps between
+    touch CUPTI not at all."""
+    import cupti as pkg
+
+    rec = _Recorder()
+    monkeypatch.setattr(pkg, "cupti", rec)
+    c = CuptiCollector(
+        "j", 0, 0, tagging="marker", marker=lambda: rec.calls.append(("marker", None)), every=4
+    )
+    c.start()
+    assert [k for op, k in rec.calls if op == "enable"] == [K.EXTERNAL_CORRELATION]
+    device = [getattr(K, k) for k in CuptiCollector.DEVICE_KINDS]
+    marker = [("enable", K.RUNTIME), ("push", None), ("marker", None), ("pop", None), ("disable", K.RUNTIME)]
+    seen = []
+    for step in range(9):
+        rec.calls.clear()
+        c.begin_step(step)
+        c.end_step(step)
+        seen.append([(op, None if op == "push" else k) for op, k in rec.calls])
+    on, off = [("enable", k) for k in device], [("disable", k) for k in device]
+    assert seen == [on + marker, marker, marker + off, [], on + marker, marker, marker + off, [], on + marker]
+    assert c.toggles == 5
+    rec.calls.clear()
+    c.stop()  # the device kinds are on (step 8 is traced): they go off with the rest
+    assert {k for op, k in rec.calls if op == "disable"} == {*device, K.EXTERNAL_CORRELATION}
+
+
+def test_sampled_tracing_emits_the_traced_steps_once_the_next_ones_activity_is_in() -> None:
+    from argus.producers.collectors.cupti import KIND_CONCURRENT_KERNEL, KIND_EXTERNAL_CORRELATION, Activity
+
+    corr = iter(range(1, 10_000))
+
+    def mark(step: int) -> Activity:
+        return Activity(
+            KIND_EXTERNAL_CORRELATION, correlation_id=next(corr), external_kind=3, external_id=step
+        )
+
+    def kernels(n: int, dur: int) -> list[Activity]:
+        out = []
+        for _ in range(n):
+            c = next(corr)
+            out.append(Activity(KIND_CONCURRENT_KERNEL, "gemm", c * 1000, c * 1000 + dur, 7, c))
+        return out
+
+    c = CuptiCollector("j", 0, 0, tagging="marker", marker=lambda: None, every=4)
+    first = [mark(0), *kernels(5, 300), mark(1), *kernels(4, 100)]
+    assert c.feed(first, current_step=3, lag=0) == []  # step 1's activity waits for its closing tag
+    out = c.feed([mark(2)], current_step=3, lag=0)
+    (sk,) = [r for r in out if isinstance(r, KernelSketch)]
+    stats = decode_payload(sk.payload)
+    assert (sk.step, int(stats.count.sum()), int(stats.total_ns.sum())) == (0, 5, 1500)
+    out = c.feed([mark(4), *kernels(3, 200), mark(5), *kernels(2, 100), mark(6)], current_step=7, lag=0)
+    assert [r.step for r in out if isinstance(r, KernelSketch)] == [4]
+    assert (c.untraced_records, c.dropped_records) == (6, 0)
+    with pytest.raises(ValueError, match="every"):
+        CuptiCollector("j", 0, 0, every=0)
