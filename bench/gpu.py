@@ -807,7 +807,9 @@ def straggler_rank(rank: int, steps: int, to: Path, device: str) -> None:
     agent = new_agent(sink, rank=rank, world=2, cupti_tagging=os.environ.get("ARGUS_GPU_TAGGING", "marker"))
     agent.install(model, opt)
     for s in range(steps):
-        cycles = int(120e6) if rank == 1 and lo <= s < hi else 20_000  # ~60 ms vs ~10 us at ~2 GHz
+        # ~250 ms vs ~10 us at ~2 GHz: about the step (a 60 ms spin on a 250 ms step came out as
+        # a 35 ms longer collective wait on the peer, under the step's own noise)
+        cycles = int(500e6) if rank == 1 and lo <= s < hi else 20_000
         train_step(model, opt, data[s % len(data)], slow=cycles, before_step=mean_grads)
         if s % 10 == 0:
             print(f"straggler rank {rank}: step {s}", file=sys.stderr, flush=True)

@@ -116,6 +116,7 @@ class AgentConfig:
     h2d: bool = True
     cupti: bool = True
     cupti_tagging: str = "marker"  # or "runtime": see CuptiCollector (docs/agent.md, On a GPU)
+    kernel_every: int = 16  # CUPTI traces one step in this many (the same steps on every rank)
     cuda_events: bool = True
     max_pending_steps: int = 1024
 
@@ -141,6 +142,12 @@ class AgentConfig:
             raise ValueError(f"slow_factor must be > 1, not {self.slow_factor!r}")
         if not (self.heartbeat_s > 0 and self.stack_window_s > 0 and self.publish_s >= 0):
             raise ValueError("heartbeat_s and stack_window_s must be positive, publish_s not negative")
+        if (
+            not isinstance(self.kernel_every, int)
+            or isinstance(self.kernel_every, bool)
+            or self.kernel_every < 1
+        ):
+            raise ValueError(f"kernel_every must be a whole number of steps >= 1, not {self.kernel_every!r}")
         if self.cupti_tagging not in ("runtime", "marker"):
             raise ValueError(f"cupti_tagging must be 'runtime' or 'marker', not {self.cupti_tagging!r}")
 
@@ -244,6 +251,7 @@ class RankAgent:
                 self.info.rank,
                 tagging=self.config.cupti_tagging,
                 marker=_stream_query,
+                every=self.config.kernel_every,
             )
             self.cupti.start()
         except Exception as exc:

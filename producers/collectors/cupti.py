@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -43,6 +44,7 @@ __all__ = [
     "activity_arrays",
     "cupti_available",
     "cupti_version_mismatch",
+    "join_arrays",
     "step_events",
     "sync_ns_per_step",
 ]
@@ -218,6 +220,7 @@ class CuptiCollector:
     """Live CUPTI activity collection for one rank, drained into kernel sketches per step."""
 
     KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "EXTERNAL_CORRELATION")
+    DEVICE_KINDS = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION")
     TAGGINGS = ("runtime", "marker")
 
     def __init__(
@@ -230,6 +233,7 @@ class CuptiCollector:
         key_every: int = 32,
         tagging: str = "runtime",
         marker: Any = None,
+        every: int = 1,
     ) -> None:
         """``tagging``: how a step's device activity is found. CUPTI writes an
         external-correlation record only beside a runtime-API record (seen on an H100 with
@@ -238,7 +242,18 @@ class CuptiCollector:
         call of the training thread; ``"marker"`` turns them on only around one call of
         ``marker`` (a cheap runtime-API call, e.g. a stream query) at each step's begin, so a
         step is the correlation ids between its marker and the next (see
-        :func:`_steps_between`) and CUPTI writes one API record per step."""
+        :func:`_steps_between`) and CUPTI writes one API record per step.
+
+        ``every``: trace the device activity of one step in ``every`` (the steps whose number
+        is a multiple of it, the same steps on every rank). CUPTI's records are read in
+        Python, a few microseconds each: on a step that launches a kernel every few tens of
+        microseconds that is a tenth of the step, and it holds the interpreter lock the
+        training loop launches from. Between traced steps the device kinds are off, so CUPTI
+        costs nothing; a traced step ``s`` keeps them on until step ``s + 2`` begins (its
+        kernels still in flight when ``s + 1`` begins are kept) and is emitted once the
+        activity of ``s + 1`` is in."""
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"every must be a whole number of steps >= 1, not {every!r}")
         if tagging not in self.TAGGINGS:
             raise ValueError(f"tagging must be one of {self.TAGGINGS}, not {tagging!r}")
         if tagging == "marker" and marker is None:
@@ -248,7 +263,8 @@ class CuptiCollector:
         self.names = NameInterner(job, run, rank)
         self.encoder = RankSketchEncoder(job, run, rank, key_every=key_every)
         self.buffer_bytes = buffer_bytes
-        self._records: list[Any] = []
+        self.every = every
+        self._chunks: list[ActivityArrays] = []  # completed buffers' columns, not yet fed
         self._lock = threading.Lock()
         self._feed_lock = threading.Lock()
         self._pending: dict[int, list[ActivityArrays]] = {}
@@ -260,48 +276,74 @@ class CuptiCollector:
         self._last_tag = 0  # the highest tagged correlation id seen
         self._device_step = -1  # the latest step device activity has come for
         self.carry_limit = 200_000
+        self._on = every == 1  # the device kinds are enabled
+        self._pushed = False  # a runtime tag is pushed (popped at the step's end)
+        self.untraced_records = 0  # device records of the steps after traced ones, not emitted
+        self.toggles = 0  # enables and disables of the device kinds, and their cost
+        self.toggle_ns = 0
 
     def _requested(self) -> tuple[int, int]:
         return self.buffer_bytes, 0
 
     def _completed(self, activities: list[Any]) -> None:
         # CUPTI's thread. cupti-python's records are views into the activity buffer, which
-        # CUPTI reuses once this returns: copy the fields we read now.
-        kept = [c for c in map(_copy, activities) if c is not None]
+        # CUPTI reuses once this returns: the one pass that reads them copies their fields.
+        a = activity_arrays(activities)
         with self._lock:
-            self._records.extend(kept)
+            self._chunks.append(a)
 
     def start(self) -> None:
-        """Register the buffer callbacks and enable the activity kinds."""
+        """Register the buffer callbacks and enable the activity kinds (the device kinds
+        now only when every step is traced; else at each traced step's begin)."""
         from cupti import cupti
 
         self._cupti = cupti
         cupti.activity_register_callbacks(self._requested, self._completed)
         for k in self._kinds():
-            cupti.activity_enable(getattr(cupti.ActivityKind, k))
+            if self._on or k not in self.DEVICE_KINDS:
+                cupti.activity_enable(getattr(cupti.ActivityKind, k))
 
     def _kinds(self) -> tuple[str, ...]:
         return (*self.KINDS, "RUNTIME") if self.tagging == "runtime" else self.KINDS
 
+    def _toggle(self, on: bool) -> None:
+        c, t0 = self._cupti, time.perf_counter_ns()
+        for k in self.DEVICE_KINDS:
+            (c.activity_enable if on else c.activity_disable)(getattr(c.ActivityKind, k))
+        self._on = on
+        self.toggles += 1
+        self.toggle_ns += time.perf_counter_ns() - t0
+
     def begin_step(self, step: int) -> None:
-        """Tag CUDA work launched from now on with ``step`` (external correlation)."""
+        """Tag CUDA work launched from now on with ``step`` (external correlation), on a
+        traced step, the one after it and the one after that (whose tag closes the span)."""
         c = self._cupti
         if c is None:
             return
+        phase = step % self.every
+        if self.every > 1:
+            if phase == 0 and not self._on:
+                self._toggle(True)
+            elif phase > 2:
+                return
         if self.tagging == "runtime":
             c.activity_push_external_correlation_id(c.ExternalCorrelationKind.CUSTOM0, step)
-            return
-        c.activity_enable(c.ActivityKind.RUNTIME)
-        c.activity_push_external_correlation_id(c.ExternalCorrelationKind.CUSTOM0, step)
-        try:
-            self._marker()
-        finally:
-            c.activity_pop_external_correlation_id(c.ExternalCorrelationKind.CUSTOM0)
-            c.activity_disable(c.ActivityKind.RUNTIME)
+            self._pushed = True
+        else:
+            c.activity_enable(c.ActivityKind.RUNTIME)
+            c.activity_push_external_correlation_id(c.ExternalCorrelationKind.CUSTOM0, step)
+            try:
+                self._marker()
+            finally:
+                c.activity_pop_external_correlation_id(c.ExternalCorrelationKind.CUSTOM0)
+                c.activity_disable(c.ActivityKind.RUNTIME)
+        if phase == 2 and self._on:
+            self._toggle(False)
 
     def end_step(self, _step: int) -> None:
         """Stop tagging (a marker's tag ended with its call)."""
-        if self._cupti is not None and self.tagging == "runtime":
+        if self._cupti is not None and self._pushed:
+            self._pushed = False
             with contextlib.suppress(Exception):
                 self._cupti.activity_pop_external_correlation_id(self._cupti.ExternalCorrelationKind.CUSTOM0)
 
@@ -313,8 +355,9 @@ class CuptiCollector:
         if self._cupti is not None:
             self._cupti.activity_flush_all(0)
         with self._lock:
-            records, self._records = self._records, []
-        return self.feed(records, current_step, lag=lag, final=final)
+            chunks, self._chunks = self._chunks, []
+        with self._feed_lock:
+            return self._feed(join_arrays(chunks), current_step, lag, final)
 
     def feed(
         self, records: Iterable[Any], current_step: int, *, lag: int = 2, final: bool = False
@@ -327,13 +370,13 @@ class CuptiCollector:
         steps of a 1,000-kernel step with API records on), and a step emitted on the CPU's
         clock alone lost its late kernels. One feed at a time: the agent's thread drains while
         ``close`` drains the rest."""
+        a = activity_arrays(records)
         with self._feed_lock:
-            return self._feed(records, current_step, lag, final)
+            return self._feed(a, current_step, lag, final)
 
     def _feed(
-        self, records: Iterable[Any], current_step: int, lag: int, final: bool
+        self, a: ActivityArrays, current_step: int, lag: int, final: bool
     ) -> list[KernelNames | KernelSketch]:
-        a = activity_arrays(records)
         if len(self._external) > 4_000_000:  # bound the map on very long runs
             self._external.clear()
         self._external.update(a.external)
@@ -352,16 +395,23 @@ class CuptiCollector:
             - sum(len(r) for r in by_step.values())
             - (len(self._carry) if self._carry is not None else 0)
         )
-        for step, rows in by_step.items():
-            self._pending.setdefault(step, []).append(_take(a, rows))
         self._device_step = max(self._device_step, max(by_step, default=-1))
+        for step, rows in by_step.items():
+            if step % self.every:  # the span after a traced step: it only tells that one is in
+                self.untraced_records += len(rows)
+            else:
+                self._pending.setdefault(step, []).append(_take(a, rows))
         for step, ns in sync_ns_per_step(a).items():
-            self.sync_ns[step] = self.sync_ns.get(step, 0) + ns
+            if step % self.every == 0:
+                self.sync_ns[step] = self.sync_ns.get(step, 0) + ns
         # tags of steps two behind the device's: their kernels are in
         keep_from = min(current_step - lag, self._device_step) - 2
         if len(self._external) > 4 * 4096:
             self._external = {c: st for c, st in self._external.items() if st >= keep_from}
-        upto = current_step if final else min(current_step - lag + 1, self._device_step - 1)
+        # every step traced: a step waits for device activity of the step after the next; a
+        # traced step of a sampled run waits for that of the next (traced until the one after)
+        settled = self._device_step - (1 if self.every == 1 else 0)
+        upto = current_step if final else min(current_step - lag + 1, settled)
         out: list[KernelNames | KernelSketch] = []
         for step in sorted(s for s in self._pending if s < upto):
             parts = self._pending.pop(step)
@@ -396,13 +446,16 @@ class CuptiCollector:
             return
         self._cupti.activity_flush_all(1)
         for k in self._kinds():
-            self._cupti.activity_disable(getattr(self._cupti.ActivityKind, k))
+            if self._on or k not in self.DEVICE_KINDS:
+                self._cupti.activity_disable(getattr(self._cupti.ActivityKind, k))
+        self._on = False
 
 
 @dataclass(frozen=True, slots=True)
 class Activity:
-    """The fields of one CUPTI activity record that :func:`activity_arrays` reads, copied
-    out of CUPTI's buffer (absent fields are 0 / empty)."""
+    """The fields of one CUPTI activity record that :func:`activity_arrays` reads (absent
+    fields are 0 / empty): records shaped like cupti-python's, for :meth:`CuptiCollector.feed`
+    without a GPU."""
 
     kind: int
     name: str = ""
@@ -416,32 +469,30 @@ class Activity:
     external_id: int = 0
 
 
-_WANTED = (KIND_CONCURRENT_KERNEL, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_SYNCHRONIZATION)
+def join_arrays(chunks: list[ActivityArrays]) -> ActivityArrays:
+    """Completed buffers' columns as one, in order."""
+    if len(chunks) == 1:
+        return chunks[0]
+    if not chunks:
+        return activity_arrays(())
 
+    def cat(c: str) -> np.ndarray:
+        return np.concatenate([getattr(x, c) for x in chunks])
 
-def _copy(r: Any) -> Activity | None:
-    """A plain copy of one record's fields (None for a kind :func:`activity_arrays` ignores)."""
-    kind = int(r.kind)
-    if kind == KIND_EXTERNAL_CORRELATION:
-        return Activity(
-            kind,
-            correlation_id=int(r.correlation_id),
-            external_kind=int(r.external_kind),
-            external_id=int(r.external_id),
-        )
-    if kind not in _WANTED:
-        return None
-    if kind == KIND_SYNCHRONIZATION:
-        return Activity(kind, start=int(r.start), end=int(r.end), correlation_id=int(r.correlation_id))
-    return Activity(
-        kind,
-        name=str(r.name) if kind in (KIND_CONCURRENT_KERNEL, KIND_KERNEL) else "",
-        start=int(r.start),
-        end=int(r.end),
-        stream_id=int(r.stream_id),
-        correlation_id=int(r.correlation_id),
-        copy_kind=int(r.copy_kind) if kind == KIND_MEMCPY else 0,
-        bytes=int(r.bytes) if kind in (KIND_MEMCPY, KIND_MEMSET) else 0,
+    external: dict[int, int] = {}
+    for x in chunks:
+        external.update(x.external)
+    return ActivityArrays(
+        [n for x in chunks for n in x.names],
+        cat("start_ns"),
+        cat("end_ns"),
+        cat("stream_ids"),
+        cat("correlation_ids"),
+        cat("nbytes"),
+        cat("sync_start_ns"),
+        cat("sync_end_ns"),
+        cat("sync_correlation_ids"),
+        external,
     )
 
 
