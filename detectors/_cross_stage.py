@@ -27,7 +27,8 @@ def _peer_table(
 ) -> dict[int, tuple[int, ...]]:
     """For each of ``ranks`` (the first ``_MAX_PEERED``), up to ``k`` unflagged ranks of its
     group, spread over the group: looked for in a strided sample of the step's rows first
-    (a few thousand rows, not the whole job), in every row only when the sample has too few."""
+    (a few thousand rows, not the whole job), in every row only when the sample has too few,
+    and among the group's other ranks, flagged or not, when none is unflagged."""
     if k <= 0 or not len(ranks):
         return {}
     rank_col, groups = batch["rank"], batch[column]
@@ -47,11 +48,17 @@ def _peer_table(
             cand = cand[~flagged[cand]]
             if len(cand) < k:
                 cand = np.flatnonzero((groups == g) & ~flagged)
-            if len(cand) > k:
-                cand = cand[np.linspace(0, len(cand) - 1, k).astype(int)]
-            by_group[g] = tuple(int(x) for x in rank_col[cand])
-        out[r] = by_group[g]
+            by_group[g] = _spread(rank_col[cand], k)
+        # the group's other ranks all stand out: in a group of two, the one waiting for the
+        # suspect is flagged too, and its kernels are still the reference
+        out[r] = by_group[g] or _spread(rank_col[(groups == g) & (rank_col != r)], k)
     return out
+
+
+def _spread(ranks: np.ndarray, k: int) -> tuple[int, ...]:
+    if len(ranks) > k:
+        ranks = ranks[np.linspace(0, len(ranks) - 1, k).astype(int)]
+    return tuple(int(x) for x in ranks)
 
 
 _DEEP_KINDS = frozenset({"rank", "link", "host", "ranks"})
