@@ -10,11 +10,6 @@ FROM python:3.11.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
-COPY schemas ./schemas
-COPY producers ./producers
-COPY detectors ./detectors
-COPY streams ./streams
-COPY sinks ./sinks
 COPY argus ./argus
 RUN pip wheel --no-deps --wheel-dir /wheels .
 

@@ -19,8 +19,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
-	@# PYTHONWARNINGS: setuptools warns on every editable install that a folder named like the
-	@# package may shadow it (argus/ is that package, on purpose); errors still print
+	@# PYTHONWARNINGS: setuptools warns on every editable install of a flat layout that the
+	@# folder named like the package may shadow it (argus/ is that package); errors still print
 	@PYTHONWARNINGS=ignore $(BIN)/python -m pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]"
 	@touch $@
 	@echo "setup: $(VENV) ready"

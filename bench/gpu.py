@@ -871,7 +871,7 @@ def _evidence_history() -> Any:
         import types
 
         pkg = types.ModuleType("argus.streams")
-        pkg.__path__ = [str(Path(__file__).resolve().parents[1] / "streams")]
+        pkg.__path__ = [str(Path(__file__).resolve().parents[1] / "argus" / "streams")]
         sys.modules["argus.streams"] = pkg
         from argus.streams.deepening import EvidenceHistory
     return EvidenceHistory
