@@ -2,12 +2,11 @@
 
 ArgusError                 the composition root cannot do what was asked
 ├── ConfigError            a setting has a value Argus cannot use (also a ValueError)
-├── CsvError               a log CSV cannot be read as rank, time/step, value (also a ValueError)
 ├── KafkaUnavailable       the broker cannot be reached or refused us
 ├── DemoError              the demo could not complete
 └── UnknownJobError        the store has no steps of the job (also a LookupError)
 
-Each class lives beside the code that raises it (``argus.config``, ``argus.csvlogs``,
+Each class lives beside the code that raises it (``argus.config``,
 ``argus.kafka_admin``, ``argus.demo``, ``argus.report``). The other packages have their
 own roots (``SchemaError``, ``ProducerError``, ``SinkError``; detectors and streams raise
 only ``ValueError`` for caller misuse); the ``argus`` command maps all of them to exit

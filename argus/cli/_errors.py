@@ -71,12 +71,12 @@ class ErrorExit:
 ERROR_EXITS: tuple[ErrorExit, ...] = (
     # argus/ (root ArgusError)
     ErrorExit("argus.config:ConfigError", EXIT_BAD_INPUT),
-    ErrorExit("argus.csvlogs:CsvError", EXIT_BAD_INPUT),
     ErrorExit("argus.report._data:UnknownJobError", EXIT_BAD_INPUT),
     ErrorExit("argus.kafka_admin:KafkaUnavailable", EXIT_UNAVAILABLE),
-    ErrorExit("argus.demo:DemoError", EXIT_UNAVAILABLE),
+    ErrorExit("argus.demo._config:DemoError", EXIT_UNAVAILABLE),
     # producers/ (root ProducerError): bad settings or files are input; a lost record is Kafka's
     ErrorExit("argus.producers.kineto._errors:TraceError", EXIT_BAD_INPUT),
+    ErrorExit("argus.producers.csvlogs:CsvError", EXIT_BAD_INPUT),
     ErrorExit("argus.producers._errors:RelayError", EXIT_BAD_INPUT),
     ErrorExit("argus.producers._errors:KafkaSettingsError", EXIT_BAD_INPUT),
     ErrorExit("argus.producers._errors:PublishError", EXIT_UNAVAILABLE),

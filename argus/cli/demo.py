@@ -19,7 +19,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ..scoring import named_kernels
+from argus.producers.simulator.scoring import named_kernels
+
 from ._app import app, console, exit_on_error, fail, n_anomalies, settings
 from ._errors import EXIT_MISSED
 

@@ -14,7 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..csvlogs import LogDiagnosis, as_written, diagnose_log, phase_of, read_series
+from argus.producers.csvlogs import as_written, phase_of, read_series
+
+from ..csvlogs import LogDiagnosis, diagnose_log
 from ..schemas import Anomaly
 from ._app import app, console, err_console, exit_on_error, fail, n_anomalies
 

@@ -4,9 +4,11 @@ ProducerError              a producer cannot do what was asked
 ├── PublishError           the publisher cannot deliver (``drain`` found records lost)
 │   └── KafkaSettingsError the librdkafka settings are invalid (the Publisher cannot start)
 ├── RelayError             the node relay cannot serve its socket
-└── TraceError             a trace file cannot be imported (``producers.kineto``)
+├── TraceError             a trace file cannot be imported (``producers.kineto``)
+└── CsvError               a log CSV cannot be read as rank, time/step, value (also a ValueError)
 
-``TraceError`` is defined beside the importer (:mod:`producers.kineto._errors`); the
+``TraceError`` and ``CsvError`` are defined beside their importers
+(:mod:`producers.kineto._errors`, :mod:`producers.csvlogs`); the
 others here, re-exported where they are raised (``producers.publisher``,
 ``producers.relay``). Nothing here is raised into a training loop: the rank-side agent
 and publisher count and log instead.

@@ -57,11 +57,11 @@ def test_no_row_is_hidden_by_an_earlier_one() -> None:
     ("error", "code"),
     [
         ("argus.config:ConfigError", EXIT_BAD_INPUT),
-        ("argus.csvlogs:CsvError", EXIT_BAD_INPUT),
         ("argus.report._data:UnknownJobError", EXIT_BAD_INPUT),
         ("argus.kafka_admin:KafkaUnavailable", EXIT_UNAVAILABLE),
-        ("argus.demo:DemoError", EXIT_UNAVAILABLE),
+        ("argus.demo._config:DemoError", EXIT_UNAVAILABLE),
         ("argus.producers.kineto._errors:TraceError", EXIT_BAD_INPUT),
+        ("argus.producers.csvlogs:CsvError", EXIT_BAD_INPUT),
         ("argus.producers._errors:RelayError", EXIT_BAD_INPUT),
         ("argus.producers._errors:KafkaSettingsError", EXIT_BAD_INPUT),
         ("argus.producers._errors:PublishError", EXIT_UNAVAILABLE),
@@ -88,7 +88,7 @@ def test_every_error_class_of_every_package_has_a_row() -> None:
     ]
     for module in (
         "argus.config",
-        "argus.csvlogs",
+        "argus.producers.csvlogs",
         "argus.demo",
         "argus.kafka_admin",
         "argus.report",

@@ -1,4 +1,4 @@
-"""Logs through the one engine: ``argus.csvlogs`` and the real ``argus diagnose`` command."""
+"""Logs through the one engine: ``argus.producers.csvlogs`` (the reader), ``argus.csvlogs`` and the real ``argus diagnose`` command."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from argus.cli import app
-from argus.csvlogs import diagnose_log, log_batches, phase_of, read_series
+from argus.csvlogs import diagnose_log
 from argus.detectors import COMPUTE_STRAGGLER, UNKNOWN, JobDiagnoser
+from argus.producers.csvlogs import log_batches, phase_of, read_series
 from argus.producers.simulator import ClusterSimulator, Fault, Layout
 
 
@@ -219,7 +220,7 @@ def test_a_restarted_step_counter_is_said_and_shuffled_rows_are_not() -> None:
 
 
 def log_rows(rank: np.ndarray, step: np.ndarray) -> list[str]:
-    from argus.csvlogs import _oddities
+    from argus.producers.csvlogs import _oddities
 
     return _oddities(rank, step.astype(float), "step")
 

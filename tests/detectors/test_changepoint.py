@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from argus import detectors as d
-from argus.csvlogs import diagnose_log, log_batches
+from argus.csvlogs import diagnose_log
 from argus.detectors.changepoint import ChangeState, step_residuals, track
+from argus.producers.csvlogs import log_batches
 from argus.schemas import Anomaly, StepBatch
 
 DP, TP, PP = 8, 8, 4  # 256 ranks, 8 per host; a replica is tp*pp = 32 ranks on 4 hosts

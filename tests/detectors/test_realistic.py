@@ -8,8 +8,8 @@ import numpy as np
 
 from argus import detectors as d
 from argus.producers.simulator import REALISTIC, ClusterSimulator, Fault, Layout
+from argus.producers.simulator.scoring import match_faults
 from argus.schemas import Anomaly
-from argus.scoring import match_faults
 
 LAYOUT = Layout(dp=8, tp=8, pp=4)  # 256 ranks, 32 hosts
 

@@ -19,7 +19,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from argus.csvlogs import CsvError, diagnose_log, read_series
+from argus.csvlogs import diagnose_log
+from argus.producers.csvlogs import CsvError, read_series
 from argus.producers.kineto import KinetoImport, TraceError
 from argus.producers.sketch import kernel_stats
 from argus.schemas import SCHEMAS, KernelStats, SchemaError, StepBatch, decode, encode, validate

@@ -14,6 +14,7 @@ from argus.detectors import DiagnoserConfig, JobState, apply_findings, refresh, 
 from argus.kafka_admin import ensure_topics, read_records, skip_worker_to_end
 from argus.producers.publisher import Publisher
 from argus.producers.simulator import CLEAN, ClusterSimulator, Fault, Layout, kernel_names
+from argus.producers.simulator.scoring import named_kernels
 from argus.producers.sketch import RankSketchEncoder
 from argus.producers.sketch import kernel_stats as sketch_stats
 from argus.schemas import (
@@ -25,7 +26,6 @@ from argus.schemas import (
     encode,
     rank_key,
 )
-from argus.scoring import named_kernels
 from argus.simulate import layout_for, parse_fault, publish_simulation
 from argus.streams.deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, evidence_key
 from tests.figures import report

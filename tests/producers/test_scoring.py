@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from argus.producers.simulator import Label
+from argus.producers.simulator.scoring import match_faults, window_iou
 from argus.schemas import Anomaly
-from argus.scoring import match_faults, window_iou
 
 
 def anomaly(
