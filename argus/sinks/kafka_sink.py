@@ -40,18 +40,15 @@ pauses its partitions until the write is done.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -70,12 +67,13 @@ from argus.schemas import (
     KernelSketch,
     SchemaError,
     StepBatch,
-    StepSummary,
     decode_many,
     peek_schema_id,
 )
 
-from ._errors import QueryError, SinkError, StoreLockedError, StoreUnavailableError
+from ._errors import QueryError, SinkError
+from ._redelivery import ROLLUP_KEYS, fresh_rows, kept_records
+from ._retrying import RetryingStore, Stopped
 from .kernels import KernelDecoder
 from .rows import TABLE_OF, to_arrow
 from .store import Store, dedup_settings
@@ -115,29 +113,6 @@ class _Pending:
     sources: list[tuple[int, int, bytes]] = field(default_factory=list)  # offset, time ns, bytes per record
 
 
-class _Stopped(SinkError):
-    """The sink was stopped while a write waited for the store (the batch is replayed later)."""
-
-
-_KEYS: dict[type, tuple[str, str]] = {
-    StepBatch: ("steps", "bitOr(bitShiftLeft(step, 20), rank)"),
-    StepSummary: ("step_summaries", "bitShiftLeft(step, 20)"),
-}
-"""The records the rollups count (materialized views of steps, a step's one summary):
-their table, and the SQL of their key within a job run, as :func:`_row_keys` computes it."""
-
-_T = TypeVar("_T")
-
-
-def _row_keys(record: StepBatch | StepSummary) -> np.ndarray:
-    """A record's rows' keys within its job run: ``step << 20 | rank`` (a rank < 2**20, a
-    step < 10**12 < 2**43: one uint64); a summary is rank 0 of its step."""
-    if isinstance(record, StepSummary):
-        return np.array([record.step << 20], np.uint64)
-    ranks = np.asarray(record["rank"]).astype(np.uint64)
-    return (np.uint64(record.step) << np.uint64(20)) | ranks
-
-
 def _rows_of(record: Any) -> int:
     return len(record) if isinstance(record, StepBatch) else 1
 
@@ -167,22 +142,25 @@ class KafkaSink:
         unknown = sorted(t for t in self._carries.values() if t not in TOPIC_SCHEMAS)
         if unknown:
             raise ValueError(f"not Argus topics (name the one each stands for): {unknown}")
-        self._open_store = open_store
-        self._store: Store | None = None
         self.stats = SinkStats()
         self._batch_rows = batch_rows
         self._batch_seconds = batch_seconds
-        self._max_backoff = max_backoff_s
-        self._retry_deadline = retry_deadline_s
         self._max_poll = max(1, max_poll_messages)
         self._stall_s = stall_s
         # health, written by the consumer and writer threads, read by the probes' thread
         self._assigned: int | None = None  # partitions held; None: not in the group
         self._last_poll: float | None = None
-        self._store_answered: float | None = None
         self._insert_since: float | None = None  # the writer's batch in progress
         self._stopping = threading.Event()
         self._stop: threading.Event | None = None
+        self._db = RetryingStore(
+            open_store,
+            self.stats,
+            max_backoff_s=max_backoff_s,
+            retry_deadline_s=retry_deadline_s,
+            stopping=self._stopping,
+            stopped=self._stopped,
+        )
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._replay_end: dict[tuple[str, int], int] = {}
         self._backlog: list[Message] = []
@@ -205,10 +183,10 @@ class KafkaSink:
 
     def _stored_names(self, key: tuple[str, int, int]) -> dict[int, str]:
         """A rank's kernel names from the store (after a restart the dictionary is not resent)."""
-        if self._store is None:
+        if self._db.store is None:
             return {}
         try:
-            rows = self._store.query_rows(
+            rows = self._db.store.query_rows(
                 "SELECT kernel_id, any(name) FROM kernel_names WHERE job = {j:String} AND run = {r:UInt32} "
                 "AND rank = {k:UInt32} GROUP BY kernel_id",
                 {"j": key[0], "r": key[1], "k": key[2]},
@@ -266,7 +244,7 @@ class KafkaSink:
                 ):
                     break
             self.flush_all()
-        except _Stopped:
+        except Stopped:
             log.warning(
                 "stopped while ClickHouse was unavailable: the batches not stored are replayed "
                 "on the next start (their intents are committed)"
@@ -441,7 +419,7 @@ class KafkaSink:
         base = f"{topic}:{partition}:{pending.first}-{pending.last}"
         for kind, index in by_type.items():
             token = f"{TABLE_OF[kind]}:{base}"
-            if kind in _KEYS:
+            if kind in ROLLUP_KEYS:
                 index, token = self._unstored(pending, index, token)
             if index:
                 self._insert_records(key, pending, index, token)
@@ -463,30 +441,11 @@ class KafkaSink:
         batch's own when nothing was dropped, else one named after the rows kept (a replay
         drops the same rows, or all of them once this insert landed)."""
         records = [pending.records[i] for i in index]
-        table, key_sql = _KEYS[type(records[0])]
-        keys = [_row_keys(r) for r in records]
-        keep = [np.ones(len(k), bool) for k in keys]
-        by_run: dict[tuple[str, int], list[int]] = {}
-        for j, r in enumerate(records):
-            by_run.setdefault((r.job, r.run), []).append(j)
-        for (job, run), members in by_run.items():
-            joined = np.concatenate([keys[j] for j in members])
-            steps = [records[j].step for j in members]
-            if len(set(steps)) == len(steps):  # most often: keys unique already (a rank once per step)
-                fresh = np.ones(len(joined), bool)
-            else:
-                fresh = np.zeros(len(joined), bool)
-                fresh[np.unique(joined, return_index=True)[1]] = True  # the first of each key
-            stored = self._stored_keys(table, key_sql, job, run, min(steps), max(steps))
-            if stored is not None and len(stored):
-                fresh &= ~np.isin(joined, stored)
-            for j, part in zip(
-                members, np.split(fresh, np.cumsum([len(keys[j]) for j in members])[:-1]), strict=True
-            ):
-                keep[j] = part
+        keep = fresh_rows(records, self._db)
         dropped = sum(int((~k).sum()) for k in keep)
         if not dropped:
             return index, token
+        table = ROLLUP_KEYS[type(records[0])][0]
         self.stats.redelivered[table] = self.stats.redelivered.get(table, 0) + dropped
         log.info(
             "%d rows of %s are in %s already (redelivered or resent): not inserted again",
@@ -494,41 +453,10 @@ class KafkaSink:
             token,
             table,
         )
-        left = []
-        digest = hashlib.blake2b(digest_size=8)
-        for i, r, k in zip(index, records, keep, strict=True):
-            if k.all():
-                left.append(i)
-            elif k.any():
-                pending.records[i] = r.take(np.flatnonzero(k))
-                left.append(i)
-            else:
-                continue
-            digest.update(np.ascontiguousarray(_row_keys(pending.records[i])).tobytes())
-        return left, f"{token}/new-{digest.hexdigest()}"
-
-    def _stored_keys(
-        self, table: str, key_sql: str, job: str, run: int, lo: int, hi: int
-    ) -> np.ndarray | None:
-        """The keys (``step << 20 | rank``) of a job run's rows stored with steps in
-        ``lo..hi``; None if the store rejects the query (then nothing is dropped: a row
-        counted twice is better than a row lost)."""
-        sql = (
-            f"SELECT {key_sql} AS k FROM {table} WHERE job = {{j:String}} AND run = {{r:UInt32}} "
-            "AND step BETWEEN {lo:UInt64} AND {hi:UInt64}"
-        )
-        params = {"j": job, "r": run, "lo": lo, "hi": hi}
-        try:
-            result = self._with_store(
-                f"read the keys of {table}", lambda store: store.query_arrow(sql, params)
-            )
-        except QueryError as exc:
-            log.error("cannot read the stored keys of %s (%s): redelivered rows may count twice", table, exc)
-            return None
-        if not result.num_rows:
-            return np.zeros(0, np.uint64)
-        keys: np.ndarray = result.column("k").to_numpy().astype(np.uint64)
-        return keys
+        left, token = kept_records(records, keep, token)
+        for j, kept in left:
+            pending.records[index[j]] = kept
+        return [index[j] for j, _ in left], token
 
     def _insert_records(self, key: tuple[str, int], pending: _Pending, index: list[int], token: str) -> None:
         """Insert records of one type; a rejected insert is split in halves (deterministic
@@ -585,67 +513,17 @@ class KafkaSink:
         return self._stopping.is_set() or (self._stop is not None and self._stop.is_set())
 
     def _insert_with_retry(self, table: str, data: Any, token: str) -> None:
-        """Insert, retrying only while the store is unavailable (:meth:`_with_store`)."""
-        self._with_store(
+        """Insert, retrying only while the store is unavailable (:meth:`RetryingStore.call`)."""
+        self._db.call(
             f"insert into {table}",
             lambda store: store.insert_arrow(table, data, settings=dedup_settings(token)),
         )
         self.stats.inserts += 1
 
-    def _with_store(self, what: str, call: Callable[[Store], _T]) -> _T:
-        """``call(store)``, retried only while the store is unavailable: jittered backoff
-        within ``retry_deadline_s``, cut short by a stop. Raises :class:`QueryError` when the
-        store rejects it, :class:`SinkError` when the deadline passed or the sink stopped."""
-        backoff = 0.2
-        attempt = 0
-        deadline = time.monotonic() + self._retry_deadline
-        while True:
-            try:
-                if self._store is None:
-                    self._store = self._open_store()
-                result = call(self._store)
-                self._store_answered = time.monotonic()
-                if self.stats.store_down_since is not None:
-                    log.warning(
-                        "ClickHouse is back after %.1f s", time.monotonic() - self.stats.store_down_since
-                    )
-                    self.stats.store_down_since = None
-                return result
-            except (StoreUnavailableError, StoreLockedError) as exc:
-                attempt += 1
-                self.stats.insert_retries += 1
-                if self.stats.store_down_since is None:
-                    self.stats.store_down_since = time.monotonic()
-                self._drop_store()
-                delay = random.uniform(backoff / 2, backoff)  # jitter: sinks do not retry in step
-                if self._stopped():
-                    raise _Stopped(f"stopped while trying to {what}: {exc}") from exc
-                if time.monotonic() + delay > deadline:
-                    raise SinkError(
-                        f"ClickHouse unavailable for {self._retry_deadline:.0f} s ({what}, "
-                        f"{attempt} attempts): {exc}"
-                    ) from exc
-                log.warning(
-                    "%s failed (attempt %d): %s; retrying in %.1f s",
-                    what,
-                    attempt,
-                    str(exc)[:200],
-                    delay,
-                )
-                end = time.monotonic() + delay  # the consumer thread keeps the group alive meanwhile
-                while not self._stopped() and time.monotonic() < end:
-                    self._stopping.wait(min(0.1, max(end - time.monotonic(), 0.0)))
-                backoff = min(backoff * 2, self._max_backoff)
-            except QueryError:
-                self._store_answered = time.monotonic()
-                if self.stats.store_down_since is not None:
-                    self.stats.store_down_since = None  # it answered: it is up
-                raise
-
     # -- health -----------------------------------------------------------------------------
     def store_answered(self) -> None:
         """Record that the store answered outside the sink (e.g. the migrations at start)."""
-        self._store_answered = time.monotonic()
+        self._db.answered = time.monotonic()
 
     def readiness(self, now: float | None = None) -> tuple[bool, str]:
         """Ready: in the consumer group (partitions assigned, possibly none), polling within
@@ -659,11 +537,11 @@ class KafkaSink:
             return False, "the consumer is not polling"
         if self.stats.store_down_since is not None:
             return False, f"ClickHouse unavailable for {now - self.stats.store_down_since:.0f} s (retrying)"
-        if self._store_answered is None:
+        if self._db.answered is None:
             return False, "ClickHouse has not answered yet"
         return True, (
             f"ready: {self._assigned} partition(s) assigned, polled {now - self._last_poll:.1f} s ago, "
-            f"ClickHouse answered {now - self._store_answered:.0f} s ago"
+            f"ClickHouse answered {now - self._db.answered:.0f} s ago"
         )
 
     def liveness(self, now: float | None = None) -> tuple[bool, str]:
@@ -677,12 +555,12 @@ class KafkaSink:
         down_since = self.stats.store_down_since
         if down_since is not None:
             down = now - down_since
-            if down > self._retry_deadline + self._stall_s:
+            if down > self._db.retry_deadline_s + self._stall_s:
                 return (
                     False,
-                    f"ClickHouse retried for {down:.0f} s, past the {self._retry_deadline:.0f} s deadline",
+                    f"ClickHouse retried for {down:.0f} s, past the {self._db.retry_deadline_s:.0f} s deadline",
                 )
-            return True, f"retrying ClickHouse for {down:.0f} s (deadline {self._retry_deadline:.0f} s)"
+            return True, f"retrying ClickHouse for {down:.0f} s (deadline {self._db.retry_deadline_s:.0f} s)"
         insert_since = self._insert_since
         if insert_since is not None and now - insert_since > self._stall_s:
             return False, f"an insert has run for {now - insert_since:.0f} s (limit {self._stall_s:.0f} s)"
@@ -692,13 +570,6 @@ class KafkaSink:
             return False, f"no poll for {now - self._last_poll:.0f} s (limit {self._stall_s:.0f} s)"
         return True, f"polled {now - self._last_poll:.1f} s ago"
 
-    def _drop_store(self) -> None:
-        if self._store is not None:
-            try:
-                self._store.close()
-            finally:
-                self._store = None
-
     def close(self) -> None:
         """Leave the consumer group and release the store (after the writes in progress;
         a write waiting for an unavailable store gives up at once)."""
@@ -707,4 +578,4 @@ class KafkaSink:
         self._writes.clear()
         with contextlib.suppress(RuntimeError):  # already closed
             self._consumer.close()
-        self._drop_store()
+        self._db.drop()
