@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from argus.schemas import StepFindings
 from argus.schemas.causes import (
     CHECKPOINT_STALL,
@@ -136,11 +138,20 @@ def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig)
 def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, share: float = 1.0) -> bool:
     """Whether a finding of a rank or group that is slow from the job's start (its baseline,
     silent, or a warning "since the start") says it is now slower than that: it adds
-    ``share`` of a tenth of a step more than the baseline added per sighting on average."""
+    ``share`` of a tenth of a step more than the baseline adds (:func:`_level`)."""
     if not (base.persistent or base.reported == _SILENT) or base.hits <= 0:
         return False
     added = step_ms_added(f.step_ms_added, sf.step_ms)
-    return added >= base.added_ms_sum / base.hits + share * _BEYOND_FRAC * sf.step_ms
+    return added >= _level(base) + share * _BEYOND_FRAC * sf.step_ms
+
+
+def _level(base: Episode) -> float:
+    """What a baseline adds per step: the median of its last sightings (a step whose
+    reference moved, e.g. a log window some ranks did not report in, is one of them), the
+    mean of all before those were kept."""
+    if base.added_at:
+        return float(np.median(base.added_at))
+    return base.added_ms_sum / base.hits
 
 
 def count_flags(state: JobState, sf: StepFindings, findings: Sequence[Finding], cfg: DiagnoserConfig) -> None:

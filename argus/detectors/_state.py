@@ -40,6 +40,7 @@ class Episode:
     idle: int = 0
     reported: int = -1
     hits_at: list[int] = field(default_factory=list)
+    added_at: list[float] = field(default_factory=list)  # step time added at hits_at's steps
     peers: list[int] = field(default_factory=list)
     deepen_left: int = 0
     detail: str = ""

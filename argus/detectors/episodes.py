@@ -190,6 +190,7 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> fl
     e.last_seen = sf.step
     e.idle = 0
     e.hits_at = [*e.hits_at[-7:], sf.step]
+    e.added_at = [*e.added_at[-7:], round(added, 3)]
     e.hits += 1
     e.added_ms_sum += added
     e.gpu_hours += gpu_hours(added, sf.n_ranks)
@@ -241,8 +242,9 @@ def _confirm(
         e.reported = sf.step
         return _anomaly(state, e)
     e.emitted = True
-    e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
+    # since the start from its first sighting: a log's missing samples leave gaps there
     e.persistent = _persistent(e, state, cfg)
+    e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
         (
             _static(state, e, sf, cfg)
@@ -322,6 +324,7 @@ def _continue(old: Episode, e: Episode, cfg: DiagnoserConfig) -> Episode:
     old.last_seen, old.idle = e.last_seen, 0
     old.hits += e.hits
     old.hits_at = [*old.hits_at, *e.hits_at][-8:]
+    old.added_at = [*old.added_at, *e.added_at][-8:]
     old.added_ms_sum += e.added_ms_sum
     old.gpu_hours += e.gpu_hours
     if e.score >= old.score:
