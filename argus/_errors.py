@@ -3,11 +3,10 @@
 ArgusError                 the composition root cannot do what was asked
 ├── ConfigError            a setting has a value Argus cannot use (also a ValueError)
 ├── KafkaUnavailable       the broker cannot be reached or refused us
-├── DemoError              the demo could not complete
-└── UnknownJobError        the store has no steps of the job (also a LookupError)
+└── DemoError              the demo could not complete
 
 Each class lives beside the code that raises it (``argus.config``,
-``argus.kafka_admin``, ``argus.demo``, ``argus.report``). The other packages have their
+``argus.kafka_admin``, ``argus.demo``). The other packages have their
 own roots (``SchemaError``, ``ProducerError``, ``SinkError``; detectors and streams raise
 only ``ValueError`` for caller misuse); the ``argus`` command maps all of them to exit
 codes in one table, :mod:`argus.cli._errors`.

@@ -41,7 +41,6 @@ sys.path.insert(0, str(REPO))
 
 from argus.config import load_settings  # noqa: E402
 from argus.kafka_admin import ensure_topics, probe_kafka  # noqa: E402
-from argus.report import build_report  # noqa: E402
 from argus.schemas import (  # noqa: E402
     STEPS,
     Anomaly,
@@ -56,6 +55,7 @@ from argus.sinks import ChdbStore, migrate, to_arrow  # noqa: E402
 from argus.sinks.grafana import ALERTS, all_panels, expand  # noqa: E402
 from argus.sinks.grafana.queries import REPORT  # noqa: E402
 from argus.sinks.kafka_sink import KafkaSink  # noqa: E402
+from argus.sinks.report import build_report  # noqa: E402
 
 PERIOD_NS = 1_000_000_000  # one step per second
 RANKS_PER_MESSAGE = 64

@@ -71,7 +71,6 @@ class ErrorExit:
 ERROR_EXITS: tuple[ErrorExit, ...] = (
     # argus/ (root ArgusError)
     ErrorExit("argus.config:ConfigError", EXIT_BAD_INPUT),
-    ErrorExit("argus.report._data:UnknownJobError", EXIT_BAD_INPUT),
     ErrorExit("argus.kafka_admin:KafkaUnavailable", EXIT_UNAVAILABLE),
     ErrorExit("argus.demo._config:DemoError", EXIT_UNAVAILABLE),
     # producers/ (root ProducerError): bad settings or files are input; a lost record is Kafka's
@@ -83,6 +82,7 @@ ERROR_EXITS: tuple[ErrorExit, ...] = (
     # sinks/ (root SinkError): a rejected query or an unknown macro is input; the rest, the service
     ErrorExit("argus.sinks._errors:QueryError", EXIT_BAD_INPUT, lambda e: f"ClickHouse rejected the query: {_first_line(e)}"),
     ErrorExit("argus.sinks._errors:MacroError", EXIT_BAD_INPUT),
+    ErrorExit("argus.sinks.report._data:UnknownJobError", EXIT_BAD_INPUT),
     ErrorExit("argus.sinks._errors:StoreLockedError", EXIT_UNAVAILABLE),
     ErrorExit("argus.sinks._errors:GrafanaPushError", EXIT_UNAVAILABLE),
     ErrorExit("argus.sinks._errors:SinkError", EXIT_UNAVAILABLE, lambda e: f"ClickHouse: {e}"),

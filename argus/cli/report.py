@@ -17,7 +17,7 @@ def report(
     output: Path = typer.Option(Path("report.html"), "--output", "-o", help="where to write the HTML"),
 ) -> None:
     """Write an HTML report of a job: heatmap, phases, anomalies with cost, kernels and stacks of suspects."""
-    from ..report import UnknownJobError, collect, render
+    from argus.sinks.report import UnknownJobError, collect, render
 
     with command_store() as store:
         try:

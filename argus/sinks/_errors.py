@@ -6,7 +6,9 @@ SinkError                  the store, the sink or Grafana could not do what was 
 ├── QueryError             the store rejected a statement (bad SQL, unknown table)
 ├── MacroError             a Grafana macro or variable the expander does not know (also a ValueError)
 ├── GrafanaPushError       Grafana refused or could not be reached during ``push``
-└── EvaluationError        an alert rule's query or expressions failed (``grafana.evaluation``)
+├── EvaluationError        an alert rule's query or expressions failed (``grafana.evaluation``)
+└── UnknownJobError        ``argus report``: the store has no steps of the job (also a LookupError;
+                           defined beside the report, ``sinks.report``)
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from argus.report import UnknownJobError, build_report, collect, render
-from argus.report._html import _phase_rows
 from argus.sinks.grafana.queries import REPORT
+from argus.sinks.report import UnknownJobError, build_report, collect, render
+from argus.sinks.report._html import _phase_rows
 
 from ..sinks.test_grafana import STRAGGLER, load_job
 
@@ -164,7 +164,7 @@ def test_cli_writes_a_report_and_fails_cleanly(tmp_path: Path) -> None:
 
 
 def test_transients_are_sightings_outside_the_ranks_anomalies() -> None:
-    from argus.report._data import Table, transients
+    from argus.sinks.report._data import Table, transients
 
     flagged = Table(
         ("rank", "flagged", "steps"), ((3, 5, [10, 11, 12, 40, 41]), (7, 1, [20]), (9, 2, [30, 31]))

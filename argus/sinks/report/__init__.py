@@ -3,7 +3,7 @@
 Reads the store with the dashboards' own SQL (``sinks.grafana.queries``), draws the plots
 as inline SVG, and escapes every value::
 
-    from argus.report import build_report
+    from argus.sinks.report import build_report
     html = build_report(store, "job-42")
 """
 
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from argus.sinks.store import Store
-
+from ..store import Store
 from ._data import ReportData, Suspect, Table, UnknownJobError, collect
 from ._html import render
 

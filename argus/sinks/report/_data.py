@@ -11,11 +11,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from argus.sinks.grafana import all_panels, expand
-from argus.sinks.grafana.queries import REPORT
-from argus.sinks.store import Store
-
-from .._errors import ArgusError
+from .._errors import SinkError
+from ..grafana import all_panels, expand
+from ..grafana.queries import REPORT
+from ..store import Store
 
 __all__ = ["ReportData", "Suspect", "Table", "UnknownJobError", "collect"]
 
@@ -23,7 +22,7 @@ _SQL = {p.key: p.sql for _, p in all_panels()} | {p.key: p.sql for p in REPORT}
 MAX_SUSPECTS = 3
 
 
-class UnknownJobError(ArgusError, LookupError):
+class UnknownJobError(SinkError, LookupError):
     """The store has no steps of the job; ``known`` lists the most recent jobs it has."""
 
     def __init__(self, job: str, known: Sequence[str]) -> None:
