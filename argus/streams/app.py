@@ -48,58 +48,46 @@ app, its topics and tables are declared once per :class:`Streams`, whose methods
 agents and timers. It is a class and not module globals because the app is configured at
 run time (``argus worker --app-id``, settings read by the composition root in ``argus/``,
 which ``streams/`` may not import) and because tests build several apps with different
-configurations in one process.
+configurations in one process. The stages' methods live in modules of their own, mixed into
+:class:`Streams` (Faust's "Projects and Directory Layout": topics, tables and agents apart
+around one app): the configuration and the Faust app (:mod:`.config`), the topics and
+consumer groups (:mod:`.topics`), the cross-rank stage (:mod:`._cross_rank`), the batch
+intakes' hang and kernel-level tasks (:mod:`._side_inputs`) and the outputs they share
+(:mod:`._sending`); the temporal stage and the job-state tables are here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import faust
 from aiokafka.errors import MessageSizeTooLargeError
 from faust.exceptions import ProducerSendError
-from faust.types import TopicT
 
-from argus.detectors import DiagnoserConfig, HangConfig, JobState, apply_findings, check_shape, refresh
+from argus.detectors import JobState, apply_findings, check_shape, refresh
 from argus.schemas import (
-    ANOMALIES,
-    DEAD_LETTER,
-    HEARTBEATS,
-    KERNELS,
-    STACKS,
-    STEP_FINDINGS,
-    STEP_SUMMARIES,
-    STEPS,
-    Anomaly,
-    DeadLetter,
     DecodeError,
-    Heartbeat,
-    HeartbeatBatch,
     JobOrder,
     SchemaError,
-    StepBatch,
     StepFindings,
-    ValidationError,
     decode,
-    decode_many,
     encode,
     job_key,
 )
 
-from .assembly import AssemblyConfig, CompleteStep, StepAssembler
-from .deepening import EVIDENCE_TOPIC, EvidenceHistory, HistoryConfig, rekey
+from ._cross_rank import CrossRankStage
+from ._side_inputs import SideInputs
+from .assembly import StepAssembler
+from .config import StreamConfig, faust_app
+from .deepening import EvidenceHistory
 from .hangs import HangTracker
-from .intake import BatchIntake, RawInput, intake_group
+from .intake import BatchIntake, intake_group
 from .metrics import StreamMetrics
 from .ordering import Gaps, Pace, Reorderer, add_gap, take_late
-from .outputs import MAX_MESSAGE_BYTES, bounded_anomaly, step_outputs
+from .topics import WORKER_TOPICS, Topics, consumer_groups, own_topics
 
 __all__ = [
     "WORKER_TOPICS",
@@ -111,139 +99,10 @@ __all__ = [
     "own_topics",
 ]
 
-WORKER_TOPICS = (STEPS, STEP_FINDINGS, STEP_SUMMARIES, ANOMALIES, DEAD_LETTER, HEARTBEATS)
-"""The topics a worker reads and writes, created before it starts (its tables' changelogs
-and the internal evidence topic are created after, from the app)."""
-
-
 log = logging.getLogger("argus.streams")
 progress = logging.getLogger("argus.streams.progress")
 """A job's progress worth a line in the worker's log at its default level (``argus worker``
 shows it unless asked for errors only)."""
-
-
-@dataclass(frozen=True)
-class StreamConfig:
-    """Everything a worker needs; built from ARGUS_* settings by the composition root."""
-
-    broker: str = "kafka://127.0.0.1:9092"
-    credentials: Any = None
-    kafka_config: Mapping[str, Any] = field(default_factory=lambda: {"bootstrap.servers": "127.0.0.1:9092"})
-    """librdkafka settings for the same brokers (the heartbeat intake's consumer)."""
-    app_id: str = "argus-streams"
-    partitions: int = 16
-    store: str = "memory://"
-    datadir: str = ".argus/streams"
-    take: int = 512
-    within_s: float = 0.05
-    assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
-    diagnoser: DiagnoserConfig = field(default_factory=DiagnoserConfig)
-    job_ttl_s: float = 6 * 3600.0
-    max_held_steps: int = 1024
-    """Steps of a job held (waiting for an earlier one) at most before the gap is given up."""
-    max_held_bytes: int = 16 * 2**20
-    """Bytes of a job's held steps' findings at most before the gap is given up."""
-    reorder_wait_s: float = 30.0
-    start_wait_s: float = 5.0
-    session_timeout_s: float = 15.0
-    """A worker that stops heartbeating (killed) loses its partitions after this long."""
-    replication_factor: int = 0
-    """Replicas of the topics the worker creates (:meth:`Streams.own_topics`); 0: the
-    brokers' default. One replica loses the job states with one broker."""
-    hang: HangConfig = field(default_factory=HangConfig)
-    hang_tick_s: float = 1.0
-    hang_update_s: float = 60.0
-    idle_refresh_s: float = 5.0
-    """A job without a new step for this long has its open anomalies sent as they stand."""
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    max_groups: int = 64
-    """Process groups per heartbeat at most (the hang state is ranks × groups wide)."""
-    max_hang_jobs: int = 16_384
-    """Jobs whose heartbeats are kept at once (the least recently seen is dropped beyond)."""
-    max_hang_job_stack_bytes: int = 8 * 2**20
-    """Heartbeat stacks kept per job, characters (each rank's cut to its innermost frames beyond)."""
-    max_hang_stack_bytes: int = 64 * 2**20
-    """Heartbeat stacks kept over all jobs, characters."""
-    history: HistoryConfig = field(default_factory=HistoryConfig)
-    """The kernel sketches and stack samples kept per rank for the kernel level."""
-
-
-def faust_app(cfg: StreamConfig) -> faust.App:
-    """The Faust app (raw bytes in and out: the agents decode with schemas/)."""
-    Path(cfg.datadir).mkdir(parents=True, exist_ok=True)
-    return faust.App(
-        cfg.app_id,
-        broker=cfg.broker,
-        broker_credentials=cfg.credentials,
-        store=cfg.store,
-        datadir=cfg.datadir,
-        topic_partitions=cfg.partitions,
-        # The app's own topics are created before it starts (own_topics), with the brokers'
-        # default unless a factor is set; Faust's value counts only for a topic it must create.
-        topic_replication_factor=cfg.replication_factor or 3,
-        topic_disable_leader=True,  # no leader-only timers: no leader topic to create
-        key_serializer="raw",
-        value_serializer="raw",
-        consumer_auto_offset_reset="earliest",
-        web_enabled=False,
-        broker_commit_every=1000,
-        broker_commit_interval=0.5,
-        producer_linger=0.005,
-        stream_buffer_maxsize=16384,
-        consumer_max_fetch_size=4 * 2**20,
-        broker_session_timeout=cfg.session_timeout_s,
-        broker_heartbeat_interval=min(3.0, cfg.session_timeout_s / 3),
-    )
-
-
-@dataclass(frozen=True)
-class Topics:
-    """The app's topics (keys and values raw bytes)."""
-
-    steps: TopicT
-    findings: TopicT
-    summaries: TopicT
-    anomalies: TopicT
-    dead: TopicT
-    evidence: TopicT
-    """Kernel sketches and stack samples re-keyed by job, co-partitioned with the findings
-    (internal; best effort: ``acks=False``)."""
-
-    @classmethod
-    def declare(cls, app: faust.App, partitions: int) -> Topics:
-        def topic(*names: str, **kw: Any) -> TopicT:
-            return app.topic(*names, key_type=bytes, value_type=bytes, **kw)
-
-        return cls(
-            steps=topic(STEPS, partitions=partitions),
-            findings=topic(STEP_FINDINGS, partitions=partitions),
-            summaries=topic(STEP_SUMMARIES),
-            anomalies=topic(ANOMALIES),
-            dead=topic(DEAD_LETTER),
-            evidence=topic(EVIDENCE_TOPIC, partitions=partitions, internal=True, acks=False),
-        )
-
-
-def own_topics(app: faust.App) -> list[tuple[str, dict[str, str]]]:
-    """The topics of a worker's app that Faust would otherwise create itself, with a fixed
-    replication factor, each with its topic config: its tables' changelogs (compacted) and
-    its internal evidence topic; all co-partitioned with the findings topic. The worker
-    creates them before it starts, with ``StreamConfig.replication_factor``."""
-    changelogs = [
-        (t.changelog_topic.get_topic_name(), {"cleanup.policy": "compact"}) for t in app.tables.values()
-    ]
-    return [*changelogs, (EVIDENCE_TOPIC, {})]
-
-
-def consumer_groups(app_id: str) -> dict[str, tuple[str, ...]]:
-    """The consumer groups a worker of ``app_id`` reads with, each with its inputs: Faust's
-    (steps, findings, the internal evidence topic), then its batch intakes' (heartbeats;
-    kernel sketches and stacks)."""
-    return {
-        app_id: (STEPS, STEP_FINDINGS, EVIDENCE_TOPIC),
-        intake_group(app_id, "heartbeats"): (HEARTBEATS,),
-        intake_group(app_id, "evidence"): (KERNELS, STACKS),
-    }
 
 
 def _state_key(job: str, run: int) -> bytes:
@@ -261,30 +120,7 @@ def _doc(raw: bytes | None) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
-def _cut_line(text: str, limit: int = 400) -> str:
-    """Sender-given text for one log line: at most ``limit`` characters (a hang's summary
-    quotes a stack frame as long as the rank sent it), control characters escaped."""
-    cut = text if len(text) <= limit else text[: limit - 1] + "…"
-    return cut.encode("unicode_escape").decode("ascii", errors="replace") if not cut.isprintable() else cut
-
-
-def _forget_unacked(app: faust.App, events: Sequence[Any]) -> None:
-    """Let Faust's consumer stop waiting for events that will never be acknowledged.
-
-    At a rebalance or a stop, Faust waits until every message it delivered is acknowledged
-    (``stream_wait_empty``) before it commits and gives the partitions up. The parts of a
-    step dropped then (:meth:`StepAssembler.drop_open`) never will be: their offsets stay
-    uncommitted, so the partition's next owner reads them again, whole. Faust offers no call
-    for that, so they leave its set of unacknowledged messages here.
-    """
-    unacked = getattr(app.consumer, "_unacked_messages", None)
-    if unacked is None:
-        return
-    for event in events:
-        unacked.discard(event.message)
-
-
-class Streams:
+class Streams(CrossRankStage, SideInputs):
     """One worker's app: the Faust app, its topics and tables, the pure classes its agents
     call (:class:`StepAssembler`, :class:`Reorderer`, :class:`HangTracker`,
     :class:`EvidenceHistory`), and the agents and timers (the methods below, registered on
@@ -360,103 +196,6 @@ class Streams:
             "keep_evidence": t.evidence,
         }
         return {name: app.agent(topic)(getattr(self, name)) for name, topic in sources.items()}
-
-    # -- cross-rank stage ------------------------------------------------------------------
-
-    async def assemble(self, stream: Any) -> None:
-        async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
-            self.reading = True
-            now = time.monotonic()
-            # One decode for the whole batch of events: its StepBatches are checked in one pass.
-            parts = decode_many([event.value or b"" for event in events], expect=StepBatch)
-            for event, part in zip(events, parts, strict=True):
-                await self.add_part(event, part, now)
-            for done in self.assembler.due(now) if not self.leaving else ():
-                await self.finish(done)
-            self.reading = False
-            self.metrics.open_steps = self.assembler.open_steps
-
-    async def keep_completing(self) -> None:
-        """:meth:`complete_waiting` every 0.25 s, through the app's stop too: Faust's timers
-        end when the stop begins, but the stop then waits for every message delivered to be
-        acknowledged, and the parts of open steps never would be, until they are dropped."""
-        while True:
-            await asyncio.sleep(0.25)
-            await self.complete_waiting()
-
-    async def complete_waiting(self) -> None:
-        """Every 0.25 s (:meth:`keep_completing`): complete the steps that waited long enough; at a rebalance or a
-        stop, drop the open ones unacknowledged (the partitions' next owner reads them)."""
-        if self.reading:
-            return  # mid-batch, a step's next parts may be further on in it; the agent checks at its end
-        if self.leaving:
-            dropped = self.assembler.drop_open()
-            if dropped:
-                _forget_unacked(self.app, dropped)
-                log.info("rebalance: %d parts of open steps dropped, unacknowledged", len(dropped))
-            self.metrics.open_steps = 0
-            return
-        for done in self.assembler.due(time.monotonic()):
-            await self.finish(done)
-        self.metrics.open_steps = self.assembler.open_steps
-
-    @property
-    def leaving(self) -> bool:
-        """The partitions go elsewhere (or back): read again there."""
-        return bool(self.app.rebalancing or self.app.should_stop)
-
-    async def add_part(self, event: Any, part: StepBatch | SchemaError, now: float) -> None:
-        self.metrics.messages += 1
-        if isinstance(part, SchemaError):
-            await self.dead_letter(event, part.reason, str(part))
-            return
-        # take_events acknowledges the whole batch once we are done with it (noack() does
-        # not change that); a part of a step still open must stay unacknowledged, so hold a
-        # reference of our own, released in finish().
-        event.message.incref()
-        self.metrics.records += len(part)
-        for done in self.assembler.add(part, event, now):
-            await self.finish(done)
-
-    async def finish(self, done: CompleteStep) -> None:
-        """Send a complete step's outputs, then acknowledge its parts (or dead-letter them)."""
-        self.metrics.steps[done.reason] += 1
-        if done.rejected:
-            await self.reject(
-                done.rejected, "absurd_rank", "the part claims only ranks beyond the job's world"
-            )
-        if done.reason == "far_future":
-            frontier = "its last completed step"
-            await self.reject(done.tokens, "far_future", f"step {done.batch.step} is far ahead of {frontier}")
-            return
-        if done.reason not in ("late", "absurd_rank"):
-            reason, error = await self.publish_step(done)
-            if reason:
-                await self.reject(done.tokens, reason, error)
-                return
-        for event in done.tokens:
-            event.ack()
-
-    async def publish_step(self, done: CompleteStep) -> tuple[str, str]:
-        """Diagnose a complete step and send its findings, delivered; a reason and an error
-        when they cannot be (its parts are dead-lettered then). The summary is checked here
-        (with the findings it travels in) and sent by the temporal stage: a step that a
-        rebalance makes the cross-rank stage read and complete twice is summarized once."""
-        try:
-            sf, findings = step_outputs(done, self.cfg.diagnoser, self.cfg.max_message_bytes)
-        except ValidationError as exc:
-            return "output_too_large", str(exc)
-        except Exception as exc:  # a detector bug on odd input must not stop the worker
-            log.exception("step %d of %s: diagnosis failed", done.batch.step, done.batch.job)
-            return "diagnosis_failed", repr(exc)
-        key = job_key(done.batch.job)
-        try:
-            fut = await self.topics.findings.send(key=key, value=findings, headers=self.origin)
-            await fut  # delivered before the parts are acknowledged
-        except MessageSizeTooLargeError as exc:
-            return "output_too_large", repr(exc)
-        self.metrics.completion_s.append(max(0.0, (time.time_ns() - sf.end_ns) / 1e9))
-        return "", ""
 
     # -- temporal stage ---------------------------------------------------------------------
 
@@ -673,16 +412,6 @@ class Streams:
             ok = await self.delivered(fut, f"summary of step {found.step} of {found.job:.100}")
             self.metrics.summaries[outcome if ok else "failed"] += 1
 
-    @staticmethod
-    async def delivered(fut: Any, what: str) -> bool:
-        """Wait for a send's delivery; False (logged) when the broker did not take it."""
-        try:
-            await fut
-        except Exception as exc:  # KafkaError, or Faust's wrapping of one
-            log.error("%s not delivered: %r", what, exc)
-            return False
-        return True
-
     def expire(self, state_key: bytes) -> None:
         """Forget a job run silent for ``job_ttl_s`` (inside stream iteration: table writes)."""
         doc = _doc(self.job_states.get(state_key))
@@ -752,125 +481,6 @@ class Streams:
             if doc and doc.get("seen_s", 0) < cutoff:
                 order = JobOrder(doc["state"]["job"], int(doc["state"]["run"]), "expire")
                 await self.topics.findings.send(key=job_key(order.job), value=encode(order))
-
-    # -- hangs ---------------------------------------------------------------------------------
-
-    async def watch_heartbeats(self) -> None:
-        """Task: the heartbeats topic, a consumer batch at a time (:mod:`streams.intake`)."""
-        await self.keep_reading(self.heartbeat_intake, self.take_heartbeats)
-
-    async def keep_reading(self, intake: BatchIntake, handle: Any) -> None:
-        """Run a batch intake for good (an error it cannot get past is logged, then retried)."""
-        while True:
-            try:
-                await intake.run(handle)
-            except Exception:  # e.g. settings librdkafka refuses: say so, try again
-                log.exception("reading %s failed; again in 5 s", intake.name)
-                await asyncio.sleep(5.0)
-
-    async def take_heartbeats(self, inputs: Sequence[RawInput]) -> None:
-        """One batch of the heartbeats topic into the hang tracker; what is not a heartbeat,
-        or is refused by the tracker, to the dead letters."""
-        records = []
-        for raw, record in zip(inputs, decode_many([raw.value for raw in inputs]), strict=True):
-            if isinstance(record, Heartbeat | HeartbeatBatch):
-                records.append((record, raw))
-            else:  # a SchemaError, or a record of another type
-                bad = record if isinstance(record, SchemaError) else DecodeError(type(record).__name__)
-                await self.dead_letter(raw, bad.reason, f"not a heartbeat: {bad}")
-        # on this worker's clock, which detect_hangs compares them with (skewed senders' corrected)
-        taken, refused = self.hangs.observe(records, arrival_ns=time.time_ns())
-        for raw, reason, error in refused:
-            await self.dead_letter(raw, reason, error)
-        self.metrics.heartbeats += taken
-        self.metrics.messages_by_input["heartbeats"] += len(inputs)
-        self.metrics.hang_jobs = self.hangs.jobs
-
-    async def detect_hangs(self) -> None:
-        """Timer (``hang_tick_s``, the detector's clock): send the hang anomalies due."""
-        now_ns, now = time.time_ns(), time.monotonic()
-        for anomaly, first in self.hangs.due(now_ns, now):
-            fut = await self.send_anomaly(anomaly)
-            if fut is not None:
-                await fut
-                if first:
-                    self.metrics.anomalies[anomaly.cause] += 1
-                    log.warning("hang: %s", _cut_line(anomaly.summary))
-            self.hangs.mark_sent(anomaly.id, now)  # not again before the next update
-        self.hangs.prune(now)
-
-    # -- kernel level (streams/deepening.py) ------------------------------------------------
-    # Kernel sketches and stacks, keyed by rank (two per rank per step: read in batches by a
-    # BatchIntake), re-keyed by job into a topic co-partitioned with the findings, packed;
-    # kept a few steps per rank. Best effort (acks=False): a partition first seen with
-    # messages older than history.max_age_s (a new group on the topics' backlog) is moved
-    # to its end, once.
-
-    async def watch_evidence(self) -> None:
-        """Task: the kernel sketches and stacks, a consumer batch at a time."""
-        await self.keep_reading(self.evidence_intake, self.rekey_evidence)
-
-    async def rekey_evidence(self, inputs: Sequence[RawInput]) -> None:
-        """One batch of kernel sketches and stacks onto the evidence topic, keyed by job;
-        what has neither a rank key nor decodes, to the dead letters."""
-        out, bad = rekey([(raw.key, raw.value) for raw in inputs], self.cfg.max_message_bytes)
-        self.metrics.messages_by_input["evidence"] += len(inputs)
-        for i, exc in bad:
-            await self.dead_letter(inputs[i], exc.reason, str(exc))
-        for key, blob in out:  # queued, not awaited: the history is best effort
-            await self.app.producer.send(EVIDENCE_TOPIC, key, blob, None, None, None)
-
-    async def keep_evidence(self, stream: Any) -> None:
-        async for events in stream.take_events(self.cfg.take, within=self.cfg.within_s):
-            self.history.add_packed([e.value for e in await self.recent_only(events)])
-
-    async def recent_only(self, events: list[Any]) -> list[Any]:
-        """The events younger than ``history.max_age_s`` (see BatchIntake's ``max_age_s``)."""
-        recent = time.time() - self.cfg.history.max_age_s
-        stale = {e.message.tp for e in events if e.message.timestamp < recent} - self.skipped
-        if stale:
-            self.skipped.update(stale)
-            for tp, end in (await self.app.consumer.highwaters(*stale)).items():
-                await self.app.consumer.seek(tp, end)
-        return [e for e in events if e.message.timestamp >= recent]
-
-    # -- outputs -----------------------------------------------------------------------------
-
-    async def dead_letter(self, source: Any, reason: str, error: str) -> None:
-        """Send one input (a Faust event or a :class:`RawInput`) to the dead-letter topic
-        (bounded) and wait until it is delivered."""
-        raw = source if isinstance(source, RawInput) else RawInput.of_event(source)
-        self.metrics.dead_letters[reason] += 1
-        log.warning(
-            "dead letter %s[%d]@%d: %s: %s", raw.topic, raw.partition, raw.offset, reason, error[:300]
-        )
-        payload = raw.value
-        record = DeadLetter.of(raw.topic, raw.partition, raw.offset, reason, error, time.time_ns(), payload)
-        fut = await self.topics.dead.send(
-            key=raw.key[:1024],
-            value=encode(record),
-            headers=[
-                ("argus-reason", record.reason.encode()),
-                ("argus-error", error[:500].encode(errors="replace")),
-                ("argus-size", str(len(payload)).encode()),
-            ],
-        )
-        await fut
-
-    async def reject(self, events: Any, reason: str, error: str) -> None:
-        for event in events:
-            await self.dead_letter(event, reason, error)
-            event.ack()
-
-    async def send_anomaly(self, anomaly: Anomaly) -> Any:
-        """Send one anomaly (bounded); None when it cannot be encoded or sent (logged, counted)."""
-        try:
-            value = encode(bounded_anomaly(anomaly))
-            return await self.topics.anomalies.send(key=job_key(anomaly.job)[:1024], value=value)
-        except (SchemaError, MessageSizeTooLargeError, TypeError, ValueError) as exc:
-            self.metrics.dead_letters["invalid_output"] += 1
-            log.error("anomaly %s of job %.100s not sent: %s", anomaly.id, anomaly.job, str(exc)[:300])
-            return None
 
 
 def build_app(cfg: StreamConfig) -> tuple[faust.App, StreamMetrics]:

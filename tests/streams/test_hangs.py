@@ -8,7 +8,7 @@ import dataclasses
 from argus.producers.simulator import HangScenario, HangSimulator, Layout
 from argus.schemas import Heartbeat, HeartbeatBatch
 from argus.streams import HangTracker
-from argus.streams.app import _cut_line
+from argus.streams._side_inputs import _cut_line
 
 S = 10**9
 
