@@ -35,6 +35,25 @@ FROM anomalies WHERE anomalies.level = 'hang' AND anomalies.cause = '{cause}' AN
 GROUP BY job, id ORDER BY stalled DESC, job, anomaly LIMIT 1000"""
 
 
+def _hang_rule(cause: str, *, uid: str, title: str, summary: str, description: str) -> AlertRule:
+    """The page of a hang-level cause: firing while the worker re-sends its anomaly
+    (:func:`_hang_rule_sql`), at once, for a minute after the re-sends stop."""
+    return AlertRule(
+        uid=uid,
+        title=title,
+        sql=_hang_rule_sql(cause),
+        value="stalled",
+        fire_above=0.5,
+        recover_below=0.5,
+        pending="0s",
+        keep_firing="1m",
+        window_s=SCAN_S,
+        runbook=cause,
+        summary=summary,
+        description=description,
+    )
+
+
 ALERTS = (
     AlertRule(
         uid="argus-slow-rank",
@@ -67,34 +86,20 @@ ORDER BY slow DESC, job, onset, suspect LIMIT 1000""",
         f"{ACTIVE_S // 60} minutes. Its ranks, evidence and cost are in the anomaly (dashboard link, "
         "argus report); this rule does not re-derive them.",
     ),
-    AlertRule(
+    _hang_rule(
+        "lost_rank",
         uid="argus-lost-rank",
         title="Argus: rank lost",
-        sql=_hang_rule_sql("lost_rank"),
-        value="stalled",
-        fire_above=0.5,
-        recover_below=0.5,
-        pending="0s",
-        keep_firing="1m",
-        window_s=SCAN_S,
-        runbook="lost_rank",
         summary="Job {{ $labels.job }}: {{ $labels.suspect }} lost while the job stalls",
         description="The worker stored a lost_rank anomaly: heartbeats of the suspect "
         "stopped (process down, host silent) and no step completes; it re-sends it every minute while "
         "that lasts, and the page clears once it stops. Which collective its peers wait in, and what it "
         "last did: the dashboard link (Hangs and lost ranks).",
     ),
-    AlertRule(
+    _hang_rule(
+        "hang",
         uid="argus-hang",
         title="Argus: job hangs",
-        sql=_hang_rule_sql("hang"),
-        value="stalled",
-        fire_above=0.5,
-        recover_below=0.5,
-        pending="0s",
-        keep_firing="1m",
-        window_s=SCAN_S,
-        runbook="hang",
         summary="Job {{ $labels.job }} hangs: {{ $labels.suspect }}",
         description="No step completed for longer than the job's threshold; the worker re-sends the hang "
         "anomaly every minute while it lasts, and the page clears once it stops. The collective, its group "
