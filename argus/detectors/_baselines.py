@@ -41,10 +41,19 @@ def _sightings_needed(cfg: DiagnoserConfig, n_ranks: int, level: str = "cross_ra
 def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n_ranks: int) -> bool:
     """Sustained, or a one-off stall that cost enough in one step (rank level, or a slow
     checkpoint): a few small pauses do not add up to a stall."""
-    if e.hits >= _sightings_needed(cfg, n_ranks, e.level) or e.change_onset >= 0:
+    needed = _sightings_needed(cfg, n_ranks, e.level)
+    if e.change_onset >= 0 or e.hits >= 2 * needed or (e.hits >= needed and not _fading(e, cfg)):
         return True
     one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
     return one_off and added >= cfg.min_cost_frac * base_ms
+
+
+def _fading(e: Episode, cfg: DiagnoserConfig) -> bool:
+    """Whether an episode's sightings die away: its first is its largest and its last adds
+    under ``fade_frac`` of it (a fault holds its level, or grows; noise that runs in streaks
+    decays)."""
+    at = e.added_at
+    return len(at) >= 3 and at[0] >= max(at) and at[-1] < cfg.fade_frac * at[0]
 
 
 def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0) -> str:

@@ -45,7 +45,10 @@ class DiagnoserConfig:
     became ``global_ratio`` times faster for ``min_steps`` steps in a row, once, within
     its first ``persistent_settle_steps`` steps). A sighting of a confirmed fault that adds less than
     ``faint_frac`` of what its sightings added on average is no sighting of it (noise on the
-    same rank after the fault ended). A fault confirmed again within ``recur_within`` steps of its anomaly's end (and
+    same rank after the fault ended). An episode fading as it would be confirmed (its
+    last sighting adds under ``fade_frac`` of its first, largest one: a shock of
+    autocorrelated noise dying away) waits until it has been seen twice the sightings a
+    confirmation takes. A fault confirmed again within ``recur_within`` steps of its anomaly's end (and
     within twice its last stretch) continues that anomaly (a flapping rank is one anomaly).
     At most ``max_open`` unconfirmed episodes; an anomaly lists at most ``max_listed`` ranks.
 
@@ -123,6 +126,7 @@ class DiagnoserConfig:
     global_ratio: float = 1.5
     weak_frac: float = 0.5
     faint_frac: float = 0.25
+    fade_frac: float = 0.5
     max_weak: int = 4096
     max_listed: int = LIMITS["max_listed_ranks"]
     max_open: int = 256

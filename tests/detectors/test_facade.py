@@ -137,3 +137,15 @@ def test_a_straggler_stays_one_window_through_steps_every_rank_is_slow() -> None
         c["end_ns"] += (extra.max() * 1e6).astype(np.int64)
     (a,) = d.diagnose(bs)
     assert (a.cause, a.suspect, a.start_step, a.end_step) == (COMPUTE_STRAGGLER, "rank:21", 20, 45)
+
+
+def test_a_shock_that_dies_away_is_noise_and_one_that_holds_is_a_fault() -> None:
+    """Autocorrelated noise with heavy tails makes a rank much slower for a step, then less
+    and less for a few more: confirmed on its sightings alone it paged a 1,024-rank job
+    two dozen times in 400 steps. The same first step held is a fault, sent on time."""
+    fading = [
+        Fault(COMPUTE_STRAGGLER, 20 + i, 1, (21,), magnitude=m) for i, m in enumerate((1.9, 1.55, 1.3, 1.15))
+    ]
+    assert d.diagnose(batches(40, faults=fading)) == []
+    (a,) = d.diagnose(batches(40, faults=[Fault(COMPUTE_STRAGGLER, 20, 4, (21,), magnitude=1.9)]))
+    assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 20, 23)
