@@ -139,6 +139,7 @@ def new_agent(sink: ListSink, rank: int = 0, world: int = 1, **cfg: Any) -> Any:
 
 
 def sync_device(device: str) -> None:
+    """Wait for the GPU's queued work (nothing on the CPU)."""
     if device == "cuda":
         import torch
 
