@@ -1,6 +1,9 @@
 """The fleet view: the store's per-host figures (``argus.sinks.fleet``) judged by the fleet
-model (``argus.detectors.fleet``), with each suspect's evidence. ``argus fleet``, the bench
-and the dashboard's alert read the same suspects::
+model (``argus.detectors.fleet``), with each suspect's evidence. A host is a suspect on any
+of three kinds of evidence: the jobs whose anomalies implicated it (per GPU-hour hosted), a
+GPU's NVML health corroborated by the jobs that named it, or a GPU slower than its job peers
+in job after job (no anomaly needed: what a small job takes for its baseline). ``argus
+fleet``, the bench and the dashboard's alert read the same suspects::
 
     view = fleet_view(store, until=now, since=now - timedelta(days=7))
     for node in view.suspects: node.host, node.confidence, node.evidence.ids
@@ -8,6 +11,7 @@ and the dashboard's alert read the same suspects::
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,21 +27,41 @@ from argus.detectors.fleet import (
     corroborate,
     health_test,
     node_health,
+    slow_test,
 )
+from argus.schemas.causes import COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER
 from argus.sinks.fleet import (
     HostEvidence,
     LostByDay,
     NodeTable,
     gpu_detail,
+    gpu_names,
     host_health,
     lost_by_cause_day,
     node_evidence,
     node_table,
     record_suspects,
+    slow_gpus,
 )
 from argus.sinks.store import Store
 
-__all__ = ["FleetView", "SuspectNode", "fleet_view", "parse_since", "record"]
+__all__ = [
+    "SLOWER_THAN_PEERS",
+    "FleetView",
+    "SuspectNode",
+    "fleet_view",
+    "parse_since",
+    "record",
+    "slow_summary",
+]
+
+SLOWER_THAN_PEERS = "slower than its job peers"
+"""``decided_by`` of a host named because one of its GPUs was the slow one in job after job
+(followed by ``on <GPU>``)."""
+
+_SLOW_CAUSES = frozenset({COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER})
+"""With ``--cause``, the causes whose view also weighs a GPU slower than its job peers (that
+slowness is a compute straggler's, when the diagnosis reports it)."""
 
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -70,7 +94,12 @@ class SuspectNode:
     would have had there (the evidence lists every job). A node named on its health instead
     (``decided_by`` ``"<signal> on <GPU>"``, e.g. ``throttled on GPU-...``): ``jobs`` and
     ``expected`` are that GPU's, ``ratio_low`` its rate over a healthy GPU's, ``confidence``
-    1 - the larger of the health test's and the jobs test's adjusted p-values.
+    1 - the larger of the health test's and the jobs test's adjusted p-values. A node named as
+    slower than its job peers (``decided_by`` ``"slower than its job peers on <GPU>"``): ``jobs``
+    the jobs in which that GPU was the slow one, ``expected`` those of a healthy GPU that
+    hosted as many, ``ratio_low`` its share of slow jobs over the fleet's at the 95 % bound,
+    ``confidence`` 1 - the Holm-adjusted p-value over the GPUs judged. Whatever named it,
+    ``evidence.slow_gpus`` holds its GPUs' slowness against their peers.
     """
 
     host: str
@@ -104,7 +133,21 @@ class SuspectNode:
             "xids": list(ev.xids),
             "jobs_list": list(ev.jobs),
             "anomaly_ids": list(ev.ids),
+            "slower_than_peers": slow_summary(ev),
+            "slow_gpus": {
+                g: {"slow_jobs": k, "jobs": n, "excess_median": x} for g, (k, n, x) in ev.slow_gpus.items()
+            },
         }
+
+
+def slow_summary(evidence: HostEvidence) -> str:
+    """The host's GPUs slower than their job peers, as one line: ``GPU-…: slower than its job
+    peers in 5 of 6 jobs, +11 % median`` (most slow jobs first, ``; `` between GPUs); empty
+    when none was."""
+    return "; ".join(
+        f"{g}: {SLOWER_THAN_PEERS} in {k} of {n} jobs, +{x * 100:.0f} % median"
+        for g, (k, n, x) in evidence.slow_gpus.items()
+    )
 
 
 @dataclass(frozen=True)
@@ -154,10 +197,19 @@ def fleet_view(
         for i in order
     ]
     named += _named_on_health(store, since, until, causes, table, {n[0] for n in named}, config)
+    slow_named, slow_of = _named_slower(store, since, until, table, {n[0] for n in named}, config)
+    if cause is None or cause in _SLOW_CAUSES:
+        seen = {n[0] for n in named}
+        named += [n for n in slow_named if n[0] not in seen]
     evidence = node_evidence(
         store, since, until, [n[0] for n in named], causes=causes, kinds=NODE_SUSPECT_KINDS, max_ids=max_ids
     )
-    suspects = [SuspectNode(*n, evidence.get(n[0], HostEvidence(n[0]))) for n in named]
+    suspects = [
+        SuspectNode(
+            *n, dataclasses.replace(evidence.get(n[0], HostEvidence(n[0])), slow_gpus=slow_of.get(n[0], {}))
+        )
+        for n in named
+    ]
     lost = lost_by_cause_day(store, since, until, causes=None if cause is None else [cause])
     return FleetView(
         since, until, cause, float(health.rate[0]), len(table), float(table.gpu_hours.sum()), suspects, lost
@@ -217,6 +269,56 @@ def _named_on_health(
         if d.host not in best or row[1] > best[d.host][1]:
             best[d.host] = row
     return sorted(best.values(), key=lambda r: (-r[1], -r[2], r[0]))
+
+
+def _named_slower(
+    store: Store,
+    since: datetime,
+    until: datetime,
+    table: NodeTable,
+    named: set[str],
+    config: FleetConfig | None,
+) -> tuple[
+    list[tuple[str, float, float, int, float, str, float]], dict[str, dict[str, tuple[int, int, float]]]
+]:
+    """The hosts with a GPU slower than its job peers in improbably many of its jobs
+    (:func:`~argus.detectors.fleet.slow_test`), most confident first, as (host, confidence,
+    ratio_low, slow jobs, expected, decided_by, GPU-hours hosted); and per host among those
+    and ``named`` (the suspects on other evidence), its GPUs that were slow in some job:
+    (slow jobs, jobs judged, median excess), most slow jobs first."""
+    cfg = config or FleetConfig()
+    slow = slow_gpus(
+        store,
+        since,
+        until,
+        slow_frac=cfg.slow_frac,
+        min_steps=cfg.slow_min_steps,
+        min_peers=cfg.slow_min_peers,
+    )
+    test = slow_test(slow.slow, slow.jobs, cfg, others=slow.others, others_jobs=slow.others_jobs)
+    suspects = [int(i) for i in np.flatnonzero(test.suspect)]
+    names = gpu_names(store, since, until, [int(slow.keys[i]) for i in suspects], named)
+    of: dict[str, dict[str, tuple[int, int, float]]] = {}
+    for i in sorted(range(len(slow.keys)), key=lambda i: (-slow.slow[i], test.p_value[i])):
+        if int(slow.keys[i]) in names:
+            host, gpu = names[int(slow.keys[i])]
+            of.setdefault(host, {})[gpu] = (int(slow.slow[i]), int(slow.jobs[i]), float(slow.excess[i]))
+    host_hours = {str(h): float(g) for h, g in zip(table.hosts, table.gpu_hours, strict=True)}
+    best: dict[str, tuple[str, float, float, int, float, str, float]] = {}
+    for i in suspects:
+        host, gpu = names.get(int(slow.keys[i]), (f"gpu-key-{int(slow.keys[i])}", "?"))
+        row = (
+            host,
+            float(test.confidence[i]),
+            float(test.ratio_low[i]),
+            int(slow.slow[i]),
+            float(test.expected[i]),
+            f"{SLOWER_THAN_PEERS} on {gpu}",
+            host_hours.get(host, 0.0),
+        )
+        if host not in best or (row[1], row[2]) > (best[host][1], best[host][2]):
+            best[host] = row
+    return sorted(best.values(), key=lambda r: (-r[1], -r[2], r[0])), of
 
 
 def record(store: Store, view: FleetView) -> int:

@@ -12,15 +12,16 @@
    node named before its onset counts too); ``jobs_to_detection``: per bad node named, the
    jobs it had slowed (the fault showed in them) before the check that named it.
 2. **The scale**: a fresh chDB store with 1,000,000 anomalies (a fifth of them stored twice,
-   as growing windows are) on 10,000 hosts over 30 days, their placements, 7.2 M host-hours
-   and 2.4 M GPU-days of health. The rollups are filled directly (the month above fills them
+   as growing windows are) on 10,000 hosts over 30 days, their placements, 7.2 M host-hours,
+   2.4 M GPU-days of health and 6.4 M rank-jobs' compute (``rank_work_days``, what the test
+   of GPUs slower than their job peers reads). The rollups are filled directly (the month above fills them
    through the views; ``node_days`` follows ``node_hours`` through its view); the anomalies
    go through their views (the join that places them in
    ``anomaly_nodes``, and from there ``node_jobs``, the ranking's rollup); then every table is
    merged (``OPTIMIZE ... FINAL``), as a live store's background merges keep it, not as a
    bulk fill leaves it.
    Timed, 4 runs each after one warm-up: the fleet view over the last 7 days and over all
-   30, and the evidence of 20 hosts. ``fleet_query_ms_max``: the slowest single query any
+   30 (each with its query of GPUs slower than their job peers), and the evidence of 20 hosts. ``fleet_query_ms_max``: the slowest single query any
    of them ran (the store is wrapped to time each); ``fleet_view_7d_ms_p50``: the whole
    7-day view, every query together.
 
@@ -128,6 +129,7 @@ class Month:
     jobs_to_detection: list[int]
     days_to_detection: list[float]
     detected: dict[str, str]
+    decided_by: dict[str, str]
     missed: list[str]
     jobs: int
     steps: int
@@ -190,6 +192,7 @@ def month(params: dict[str, float], workers: int, folder: Path) -> Month:
     end = datetime.fromtimestamp(fleet.end_ns / 1e9, UTC)
     onset = {fleet.node_names[b.node]: datetime.fromtimestamp(b.onset_ns / 1e9, UTC) for b in fleet.bad}
     detected: dict[str, datetime] = {}
+    decided_by: dict[str, str] = {}
     false_nodes: set[str] = set()
     view_ms: list[float] = []
     checks = 0
@@ -202,6 +205,7 @@ def month(params: dict[str, float], workers: int, folder: Path) -> Month:
         for node in view.suspects:
             if node.host in onset and onset[node.host] <= t:
                 detected.setdefault(node.host, t)
+                decided_by.setdefault(node.host, node.decided_by)
             else:
                 false_nodes.add(node.host)
         t += CHECK_EVERY
@@ -221,6 +225,7 @@ def month(params: dict[str, float], workers: int, folder: Path) -> Month:
         jobs_to_detection=jobs_to,
         days_to_detection=days_to,
         detected={h: kinds[h] for h in detected},
+        decided_by=decided_by,
         missed=[
             f"{h} ({kinds[h]}): slowed {sum(fleet.node_of(h) in j.bad for j in fleet.jobs)} jobs in all"
             for h in onset
@@ -237,7 +242,9 @@ def month(params: dict[str, float], workers: int, folder: Path) -> Month:
 
 # The scale store: filled in SQL (seconds, not hours of simulation). 8 GPUs per host; jobs of
 # 64 ranks on 8 random hosts; anomalies of 70 % one rank, 15 % a link (2 hosts), 10 % a
-# host (8 ranks), 5 % a stage (no node); a fifth stored again with a longer window.
+# host (8 ranks), 5 % a stage (no node); a fifth stored again with a longer window. Every
+# rank's compute over its job (rank_work_days: two stages of 32 ranks, 3,000 steps, within 2 %
+# of its peers, 15 % slower in one rank-job in 500 and always on GPU 3 of 20 hosts).
 _SCALE_FILL = """
 INSERT INTO node_hours (host, hour, gpu_ms, steps)
 SELECT concat('host-', leftPad(toString(number % {hosts}), 5, '0')),
@@ -260,6 +267,20 @@ SELECT concat('host-', leftPad(toString(intDiv(number, 8) % {hosts}), 5, '0')),
        cityHash64(number) % 500 = 0, if(cityHash64(number) % 500 = 0, [13], []),
        cityHash64(number, 1) % 200 = 0, 0, cityHash64(number, 2) % 5000 = 0, 0, 0
 FROM numbers(8 * {hosts} * {days});
+
+INSERT INTO rank_work_days (day, job_key, pp, rank, job, run, host, gpu_uuid, gpu_key, first_time, last_time, steps,
+                            compute_sum)
+SELECT toDate(t), cityHash64(job, 0), intDiv(r, 32), r, job, 0, host, gpu, cityHash64(host, gpu), t,
+       t + INTERVAL 2 HOUR, 3000,
+       3000 * 300.0 * (1.0 + (cityHash64(number, 5) % 1000) / 50000.0)
+                    * if(cityHash64(number, 6) % 500 = 0 OR (node < 20 AND r % 8 = 3), 1.15, 1.0)
+FROM (SELECT number, j, r, node, concat('job-', toString(j)) AS job,
+             concat('host-', leftPad(toString(node), 5, '0')) AS host,
+             concat('GPU-', toString(node), '-', toString(r % 8)) AS gpu,
+             {t0:DateTime} + toIntervalSecond(cityHash64(j, 7) % ({days} * 86400)) AS t
+      FROM (SELECT number, intDiv(number, 64) AS j, number % 64 AS r,
+                   cityHash64(intDiv(number, 64), intDiv(number % 64, 8)) % {hosts} AS node
+            FROM numbers({jobs} * 64)));
 
 INSERT INTO anomalies (id, job, run, start_step, end_step, level, suspect_kind, suspect, ranks, cause, score,
                        summary, step_ms_added, gpu_hours_lost, time, severity)
@@ -330,6 +351,7 @@ def scale(folder: Path, anomalies: int, hosts: int, days: int = 30) -> dict[str,
         "node_days",
         "rank_placement",
         "gpu_health_daily",
+        "rank_work_days",
     )
     for table in tables:
         store.execute(f"OPTIMIZE TABLE {table} FINAL")
@@ -409,11 +431,11 @@ def main() -> None:
     print(f"\nthe month: {m.jobs:,} jobs, {m.steps:,} step rows, {m.anomalies:,} anomalies, {m.checks} checks "
           f"of the 7-day view ({month_s:.0f} s; " + (f"diagnosis {m.step_ms:.2f} ms per job step)" if m.step_ms
           else "a kept store, re-checked)"))  # fmt: skip
-    print(f"{'bad node':<16} {'kind':<16} {'jobs to detection':>18} {'days':>6}")
+    print(f"{'bad node':<16} {'kind':<16} {'jobs to detection':>18} {'days':>6}  first named by")
     for (host, kind), jobs, days in zip(
         m.detected.items(), m.jobs_to_detection, m.days_to_detection, strict=True
     ):
-        print(f"{host:<16} {kind:<16} {jobs:>18} {days:>6.1f}")
+        print(f"{host:<16} {kind:<16} {jobs:>18} {days:>6.1f}  {m.decided_by[host]}")
     for miss in m.missed:
         print(f"{'missed':<16} {miss}")
     print(f"false suspect nodes: {len(m.false_nodes)} {m.false_nodes if m.false_nodes else ''}")
@@ -425,7 +447,7 @@ def main() -> None:
         print(
             f"\nscale: {counts['anomaly_ids']:,} anomalies ({counts['anomalies']:,} rows), {counts['hosts']:,} "
             f"hosts, {counts['anomaly_nodes']:,} anomaly-node rows, {counts['node_jobs']:,} node-job rows, "
-            f"{counts['rank_placement']:,} placements, "
+            f"{counts['rank_placement']:,} placements, {counts['rank_work_days']:,} rank-job-days, "
             f"{counts['node_hours']:,} host-hours, {counts['gpu_health_daily']:,} GPU-days "
             f"(filled in {float(sc['fill_s']):.0f} s, merged in {float(sc['merge_s']):.0f} s)"  # type: ignore[arg-type]
         )

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["FleetFormat", "view_json"]
 
 _COLUMNS = (
-    "host", "confidence", "rate_x_fleet_min", "jobs", "jobs_expected", "decided_by", "anomalies", "gpu_hours_hosted",
+    "host", "confidence", "rate_x_fleet_min", "jobs", "jobs_expected", "decided_by", "slower_than_peers",
+    "anomalies", "gpu_hours_hosted",
     "gpu_hours_lost", "causes", "gpus", "xid_samples", "ecc_errors", "throttled_samples", "link_errors",
     "xids", "jobs_list", "anomaly_ids",
 )  # fmt: skip
@@ -64,6 +65,8 @@ def _short(counts: dict[str, int], limit: int = 3) -> str:
 def _print_table(view: FleetView) -> None:
     from rich.table import Table
 
+    from argus.fleet import slow_summary
+
     window = f"{view.since:%Y-%m-%d %H:%M} to {view.until:%Y-%m-%d %H:%M} UTC"
     console.print(
         f"{window}: {view.nodes} nodes, {view.gpu_hours:,.1f} GPU-hours hosted, fleet rate "
@@ -73,11 +76,14 @@ def _print_table(view: FleetView) -> None:
         markup=False,
     )
     if not view.suspects:
-        console.print("no suspect node: no node was implicated by jobs well above the fleet's rate")
+        console.print(
+            "no suspect node: no node was implicated by jobs well above the fleet's rate, "
+            "and no GPU was slower than its job peers in improbably many jobs"
+        )
     else:
         t = Table(
             "host", "confidence", "rate ≥", "jobs (expected)", "GPU-h hosted / lost", "causes", "GPUs",
-            "health", "anomalies", title="suspect nodes", title_justify="left",
+            "health", "slower than job peers", "anomalies", title="suspect nodes", title_justify="left",
         )  # fmt: skip
         for n in view.suspects:
             ev = n.evidence
@@ -92,6 +98,7 @@ def _print_table(view: FleetView) -> None:
                 _short(ev.causes),
                 _short(ev.gpus, 2),
                 health,
+                slow_summary(ev) or "-",
                 ids,
             )
         console.print(t)
@@ -136,7 +143,8 @@ def fleet(
     ),
 ) -> None:
     """Suspect nodes ranked (nodes that slow jobs more often than the fleet, given the GPU-hours
-    they hosted), with their evidence, and the fleet's GPU-hours lost by day and cause."""
+    they hosted, or whose GPU is slower than its job peers job after job), with their evidence,
+    and the fleet's GPU-hours lost by day and cause."""
     import json
 
     from argus.fleet import fleet_view, parse_since, record

@@ -21,7 +21,14 @@ XIDs or rising ECC / link-error counters improbably often for the samples they s
 over the fleet), *and* whose flagged GPU itself was named by at least
 ``corroborating_jobs`` different jobs, more than a healthy GPU's share of the fleet's
 implications would give, is a suspect on fewer jobs: a throttling GPU that slowed two jobs
-is as sure as an unexplained one that slowed five. Pure numpy/scipy; no I/O.
+is as sure as an unexplained one that slowed five.
+
+A third, :func:`slow_test`, needs no anomaly at all: a GPU slower than its job peers from a
+small job's start is that job's baseline (a naturally slower worker: no page), so a slow GPU
+that every job takes for its baseline implicates no node by anomaly. Per GPU, of the jobs it
+hosted long enough to judge, those in which its compute was ``slow_frac`` above its peers'
+median, against the fleet's rate of that happening by chance (binomial): the GPU that is the
+slow one in job after job is named. Pure numpy/scipy; no I/O.
 """
 
 from __future__ import annotations
@@ -52,11 +59,13 @@ __all__ = [
     "FleetConfig",
     "HealthTest",
     "NodeHealth",
+    "SlowTest",
     "corroborate",
     "fleet_rate",
     "health_test",
     "holm",
     "node_health",
+    "slow_test",
 ]
 
 NODE_CAUSES: frozenset[str] = frozenset(
@@ -111,6 +120,11 @@ class FleetConfig:
             was named by at least this many different jobs ...
         corroborate_alpha: ... more than a healthy GPU's share would give: Holm-adjusted over
             the flagged GPUs, the chance of that many jobs is at most this.
+        slow_frac: a GPU is slower than its job peers in a job when its rank's mean compute
+            time there is at least this fraction above the median of its peers' (the ranks of
+            its job run and pipeline stage) ...
+        slow_min_steps: ... over at least this many steps of the window ...
+        slow_min_peers: ... among at least this many ranks (itself included) so judged.
     """
 
     alpha: float = 1e-3
@@ -123,6 +137,9 @@ class FleetConfig:
     min_events: int = 3
     corroborating_jobs: int = 2
     corroborate_alpha: float = 0.01
+    slow_frac: float = 0.08
+    slow_min_steps: int = 50
+    slow_min_peers: int = 4
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0 or not 0.0 < self.credible < 0.5 or not 0.0 < self.trim_alpha < 1.0:
@@ -133,6 +150,8 @@ class FleetConfig:
             raise ValueError("health_alpha and corroborate_alpha must be in (0, 1)")
         if self.min_events < 1 or self.corroborating_jobs < 1:
             raise ValueError("min_events >= 1 and corroborating_jobs >= 1 are required")
+        if not 0.0 < self.slow_frac < 1.0 or self.slow_min_steps < 1 or self.slow_min_peers < 3:
+            raise ValueError("slow_frac must be in (0, 1), slow_min_steps >= 1 and slow_min_peers >= 3")
 
 
 @dataclass(frozen=True)
@@ -420,3 +439,87 @@ def corroborate(
     ratio_low = stats.gamma.ppf(cfg.credible, shape, scale=scale) / safe if rate > 0.0 else np.zeros(len(k))
     suspect = (k >= cfg.corroborating_jobs) & (p_adj <= cfg.corroborate_alpha) & (rate > 0.0) & (e > 0.0)
     return Corroboration(expected, p, p_adj, np.asarray(ratio_low, dtype=float), suspect)
+
+
+@dataclass(frozen=True)
+class SlowTest:
+    """The test of chronic slowness against job peers (one entry per GPU, in the input's order).
+
+    ``rate``: the fleet's chance that a GPU is the slow one in a job it hosts; per GPU:
+    ``expected`` slow jobs of a healthy GPU (``rate x jobs``), ``p_value`` P(slow jobs >=
+    observed) under the fleet rate (binomial), ``p_adjusted`` Holm over the GPUs judged,
+    ``ratio_low`` its share of slow jobs over the fleet rate at the ``credible`` lower bound of
+    its posterior (Jeffreys), ``suspect`` the decision."""
+
+    rate: float
+    expected: np.ndarray
+    p_value: np.ndarray
+    p_adjusted: np.ndarray
+    ratio_low: np.ndarray
+    suspect: np.ndarray
+
+    @property
+    def confidence(self) -> np.ndarray:
+        """``1 - p_adjusted``."""
+        out: np.ndarray = 1.0 - self.p_adjusted
+        return out
+
+
+def slow_test(
+    slow: Sequence[int] | np.ndarray,
+    jobs: Sequence[int] | np.ndarray,
+    config: FleetConfig | None = None,
+    *,
+    others: int = 0,
+    others_jobs: float = 0.0,
+) -> SlowTest:
+    """Test every GPU's count of jobs in which it was slower than its peers against the fleet.
+
+    Args:
+        slow: per GPU, the jobs in which its compute was ``slow_frac`` above its peers' median.
+        jobs: per GPU, the jobs it hosted long enough to be judged (``slow_min_steps``
+            steps); ``slow <= jobs``.
+        config: ``alpha``, ``min_jobs``, ``min_ratio``, ``credible``, ``trim_alpha``.
+        others, others_jobs: GPUs never slow in the window, left out of ``slow`` and ``jobs``
+            (a fleet's are most of its GPUs): how many, and their jobs together. They count
+            in the fleet rate and in the number of GPUs tested.
+
+    Notes:
+        Under the null a healthy GPU is the slow one in each job it hosts independently with
+        the fleet's chance ``rate`` (a background fault that landed on it, a transient slowdown
+        of its node), so its slow jobs are Binomial(``jobs``, ``rate``). ``rate`` is the
+        fleet's share of slow GPU-jobs without the GPUs it finds improbable (:func:`fleet_rate`,
+        bad GPUs must not raise the bar), plus half a slow job over all the GPU-jobs judged
+        (Jeffreys: one slow job nobody else shows is rare, not infinitely improbable). One-sided,
+        Holm over the GPUs judged, so ``alpha`` bounds the chance of naming any healthy GPU in a
+        window. A suspect was also slow in at least ``min_jobs`` jobs (a healthy GPU unlucky once
+        or twice is never named, however little it hosted) and its share of slow jobs is at
+        least ``min_ratio`` times the fleet's at the ``credible`` bound of its posterior,
+        Beta(slow + 1/2, jobs - slow + 1/2): where being the slow one is common, a GPU slow now
+        and then is not named. A workload whose heavy rank always lands on the same GPU (a
+        scheduler that always puts rank 0 there) would bend the independence; peers are the
+        ranks of the same pipeline stage, so stages that differ by design do not.
+    """
+    cfg = config or FleetConfig()
+    k = np.asarray(slow, dtype=float)
+    n = np.asarray(jobs, dtype=float)
+    if k.shape != n.shape or k.ndim != 1:
+        raise ValueError(f"slow and jobs need one value per GPU (got {k.shape} and {n.shape})")
+    if (k < 0).any() or (k > n).any() or not np.isfinite(n).all():
+        raise ValueError("slow and jobs must be finite with 0 <= slow <= jobs")
+    if others < 0 or others_jobs < 0 or (others_jobs > 0) != (others > 0):
+        raise ValueError("others and others_jobs must be >= 0, both or neither")
+    total = n.sum() + others_jobs
+    if total <= 0.0:
+        z = np.zeros(len(n))
+        return SlowTest(0.0, z, np.ones(len(n)), np.ones(len(n)), z, np.zeros(len(n), bool))
+    rate = fleet_rate(np.append(k, 0.0), np.append(n, others_jobs), trim_alpha=cfg.trim_alpha)
+    rate = min(rate + 0.5 / total, 1.0)
+    p = np.where(k > 0, stats.binom.sf(k - 1, n, rate), 1.0)
+    judged = n > 0
+    p_adj = np.ones(len(n))
+    p_adj[judged] = holm(np.append(p[judged], np.ones(others)))[: int(judged.sum())]
+    low = stats.beta.ppf(cfg.credible, k + 0.5, n - k + 0.5)
+    ratio_low = np.where(judged, np.nan_to_num(low) / rate, 0.0)
+    suspect = judged & (p_adj <= cfg.alpha) & (k >= cfg.min_jobs) & (ratio_low >= cfg.min_ratio)
+    return SlowTest(float(rate), rate * n, p, p_adj, ratio_low, suspect)

@@ -1,7 +1,7 @@
 """The fleet view's queries: per host, what it hosted and what implicated it, over a window.
 
-Reads the rollups of migrations 008 to 010 (``node_days``, ``node_hours``, ``node_jobs``,
-``anomaly_nodes``, ``gpu_health_daily``), never the step rows; what runs over every host
+Reads the rollups of migrations 008 to 011 (``node_days``, ``node_hours``, ``node_jobs``,
+``anomaly_nodes``, ``gpu_health_daily``, ``rank_work_days``), never the step rows; what runs over every host
 reads ``node_days`` (and the end hours of ``node_hours``), ``node_jobs`` and
 ``gpu_health_daily`` grouped by host alone (or by host and cause), and what
 reads ``anomaly_nodes`` or one GPU at a time is for a few hosts (the tables are sorted by
@@ -13,6 +13,9 @@ host), so a month of a 10,000-host fleet answers in well under a second::
     gpus = gpu_detail(store, since, until, ["gpu-node-0042"], causes=..., kinds=...)
     evidence = node_evidence(store, since, until, ["gpu-node-0042"], causes=..., kinds=...)
     lost_by_cause_day(store, since, until)           # the fleet's GPU-hours lost
+    slow = slow_gpus(store, since, until, slow_frac=0.08, min_steps=50, min_peers=4)
+    slow.keys, slow.jobs, slow.slow                  # GPUs ever slower than their job peers
+    gpu_names(store, since, until, slow.keys[:3])    # {key: (host, GPU uuid)}
 
 What counts as implicating (the causes, the suspect kinds) is the caller's: the model lives
 in ``argus.detectors.fleet``, and sinks do not import detectors. Times are datetimes (UTC when
@@ -39,12 +42,15 @@ __all__ = [
     "HostHealth",
     "LostByDay",
     "NodeTable",
+    "SlowGpus",
     "gpu_detail",
+    "gpu_names",
     "host_health",
     "lost_by_cause_day",
     "node_evidence",
     "node_table",
     "record_suspects",
+    "slow_gpus",
 ]
 
 THROTTLE_MASK = 0xE8
@@ -115,7 +121,9 @@ class HostEvidence:
     GPU-hours they cost (its share), classes (anomalies per cause), GPUs (distinct jobs per
     GPU), the anomalies' ids (costliest first); and its GPUs' NVML health over the window's
     days: samples with an XID (and which), samples throttled, the rise of the ECC double-bit
-    and NVLink error counters."""
+    and NVLink error counters. ``slow_gpus``: per GPU of the host that was slower than its job
+    peers in some job of the window, (jobs slow, jobs judged, median excess over the slow ones);
+    the fleet view fills it (:func:`slow_gpus`), ``node_evidence`` leaves it empty."""
 
     host: str
     jobs: tuple[str, ...] = ()
@@ -129,6 +137,7 @@ class HostEvidence:
     throttled_samples: int = 0
     ecc_errors: int = 0
     link_errors: int = 0
+    slow_gpus: dict[str, tuple[int, int, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,28 @@ class LostByDay:
     cause: str
     anomalies: int
     gpu_hours_lost: float
+
+
+@dataclass(frozen=True)
+class SlowGpus:
+    """Per GPU slower than its job peers in some job of the window (one entry each, sorted by
+    ``keys``, its 64-bit hash ``cityHash64(host, gpu_uuid)``; names: :func:`gpu_names`):
+    ``jobs`` it hosted with enough steps to judge (a job per day it ran), ``slow`` those in
+    which its compute was ``slow_frac`` above its peers' median, ``excess`` the median of that
+    excess over its slow jobs (0.11: 11 % slower), ``worst`` the largest. Every other GPU that
+    hosted such a job was never the slow one: ``others`` of them, ``others_jobs`` job-days
+    together."""
+
+    keys: np.ndarray
+    jobs: np.ndarray
+    slow: np.ndarray
+    excess: np.ndarray
+    worst: np.ndarray
+    others: int = 0
+    others_jobs: int = 0
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 def _utc(t: datetime) -> datetime:
@@ -226,6 +257,100 @@ def node_table(
     total = column([r[:2] for r in anyc], np.int64)
     pairs = column([(r[0], r[2]) for r in anyc], np.int64)
     return NodeTable(hosts, column(hours, float), total, causes, by_cause, pairs)
+
+
+_JUDGED = """day >= toDate({since:DateTime64(3)}) AND day <= toDate({until:DateTime64(3)})
+          AND first_time < {until:DateTime64(3)} AND last_time >= {since:DateTime64(3)}
+          AND steps >= {min_steps:UInt64} AND compute_sum > 0"""
+"""The rank-days of ``rank_work_days`` in the window (their steps that day began before
+``until`` and ended after ``since``) with enough steps to judge."""
+
+_SLOW = f"""SELECT gk, count(), median(x), max(x) FROM (
+    SELECT g AS gk, w / m - 1.0 AS x FROM (
+        SELECT groupArray(gpu_key) AS gs, groupArray(compute_sum / steps) AS ws, arraySort(ws) AS o,
+               (o[intDiv(length(o) + 1, 2)] + o[intDiv(length(o), 2) + 1]) / 2 AS m
+        FROM rank_work_days FINAL
+        WHERE {_JUDGED}
+        GROUP BY day, job_key, pp
+        HAVING length(ws) >= {{min_peers:UInt64}})
+    ARRAY JOIN gs AS g, ws AS w
+    WHERE w >= m * (1.0 + {{slow_frac:Float64}}) AND g != 0)
+GROUP BY gk"""
+"""Per GPU (its key) slower than its job peers in some job-day of the window: in how many, the
+median and the largest excess. A rank's mean compute on a day against its peers' median
+(that day's ranks of its job run and stage, at least ``min_peers`` with enough steps): only
+the slow ranks leave the first grouping. Numbers only; ranks without a GPU uuid (key 0) are
+peers but counted for no GPU."""
+
+_KEYS = "(SELECT toUInt64(arrayJoin(splitByChar(',', {keys:String}))))"
+"""GPU keys as one comma-separated parameter."""
+
+_JOB_DAYS = f"""SELECT if(gpu_key IN {_KEYS}, gpu_key, 0) AS gk,
+       count(), uniqExact(gpu_key)
+FROM rank_work_days FINAL
+WHERE {_JUDGED} AND gpu_key != 0
+GROUP BY gk"""
+"""The job-days each GPU hosted with enough steps (its exposure): one row per GPU of ``keys``,
+and one (key 0) for all the others together, with how many they are."""
+
+_SLOW_NAMES = f"""SELECT gpu_key, toString(any(host)), toString(any(gpu_uuid)) FROM rank_work_days
+WHERE day >= toDate({{since:DateTime64(3)}}) AND day <= toDate({{until:DateTime64(3)}})
+  AND (gpu_key IN {_KEYS} OR host IN splitByChar(',', {{hosts:String}}))
+GROUP BY gpu_key"""
+
+
+def slow_gpus(
+    store: Store, since: datetime, until: datetime, *, slow_frac: float, min_steps: int, min_peers: int
+) -> SlowGpus:
+    """The GPUs slower than their job peers by ``slow_frac`` or more in some job-day of
+    ``[since, until)`` (:data:`_SLOW`), with the job-days each hosted (:data:`_JOB_DAYS`),
+    and the job-days of all the other GPUs together: two queries, the fleet's rank-days
+    grouped by numbers (names: :func:`gpu_names`, for the few GPUs reported). A job that runs
+    over midnight is judged once per day: its peers are that day's."""
+    p = {
+        **_window(since, until),
+        "slow_frac": float(slow_frac),
+        "min_steps": int(min_steps),
+        "min_peers": int(min_peers),
+    }
+    rows = sorted(store.query_rows(_SLOW, p))
+    keys = np.array([int(r[0]) for r in rows], dtype=np.uint64)
+    p["keys"] = ",".join(str(int(k)) for k in keys) or "0"
+    jobs = np.zeros(len(keys), np.int64)
+    others = others_jobs = 0
+    idx = {int(k): i for i, k in enumerate(keys.tolist())}
+    for k, n, distinct in store.query_rows(_JOB_DAYS, p):
+        if int(k) == 0:
+            others, others_jobs = int(distinct), int(n)
+        else:
+            jobs[idx[int(k)]] = int(n)
+    slow = np.array([int(r[1]) for r in rows], dtype=np.int64)
+    return SlowGpus(
+        keys,
+        np.maximum(jobs, slow),
+        slow,
+        np.array([float(r[2]) for r in rows]),
+        np.array([float(r[3]) for r in rows]),
+        others,
+        others_jobs,
+    )
+
+
+def gpu_names(
+    store: Store, since: datetime, until: datetime, keys: Iterable[int], hosts: Iterable[str] = ()
+) -> dict[int, tuple[str, str]]:
+    """The host and GPU uuid of GPU ``keys`` (as :func:`slow_gpus` gives them), and of every
+    GPU of ``hosts``, that ran ranks in the window's days."""
+    want = sorted({int(k) for k in keys})
+    names = sorted(set(hosts))
+    if not want and not names:
+        return {}
+    p = {
+        **_window(since, until),
+        "keys": ",".join(str(k) for k in want) or "0",
+        "hosts": _names(names) if names else "",
+    }
+    return {int(k): (str(h), str(g)) for k, h, g in store.query_rows(_SLOW_NAMES, p)}
 
 
 def host_health(store: Store, since: datetime, until: datetime) -> HostHealth:
@@ -396,6 +521,8 @@ def lost_by_cause_day(
 
 _SUSPECT_COLUMNS = {
     "host": pa.string(),
+    "decided_by": pa.string(),
+    "slower_than_peers": pa.string(),
     "confidence": pa.float64(),
     "rate_x_fleet_min": pa.float64(),
     "jobs": pa.uint32(),
