@@ -7,7 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from argus.detectors.fleet import FleetConfig, corroborate, fleet_rate, health_test, holm, node_health
+from argus.detectors.fleet import (
+    FleetConfig,
+    corroborate,
+    fleet_rate,
+    health_test,
+    holm,
+    node_health,
+    slow_test,
+)
 
 RATE = 0.02  # implicating jobs per GPU-hour hosted
 
@@ -228,3 +236,80 @@ def test_a_cause_only_a_bad_node_shows_is_rare_among_healthy_nodes_not_untestabl
     assert h.suspect[5] and h.stratum[5] == 4 and h.suspect.sum() == 1
     assert h.rate[4] == pytest.approx(0.5 / exposure.sum())
     assert h.p_value[5] < 1e-6
+
+
+SLOW = 0.004  # a healthy GPU's chance of being the slow one in a job it hosts
+
+
+def _gpus(rng: np.random.Generator, n: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    """Jobs per GPU in a week spread like a fleet's (some GPUs busy, some idle), healthy slow counts."""
+    jobs = rng.poisson(rng.gamma(2.0, 6.0, n))
+    return rng.binomial(jobs, SLOW), jobs
+
+
+def test_healthy_gpus_unlucky_now_and_then_are_never_named_week_after_week() -> None:
+    rng = np.random.default_rng(21)
+    named = 0
+    for _ in range(200):
+        slow, jobs = _gpus(rng)
+        named += int(slow_test(slow, jobs).suspect.sum())
+    assert named <= 1  # alpha 1e-3 per window: 200 windows expect 0.2
+
+
+def test_a_gpu_slow_in_job_after_job_is_named_and_one_that_hosted_little_needs_three_jobs() -> None:
+    rng = np.random.default_rng(5)
+    slow, jobs = _gpus(rng)
+    slow[7], jobs[7] = 5, 6  # the slow one in 5 of its 6 jobs
+    slow[8], jobs[8] = 2, 2  # slow in both its jobs: improbable, but only two
+    slow[9], jobs[9] = 6, 40  # six of forty: about 40x the fleet
+    slow[10], jobs[10] = 3, 40  # three of forty: among 2,000 GPUs, one is that unlucky now and then
+    t = slow_test(slow, jobs)
+    assert t.suspect[7] and t.suspect[9] and not t.suspect[8] and not t.suspect[10]
+    assert t.suspect.sum() == 2
+    assert t.confidence[7] > 0.999 and t.ratio_low[7] > t.ratio_low[9] > 2.0
+    assert t.expected[7] == pytest.approx(t.rate * 6)
+    assert t.rate == pytest.approx(SLOW, rel=0.3)  # the bad GPUs do not raise it
+
+
+def test_where_being_the_slow_one_is_common_a_gpu_slow_now_and_then_is_not_named() -> None:
+    jobs = np.full(500, 30)
+    slow = np.full(500, 6)  # every GPU slow in a fifth of its jobs: the workload, not a GPU
+    slow[3] = 12
+    t = slow_test(slow, jobs)
+    assert not t.suspect.any() and t.ratio_low[3] < 2.0
+
+
+def test_the_gpus_never_slow_can_be_given_as_totals() -> None:
+    """A fleet's GPUs that were never the slow one are most of them: their count and job-days
+    together test the others as the whole fleet does."""
+    rng = np.random.default_rng(9)
+    slow, jobs = _gpus(rng)
+    slow[11], jobs[11] = 4, 5
+    whole = slow_test(slow, jobs)
+    hit = slow > 0
+    part = slow_test(
+        slow[hit], jobs[hit], others=int((~hit & (jobs > 0)).sum()), others_jobs=float(jobs[~hit].sum())
+    )
+    assert part.rate == pytest.approx(whole.rate)
+    assert part.p_adjusted == pytest.approx(whole.p_adjusted[hit])
+    assert part.suspect.tolist() == whole.suspect[hit].tolist()
+    assert slow_test([], []).suspect.shape == (0,)
+    assert not slow_test([0, 0], [0, 0]).suspect.any()
+
+
+@pytest.mark.parametrize(
+    ("slow", "jobs", "kw", "match"),
+    [
+        ([3], [2], {}, "slow <= jobs"),
+        ([1, 2], [3], {}, "one value per GPU"),
+        ([-1], [3], {}, "slow <= jobs"),
+        ([1], [3], {"others": 2}, "both or neither"),
+    ],
+)
+def test_bad_slow_input_is_refused_with_a_reason(
+    slow: list[int], jobs: list[int], kw: dict[str, int], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        slow_test(slow, jobs, **kw)
+    with pytest.raises(ValueError, match="slow_frac"):
+        FleetConfig(slow_frac=1.5)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 
 from argus.detectors.fleet import NODE_CAUSES, NODE_SUSPECT_KINDS
@@ -211,3 +212,102 @@ def test_the_fleet_dashboard_and_the_ticket_rule_read_the_recorded_suspects(stor
     (rule,) = [r for r in ALERTS if r.uid == "argus-node-suspect"]
     firing = {r["host"]: r["suspect"] for r in run(rule.sql) if r["host"] in fleet.hosts}
     assert firing == {fleet.bad: 1.0}
+
+
+def _slow_fleet(
+    store: Any, unique: str, slow_of_job: list[tuple[int, int] | None], *, n_hosts: int = 12
+) -> tuple[list[str], list[list[str]], int, int]:
+    """Small jobs (4 hosts of 8 GPUs, 60 steps of 1 s, one an hour) on ``n_hosts`` hosts with no
+    anomaly at all: in job ``j``, the GPU ``slow_of_job[j]`` (host index, GPU) computes 20 %
+    slower than its peers from the first step (what a small job takes for its baseline), placed
+    in that job whatever the draw; returns the hosts, each job's hosts and the window."""
+    import dataclasses
+
+    from argus.sinks import to_arrow
+    from tests.helpers.fleet import GPUS, job_steps
+
+    day = 86_400 * 10**9
+    t0 = 2_000_000_000 * 10**9 + (int(unique, 16) % 5000) * day
+    t0 -= t0 % day
+    rng = np.random.default_rng(int(unique, 16) % 2**32)
+    hosts = [f"s{unique}-h{i:02d}" for i in range(n_hosts)]
+    jobs = []
+    for j, slow in enumerate(slow_of_job):
+        placed = [str(h) for h in rng.choice(hosts, 4, replace=False)]
+        if slow is not None and hosts[slow[0]] not in placed:
+            placed[j % 4] = hosts[slow[0]]
+        batches = job_steps(f"s{unique}-job{j:02d}", placed, t0 + j * 3_600 * 10**9, steps=60)
+        if slow is not None:
+            rank = placed.index(hosts[slow[0]]) * GPUS + slow[1]
+            out = []
+            for b in batches:
+                cols = dict(b.columns)
+                for phase in ("forward_ms", "backward_ms"):
+                    cols[phase] = cols[phase].copy()
+                    cols[phase][rank] *= 1.2
+                out.append(dataclasses.replace(b, columns=cols))
+            batches = out
+        store.insert_arrow("steps", to_arrow(batches)[1])
+        jobs.append(placed)
+    return hosts, jobs, t0, t0 + len(slow_of_job) * 3_600 * 10**9
+
+
+def test_a_gpu_slower_than_its_peers_from_the_start_of_every_small_job_is_named(
+    store: Any, unique: str
+) -> None:
+    """No anomaly implicates it (each job took it for its baseline), yet the GPU that is the
+    slow one in job after job is a suspect, its evidence the jobs it was slow in and by how much."""
+    from argus.fleet import SLOWER_THAN_PEERS, fleet_view
+    from argus.sinks.fleet import gpu_names, slow_gpus
+
+    hosts, jobs, start, end = _slow_fleet(store, unique, [(5, 3)] * 5 + [None] * 5)
+    hosted = sum(hosts[5] in placed for placed in jobs)  # 5, and the healthy jobs it drew
+    since, until = _t(start), _t(end)
+    slow = slow_gpus(store, since, until, slow_frac=0.08, min_steps=50, min_peers=4)
+    (i,) = np.flatnonzero(slow.slow)
+    assert (slow.slow[i], slow.jobs[i]) == (5, hosted) and slow.excess[i] == pytest.approx(0.2)
+    assert gpu_names(store, since, until, [int(slow.keys[i])]) == {
+        int(slow.keys[i]): (hosts[5], f"GPU-{hosts[5]}-3")
+    }
+    assert slow.others_jobs == 10 * 32 - hosted and slow.others < 12 * 8  # every other GPU's job-days
+    view = fleet_view(store, since=since, until=until)
+    (node,) = view.suspects
+    assert node.host == hosts[5] and node.decided_by == f"{SLOWER_THAN_PEERS} on GPU-{hosts[5]}-3"
+    assert node.jobs == 5 and node.confidence > 0.999 and node.evidence.anomalies == 0
+    assert node.evidence.slow_gpus == {f"GPU-{hosts[5]}-3": (5, hosted, pytest.approx(0.2))}
+    assert (
+        node.row()["slower_than_peers"]
+        == f"GPU-{hosts[5]}-3: {SLOWER_THAN_PEERS} in 5 of {hosted} jobs, +20 % median"
+    )
+    # a node cause other than a compute straggler's does not weigh it
+    assert fleet_view(store, since=since, until=until, cause="link_degradation").suspects == []
+
+
+def test_a_gpu_slow_in_one_job_only_or_a_slow_worker_that_changes_from_job_to_job_names_nobody(
+    store: Any, unique: str
+) -> None:
+    from argus.fleet import fleet_view
+    from argus.sinks.fleet import slow_gpus
+
+    # job 0: one GPU slow once; jobs 1-9: the slow worker is another GPU of another host each time
+    slow_of_job = [(0, 1)] + [(j % 12, (3 * j) % 8) for j in range(1, 10)]
+    assert len(set(slow_of_job)) == 10
+    _, _, start, end = _slow_fleet(store, unique, slow_of_job)
+    since, until = _t(start), _t(end)
+    slow = slow_gpus(store, since, until, slow_frac=0.08, min_steps=50, min_peers=4)
+    assert sorted(slow.slow) == [1] * 10
+    assert fleet_view(store, since=since, until=until).suspects == []
+
+
+def test_slowness_is_judged_against_enough_peers_with_enough_steps(store: Any, unique: str) -> None:
+    from argus.sinks.fleet import slow_gpus
+
+    _, _, start, end = _slow_fleet(store, unique, [(2, 6)] * 3)
+    since, until = _t(start), _t(end)
+    assert slow_gpus(store, since, until, slow_frac=0.08, min_steps=50, min_peers=4).slow.tolist() == [3]
+    assert len(slow_gpus(store, since, until, slow_frac=0.25, min_steps=50, min_peers=4)) == 0  # 20 % < 25 %
+    assert len(slow_gpus(store, since, until, slow_frac=0.08, min_steps=61, min_peers=4)) == 0  # 60 steps
+    assert len(slow_gpus(store, since, until, slow_frac=0.08, min_steps=50, min_peers=33)) == 0  # 32 ranks
+    # the window: the first job alone
+    first = slow_gpus(store, since, since + timedelta(minutes=30), slow_frac=0.08, min_steps=50, min_peers=4)
+    assert (first.slow.tolist(), first.jobs.tolist()) == ([1], [1])
