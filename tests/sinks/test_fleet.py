@@ -279,6 +279,22 @@ def test_a_gpu_slower_than_its_peers_from_the_start_of_every_small_job_is_named(
         node.row()["slower_than_peers"]
         == f"GPU-{hosts[5]}-3: {SLOWER_THAN_PEERS} in 5 of {hosted} jobs, +20 % median"
     )
+    # recorded for the dashboard and the alert, with what decided and the slowness
+    from argus.fleet import record
+    from argus.sinks.grafana import expand
+    from argus.sinks.grafana.queries import FLEET
+
+    assert record(store, view) == 1
+    (panel,) = [p for p in FLEET.panels if p.key == "suspect_nodes"]
+    sql = expand(panel.sql, start=since, end=until + timedelta(minutes=1), interval_s=60, variables={})
+    table = store.query_arrow(sql)
+    rows = [
+        dict(zip(table.column_names, r, strict=True))
+        for r in zip(*(c.to_pylist() for c in table.columns), strict=True)
+    ]
+    (shown,) = [r for r in rows if r["host"] == hosts[5]]
+    assert shown["decided_by"] == node.decided_by and shown["jobs"] == 5
+    assert shown["slower_than_peers"] == node.row()["slower_than_peers"]
     # a node cause other than a compute straggler's does not weigh it
     assert fleet_view(store, since=since, until=until, cause="link_degradation").suspects == []
 

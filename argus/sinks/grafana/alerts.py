@@ -124,7 +124,9 @@ GROUP BY host ORDER BY suspect DESC, host LIMIT 1000""",
         description="argus fleet --record (hourly) named this host in the last 2 hours: over the last 7 days "
         "different jobs found it slow far more often than the fleet's rate for the GPU-hours it hosted "
         "(Holm-corrected, at least 3 jobs, at least 2x the fleet rate at the 95 % bound), or one of its GPUs "
-        "throttled or reported errors improbably often and at least 2 jobs found that GPU slow. Its jobs, "
-        "anomalies, GPUs and NVML health: the fleet dashboard (link) or argus fleet. A ticket, not a page.",
+        "throttled or reported errors improbably often and at least 2 jobs found that GPU slow, or one of its "
+        "GPUs was slower than its job peers in improbably many of its jobs (at least 3; no anomaly needed). "
+        "Its jobs, anomalies, GPUs and NVML health: the fleet dashboard (link) or argus fleet. A ticket, "
+        "not a page.",
     ),
 )

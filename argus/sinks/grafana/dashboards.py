@@ -298,8 +298,9 @@ GROUP BY t, host ORDER BY t, host""",
             "Suspect nodes (argus fleet --record, hourly)",
             "table",
             """SELECT host, max(time) AS last_named, round(argMax(confidence, time), 4) AS confidence,
-       round(argMax(rate_x_fleet_min, time), 1) AS rate_x_fleet_min, argMax(jobs, time) AS jobs,
-       round(argMax(jobs_expected, time), 2) AS jobs_expected,
+       argMax(decided_by, time) AS decided_by, round(argMax(rate_x_fleet_min, time), 1) AS rate_x_fleet_min,
+       argMax(jobs, time) AS jobs, round(argMax(jobs_expected, time), 2) AS jobs_expected,
+       argMax(slower_than_peers, time) AS slower_than_peers,
        round(argMax(gpu_hours_lost, time), 2) AS gpu_hours_lost, toString(argMax(causes, time)) AS causes,
        toString(argMax(gpus, time)) AS gpus, argMax(xid_samples, time) AS xid_samples,
        argMax(throttled_samples, time) AS throttled_samples, argMax(ecc_errors, time) AS ecc_errors,
@@ -307,9 +308,11 @@ GROUP BY t, host ORDER BY t, host""",
 FROM node_suspects WHERE $__timeFilter(time)
 GROUP BY host ORDER BY last_named DESC, rate_x_fleet_min DESC LIMIT 100""",
             "Each host the fleet model named in the range, as last recorded: its confidence (1 - the "
-            "Holm-adjusted p-value over the fleet), its rate over the fleet's at the 95 % bound, the jobs "
-            "that implicated it against those a healthy node would have had, and its evidence. What to do: "
-            "docs/operations.md, The fleet view.",
+            "Holm-adjusted p-value over the fleet), what decided (a cause of its anomalies, a health signal "
+            "on a GPU, or a GPU slower than its job peers), its rate over the fleet's at the 95 % bound, the "
+            "jobs that implicated it (or in which its GPU was the slow one) against those a healthy node "
+            "would have had, its GPUs slower than their job peers (in how many of their jobs, by how much) "
+            "and its evidence. What to do: docs/operations.md, The fleet view.",
             width=24,
         ),
         Panel(
