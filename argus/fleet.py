@@ -297,7 +297,7 @@ def _named_slower(
     )
     test = slow_test(slow.slow, slow.jobs, cfg, others=slow.others, others_jobs=slow.others_jobs)
     suspects = [int(i) for i in np.flatnonzero(test.suspect)]
-    names = gpu_names(store, since, until, [int(slow.keys[i]) for i in suspects], named)
+    names = gpu_names(store, since, until, slow, suspects, named)
     of: dict[str, dict[str, tuple[int, int, float]]] = {}
     for i in sorted(range(len(slow.keys)), key=lambda i: (-slow.slow[i], test.p_value[i])):
         if int(slow.keys[i]) in names:

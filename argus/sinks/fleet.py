@@ -15,7 +15,7 @@ host), so a month of a 10,000-host fleet answers in well under a second::
     lost_by_cause_day(store, since, until)           # the fleet's GPU-hours lost
     slow = slow_gpus(store, since, until, slow_frac=0.08, min_steps=50, min_peers=4)
     slow.keys, slow.jobs, slow.slow                  # GPUs ever slower than their job peers
-    gpu_names(store, since, until, slow.keys[:3])    # {key: (host, GPU uuid)}
+    gpu_names(store, since, until, slow, [0, 1])     # {key: (host, GPU uuid)}
 
 What counts as implicating (the causes, the suspect kinds) is the caller's: the model lives
 in ``argus.detectors.fleet``, and sinks do not import detectors. Times are datetimes (UTC when
@@ -181,7 +181,8 @@ class SlowGpus:
     which its compute was ``slow_frac`` above its peers' median, ``excess`` the median of that
     excess over its slow jobs (0.11: 11 % slower), ``worst`` the largest. Every other GPU that
     hosted such a job was never the slow one: ``others`` of them, ``others_jobs`` job-days
-    together."""
+    together. ``days`` and ``at`` (job key, stage): one job-day each was slow in, where
+    :func:`gpu_names` reads its names."""
 
     keys: np.ndarray
     jobs: np.ndarray
@@ -190,6 +191,8 @@ class SlowGpus:
     worst: np.ndarray
     others: int = 0
     others_jobs: int = 0
+    days: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    at: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.uint64))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -265,22 +268,22 @@ _JUDGED = """day >= toDate({since:DateTime64(3)}) AND day <= toDate({until:DateT
 """The rank-days of ``rank_work_days`` in the window (their steps that day began before
 ``until`` and ended after ``since``) with enough steps to judge."""
 
-_SLOW = f"""SELECT gk, count(), median(x), max(x) FROM (
-    SELECT g AS gk, w / m - 1.0 AS x FROM (
-        SELECT groupArray(gpu_key) AS gs, groupArray(compute_sum / steps) AS ws, arraySort(ws) AS o,
-               (o[intDiv(length(o) + 1, 2)] + o[intDiv(length(o), 2) + 1]) / 2 AS m
+_SLOW = f"""SELECT gk, count(), median(x), max(x), toString(any(d)), any(jk), any(p) FROM (
+    SELECT sl.1 AS gk, sl.2 / m - 1.0 AS x, day AS d, job_key AS jk, pp AS p FROM (
+        SELECT day, job_key, pp, groupArray(gpu_key) AS gs, groupArray(compute_sum / steps) AS ws,
+               arraySort(ws) AS o, (o[intDiv(length(o) + 1, 2)] + o[intDiv(length(o), 2) + 1]) / 2 AS m,
+               arrayFilter(t -> t.2 >= m * (1.0 + {{slow_frac:Float64}}) AND t.1 != 0, arrayZip(gs, ws)) AS slow
         FROM rank_work_days FINAL
         WHERE {_JUDGED}
         GROUP BY day, job_key, pp
-        HAVING length(ws) >= {{min_peers:UInt64}})
-    ARRAY JOIN gs AS g, ws AS w
-    WHERE w >= m * (1.0 + {{slow_frac:Float64}}) AND g != 0)
+        HAVING length(ws) >= {{min_peers:UInt64}} AND notEmpty(slow))
+    ARRAY JOIN slow AS sl)
 GROUP BY gk"""
 """Per GPU (its key) slower than its job peers in some job-day of the window: in how many, the
-median and the largest excess. A rank's mean compute on a day against its peers' median
-(that day's ranks of its job run and stage, at least ``min_peers`` with enough steps): only
-the slow ranks leave the first grouping. Numbers only; ranks without a GPU uuid (key 0) are
-peers but counted for no GPU."""
+median and the largest excess, and one of those job-days (its sort key's day, job run and
+stage: where to read its names). A rank's mean compute on a day against its peers' median (that day's ranks of its job
+run and stage, at least ``min_peers`` with enough steps): only the slow ranks leave the first
+grouping. Numbers only; ranks without a GPU uuid (key 0) are peers but counted for no GPU."""
 
 _KEYS = "(SELECT toUInt64(arrayJoin(splitByChar(',', {keys:String}))))"
 """GPU keys as one comma-separated parameter."""
@@ -294,9 +297,19 @@ GROUP BY gk"""
 and one (key 0) for all the others together, with how many they are."""
 
 _SLOW_NAMES = f"""SELECT gpu_key, toString(any(host)), toString(any(gpu_uuid)) FROM rank_work_days
-WHERE day >= toDate({{since:DateTime64(3)}}) AND day <= toDate({{until:DateTime64(3)}})
-  AND (gpu_key IN {_KEYS} OR host IN splitByChar(',', {{hosts:String}}))
+WHERE (day, job_key, pp) IN (
+    SELECT toDate(t[1]), toUInt64(t[2]), toUInt32(t[3])
+    FROM (SELECT splitByChar(':', arrayJoin(splitByChar(',', {{rows:String}}))) AS t))
+  AND gpu_key IN {_KEYS}
 GROUP BY gpu_key"""
+"""The names of GPUs by one of their job-days (a prefix of the table's sort key: a few
+granules each)."""
+
+_HOST_GPUS = """SELECT DISTINCT cityHash64(toString(host), toString(gpu_uuid)), toString(host), toString(gpu_uuid)
+FROM gpu_health_daily WHERE host IN splitByChar(',', {hosts:String}) AND day >= toDate({since:DateTime64(3)})
+  AND day <= toDate({until:DateTime64(3)})"""
+"""The GPUs of a few hosts, keyed as ``rank_work_days`` keys them, from their node agents'
+health (sorted by host)."""
 
 
 def slow_gpus(
@@ -333,24 +346,35 @@ def slow_gpus(
         np.array([float(r[3]) for r in rows]),
         others,
         others_jobs,
+        np.array([str(r[4]) for r in rows], dtype=object),
+        np.array([[int(r[5]), int(r[6])] for r in rows], dtype=np.uint64).reshape(len(rows), 2),
     )
 
 
 def gpu_names(
-    store: Store, since: datetime, until: datetime, keys: Iterable[int], hosts: Iterable[str] = ()
+    store: Store,
+    since: datetime,
+    until: datetime,
+    slow: SlowGpus,
+    which: Iterable[int],
+    hosts: Iterable[str] = (),
 ) -> dict[int, tuple[str, str]]:
-    """The host and GPU uuid of GPU ``keys`` (as :func:`slow_gpus` gives them), and of every
-    GPU of ``hosts``, that ran ranks in the window's days."""
-    want = sorted({int(k) for k in keys})
+    """The host and GPU uuid of the GPUs ``which`` (indices into ``slow``), read by one of
+    their job-days, and of the GPUs of ``hosts`` that their node agents reported in the
+    window's days; keyed by GPU key."""
+    out: dict[int, tuple[str, str]] = {}
+    rows = sorted(set(which))
+    if rows:
+        p = {
+            "rows": ",".join(f"{slow.days[i]}:{int(slow.at[i, 0])}:{int(slow.at[i, 1])}" for i in rows),
+            "keys": ",".join(str(int(slow.keys[i])) for i in rows),
+        }
+        out.update({int(k): (str(h), str(g)) for k, h, g in store.query_rows(_SLOW_NAMES, p)})
     names = sorted(set(hosts))
-    if not want and not names:
-        return {}
-    p = {
-        **_window(since, until),
-        "keys": ",".join(str(k) for k in want) or "0",
-        "hosts": _names(names) if names else "",
-    }
-    return {int(k): (str(h), str(g)) for k, h, g in store.query_rows(_SLOW_NAMES, p)}
+    if names:
+        p = {**_window(since, until), "hosts": _names(names)}
+        out.update({int(k): (str(h), str(g)) for k, h, g in store.query_rows(_HOST_GPUS, p)})
+    return out
 
 
 def host_health(store: Store, since: datetime, until: datetime) -> HostHealth:

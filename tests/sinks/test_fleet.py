@@ -266,7 +266,7 @@ def test_a_gpu_slower_than_its_peers_from_the_start_of_every_small_job_is_named(
     slow = slow_gpus(store, since, until, slow_frac=0.08, min_steps=50, min_peers=4)
     (i,) = np.flatnonzero(slow.slow)
     assert (slow.slow[i], slow.jobs[i]) == (5, hosted) and slow.excess[i] == pytest.approx(0.2)
-    assert gpu_names(store, since, until, [int(slow.keys[i])]) == {
+    assert gpu_names(store, since, until, slow, [int(i)]) == {
         int(slow.keys[i]): (hosts[5], f"GPU-{hosts[5]}-3")
     }
     assert slow.others_jobs == 10 * 32 - hosted and slow.others < 12 * 8  # every other GPU's job-days
