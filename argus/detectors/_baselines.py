@@ -147,20 +147,27 @@ def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig)
 def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, share: float = 1.0) -> bool:
     """Whether a finding of a rank or group that is slow from the job's start (its baseline,
     silent, or a warning "since the start") says it is now slower than that: it adds
-    ``share`` of a tenth of a step more than the baseline adds (:func:`_level`)."""
-    if not (base.persistent or base.reported == _SILENT) or base.hits <= 0:
+    ``share`` of a tenth of a step more than the baseline adds, in milliseconds and as a
+    share of the step both (:func:`_level`): a slower rank's excess grows with the job's
+    step when every rank slows, its share does not; its share grows when other ranks
+    speed the job up, its milliseconds do not."""
+    if not (base.persistent or base.reported == _SILENT) or base.hits <= 0 or sf.step_ms <= 0:
         return False
     added = step_ms_added(f.step_ms_added, sf.step_ms)
-    return added >= _level(base) + share * _BEYOND_FRAC * sf.step_ms
+    ms, frac = _level(base, sf.step_ms)
+    margin = share * _BEYOND_FRAC
+    return added >= ms + margin * sf.step_ms and added / sf.step_ms >= frac + margin
 
 
-def _level(base: Episode) -> float:
-    """What a baseline adds per step: the median of its last sightings (a step whose
-    reference moved, e.g. a log window some ranks did not report in, is one of them), the
-    mean of all before those were kept."""
-    if base.added_at:
-        return float(np.median(base.added_at))
-    return base.added_ms_sum / base.hits
+def _level(base: Episode, step_ms: float) -> tuple[float, float]:
+    """What a baseline adds per step, in milliseconds and as a share of the step: the
+    medians of its last sightings' (a step whose reference moved, e.g. a log window some
+    ranks did not report in, is one of them); before those were kept, its mean per sighting
+    (over ``step_ms``)."""
+    if base.added_at and base.share_at:
+        return float(np.median(base.added_at)), float(np.median(base.share_at))
+    mean = base.added_ms_sum / base.hits
+    return mean, mean / step_ms
 
 
 def count_flags(state: JobState, sf: StepFindings, findings: Sequence[Finding], cfg: DiagnoserConfig) -> None:

@@ -110,18 +110,56 @@ SMALL_GROUP = 3
 fastest rank and their scale ``SMALL_GROUP_REL`` of it (a relative threshold: with the
 default z of 6, a rank 12 % slower than the fastest)."""
 SMALL_GROUP_REL = 0.02
+FEW = 8
+"""Groups of up to this many ranks are looked at for two speeds (:func:`_faster_kind`)."""
+SPEED_GAP = 1.5
+"""Two speeds: a gap between consecutive values of a group (sorted) this many times."""
 
 
 def _fast_side(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """Centre and sigma from the fast side of ``x`` along ``axis``: of a normal whose 10th
-    and 30th percentiles these are, or the fastest value (sigma 0) in a small group."""
+    and 30th percentiles these are (of the faster kind's values in a group of two speeds,
+    :func:`_faster_kind`), or the fastest value (sigma ``SMALL_GROUP_REL`` of it) in a
+    small group."""
     n = x.shape[axis]
     if n <= SMALL_GROUP:
         low = x.min(axis=axis)
         return low, SMALL_GROUP_REL * np.abs(low)
     p10, p30 = np.percentile(x, (10.0, 30.0), axis=axis)
     sigma = (p30 - p10) / (_Z30 - _Z10)
-    return p30 - _Z30 * sigma, sigma
+    centre = p30 - _Z30 * sigma
+    if n <= FEW:
+        _faster_kind(np.moveaxis(x, axis, -1), centre, sigma)
+    return centre, sigma
+
+
+def _faster_kind(x: np.ndarray, centre: np.ndarray, sigma: np.ndarray) -> None:
+    """In a group of ``FEW`` ranks or fewer whose values fall in two kinds a ``SPEED_GAP``
+    apart (a slower kind of GPU or host), the fast side is the faster kind's (in place):
+    the 30th percentile is one of the group's two or three fastest, so a rank slowed among
+    a slower half moved it (six ranks, three of a slower kind: the fourth slowed stood at
+    the centre). Only where the slower kind moved the centre by three of the faster kind's
+    sigmas: a faster kind of most of the group already is the fast side."""
+    rows = x.reshape(-1, x.shape[-1])
+    c, s = centre.reshape(-1), sigma.reshape(-1)
+    srt = np.sort(rows, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = srt[:, 1:] / srt[:, :-1]
+    for i in np.flatnonzero(np.nan_to_num(gap, nan=0.0, posinf=0.0).max(axis=1, initial=0.0) >= SPEED_GAP):
+        cut = int(np.argmax(np.nan_to_num(gap[i], nan=0.0, posinf=0.0))) + 1
+        if cut < 2:  # one fast rank is no kind
+            continue
+        fast = srt[i, :cut]
+        if cut <= SMALL_GROUP:
+            kc, ks = fast[0], SMALL_GROUP_REL * abs(fast[0])
+        else:
+            lo, hi = np.percentile(fast, (10.0, 30.0))
+            ks = (hi - lo) / (_Z30 - _Z10)
+            kc = hi - _Z30 * ks
+        if kc + 3 * ks < c[i]:  # the slower kind moved the group's centre, else it is as it was
+            c[i], s[i] = kc, ks
+    centre[...] = c.reshape(centre.shape)
+    sigma[...] = s.reshape(sigma.shape)
 
 
 def _pair_waits(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:

@@ -41,6 +41,7 @@ class Episode:
     reported: int = -1
     hits_at: list[int] = field(default_factory=list)
     added_at: list[float] = field(default_factory=list)  # step time added at hits_at's steps
+    share_at: list[float] = field(default_factory=list)  # and its share of each step
     peers: list[int] = field(default_factory=list)
     deepen_left: int = 0
     detail: str = ""

@@ -191,6 +191,7 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> fl
     e.idle = 0
     e.hits_at = [*e.hits_at[-7:], sf.step]
     e.added_at = [*e.added_at[-7:], round(added, 3)]
+    e.share_at = [*e.share_at[-7:], round(added / sf.step_ms, 5) if sf.step_ms > 0 else 0.0]
     e.hits += 1
     e.added_ms_sum += added
     e.gpu_hours += gpu_hours(added, sf.n_ranks)
@@ -325,6 +326,7 @@ def _continue(old: Episode, e: Episode, cfg: DiagnoserConfig) -> Episode:
     old.hits += e.hits
     old.hits_at = [*old.hits_at, *e.hits_at][-8:]
     old.added_at = [*old.added_at, *e.added_at][-8:]
+    old.share_at = [*old.share_at, *e.share_at][-8:]
     old.added_ms_sum += e.added_ms_sum
     old.gpu_hours += e.gpu_hours
     if e.score >= old.score:
