@@ -93,7 +93,9 @@ class JobState:
     baseline's step time when that run began (a warm-up ending: :func:`_settle`);
     ``settled``: the warm-up's end was found (it ends once); ``flagged``: per rank, the
     steps since ``first_step`` (of ``flag_steps``, global ones left out) it was flagged or
-    weakly flagged in: how often it stood out before an episode of it opened.
+    weakly flagged in: how often it stood out before an episode of it opened; ``blips``:
+    per episode key, the steps its last short unconfirmed episodes began (a rhythm in them is
+    a fault of every k-th step), at most ``max_open`` keys.
     """
 
     job: str
@@ -114,6 +116,7 @@ class JobState:
     changes: ChangeState = field(default_factory=ChangeState)
     flagged: dict[int, int] = field(default_factory=dict)
     flag_steps: int = 0
+    blips: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -151,6 +154,7 @@ class JobState:
             "changes": self.changes.to_dict(),
             "flagged": {str(r): n for r, n in self.flagged.items()},
             "flag_steps": self.flag_steps,
+            "blips": {k: list(v) for k, v in self.blips.items()},
         }
 
     @classmethod
@@ -185,4 +189,5 @@ class JobState:
             changes=ChangeState.from_dict(data.get("changes")),
             flagged={int(r): int(n) for r, n in data.get("flagged", {}).items()},
             flag_steps=int(data.get("flag_steps", 0)),
+            blips={str(k): [int(x) for x in v] for k, v in data.get("blips", {}).items()},
         )

@@ -120,7 +120,7 @@ def sightings(
         added = _sight(e, f, sf, cfg)
         if f.decided_by == CHANGE_FIGURE:
             _sight_change(e, f, added, sf)
-        if not e.emitted and _confirmed(e, added, base_ms, cfg, sf.n_ranks):
+        if not e.emitted and (_confirmed(e, added, base_ms, cfg, sf.n_ranks) or _rhythm(state, key, e, sf)):
             if (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
                 out.append(a)
         elif (a := _escalate(state, e, sf, cfg)) is not None:
@@ -400,17 +400,53 @@ def _patience(e: Episode, cfg: DiagnoserConfig) -> int:
     typical gap."""
     if e.persistent:
         return cfg.persistent_close_after
+    if e.emitted and "period_steps" in e.evidence:  # slow every k-th step: until a beat is missed
+        return int(e.evidence["period_steps"]) + cfg.close_after
     if not e.emitted or e.hits < 2:
         return cfg.close_after
     gap = (e.last_seen - e.onset) / (e.hits - 1)
     return int(min(max(cfg.close_after, np.ceil(2.0 * gap)), 4 * cfg.close_after))
 
 
+_RHYTHM = 4
+"""Short unconfirmed episodes of one key, evenly apart, that the next one makes a fault of
+every k-th step."""
+_MAX_PERIOD = 64
+
+
+def _rhythm(state: JobState, key: str, e: Episode, sf: StepFindings) -> bool:
+    """Whether a new episode's first sighting keeps the rhythm of the last ``_RHYTHM`` short
+    ones of its key (gaps of at least three steps, at most ``_MAX_PERIOD``, within a step of
+    each other): a rank or group slow on every k-th step, each a blip that alone is a
+    transient. If so the episode takes them in: its onset the first, its sightings theirs,
+    its period in the evidence (one anomaly over the whole span)."""
+    if e.hits != 1 or e.cause in ONE_OFF_CAUSES:
+        return False
+    at = [*state.blips.get(key, [])[-_RHYTHM:], sf.step]
+    if len(at) <= _RHYTHM:
+        return False
+    gaps = np.diff(at)
+    if gaps.min() < 3 or gaps.max() > _MAX_PERIOD or gaps.max() - gaps.min() > 1:
+        return False
+    e.onset, e.hits, e.hits_at = at[0], len(at), at
+    e.added_ms_sum *= len(at)
+    e.gpu_hours *= len(at)
+    e.added_at, e.share_at = e.added_at * len(at), e.share_at * len(at)
+    e.evidence["period_steps"] = float(np.median(gaps))
+    state.blips.pop(key, None)
+    return True
+
+
 def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[Anomaly]:
     """A closed episode: its final anomaly, kept a while to be continued if the same fault
-    comes back (a one-off or persistent one aside); an unconfirmed one counts as a transient."""
+    comes back (a one-off or persistent one aside); an unconfirmed one counts as a transient
+    (and a short one's start is kept, :func:`_rhythm`)."""
     if not e.emitted:
         _count_transient(state, e.suspect, cfg)
+        if e.hits <= 2:
+            if key not in state.blips and len(state.blips) >= cfg.max_open:  # the stalest goes
+                del state.blips[min(state.blips, key=lambda k: state.blips[k][-1])]
+            state.blips[key] = [*state.blips.get(key, [])[-_RHYTHM:], e.onset]
         return []
     if e.reported == _SILENT:
         return []

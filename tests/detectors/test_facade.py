@@ -149,3 +149,14 @@ def test_a_shock_that_dies_away_is_noise_and_one_that_holds_is_a_fault() -> None
     assert d.diagnose(batches(40, faults=fading)) == []
     (a,) = d.diagnose(batches(40, faults=[Fault(COMPUTE_STRAGGLER, 20, 4, (21,), magnitude=1.9)]))
     assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 20, 23)
+
+
+def test_a_rank_slow_on_every_fifth_step_is_one_anomaly_over_its_whole_span() -> None:
+    """Each slow step alone is a blip (a transient); five evenly apart are a fault of every
+    k-th step: one anomaly from the first to the last, its period in the summary."""
+    beats = [Fault(COMPUTE_STRAGGLER, s, 1, (21,), magnitude=2.5) for s in range(10, 40, 5)]
+    (a,) = d.diagnose(batches(48, faults=beats))
+    assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 10, 35)
+    assert a.evidence["period_steps"] == 5 and "every 5 steps" in a.summary
+    irregular = [Fault(COMPUTE_STRAGGLER, s, 1, (21,), magnitude=2.5) for s in (10, 13, 19, 24, 33, 36)]
+    assert d.diagnose(batches(48, faults=irregular)) == []
