@@ -71,7 +71,7 @@ def test_sql_on_a_locked_store_is_a_clear_error(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            f"import sys\nfrom sinks import ChdbStore\nheld = ChdbStore({str(tmp_path / 'clickhouse')!r})\n"
+            f"import sys\nfrom argus.sinks import ChdbStore\nheld = ChdbStore({str(tmp_path / 'clickhouse')!r})\n"
             "print('ready', flush=True)\nsys.stdin.readline()",
         ],
         stdin=subprocess.PIPE,

@@ -105,7 +105,7 @@ def test_a_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         probe = subprocess.run(
-            [sys.executable, "-c", f"from sinks import ChdbStore\nChdbStore({str(tmp_path)!r})"],
+            [sys.executable, "-c", f"from argus.sinks import ChdbStore\nChdbStore({str(tmp_path)!r})"],
             capture_output=True,
             text=True,
             timeout=60,
