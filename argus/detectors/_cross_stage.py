@@ -81,7 +81,9 @@ def cross_rank_stage(
     findings: list[Finding] = []
     if batch.step >= cfg.warmup_steps:
         if len(cr.rows):
-            findings += classify_ranks(cr, batch["host"][cr.rows], batch["dp"][cr.rows], cfg)
+            dp = batch["dp"]
+            replicas = int(dp.max()) + 1 if len(dp) else 0
+            findings += classify_ranks(cr, batch["host"][cr.rows], dp[cr.rows], cfg, replicas=replicas)
         findings += stage_imbalance(cr, cfg.group_column, cfg)
     reference = job_reference(cr)
     wanted = [r for f in findings if f.suspect_kind in _DEEP_KINDS for r in f.ranks[:3]]

@@ -47,6 +47,7 @@ __all__ = [
     "classify_ranks",
     "host_contention",
     "links",
+    "replicas",
     "sequence_imbalance",
     "stage_imbalance",
     "stragglers",
@@ -119,6 +120,7 @@ class Flagged:
     causes: list[str]
     metrics: list[str]
     used: np.ndarray
+    replicas: int = 0  # data-parallel replicas in the job (0: not known)
 
 
 Rule = Callable[[Flagged, DiagnoserConfig], list[Finding]]
@@ -132,6 +134,7 @@ def classify_ranks(
     config: DiagnoserConfig | None = None,
     *,
     rules: Sequence[Rule] | None = None,
+    replicas: int = 0,
 ) -> list[Finding]:
     """Findings for the flagged ranks of one step.
 
@@ -141,11 +144,13 @@ def classify_ranks(
         dp: dp coordinate of every flagged rank.
         config: thresholds (``host_min_ranks``, ``group_min_frac``).
         rules: the decisions in order, each taking the ranks the ones before left
-            (default :data:`RULES`: host contention, sequence length, links, stragglers).
+            (default :data:`RULES`: host contention, sequence length, links, replicas,
+            stragglers).
+        replicas: the job's data-parallel replicas (0: not known, no replica findings).
     """
     cfg = config or DiagnoserConfig()
     causes, metrics = _deciding(cr)
-    flagged = Flagged(cr, hosts, dp, causes, metrics, np.zeros(len(cr.rows), bool))
+    flagged = Flagged(cr, hosts, dp, causes, metrics, np.zeros(len(cr.rows), bool), replicas)
     return [f for rule in (RULES if rules is None else rules) for f in rule(flagged, cfg)]
 
 
@@ -259,6 +264,25 @@ def links(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
     return out
 
 
+def replicas(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
+    """Ranks of one data-parallel replica slow for one cause at once on several hosts, half
+    of the replica or more: one finding of the replica (its ranks share its batches and the
+    hosts it spans), not one per host and rank."""
+    cr, hosts, causes, metrics, used = fl.cr, fl.hosts, fl.causes, fl.metrics, fl.used
+    if fl.replicas < 2 or not len(fl.dp):
+        return []
+    per_replica = cr.n_ranks / fl.replicas
+    out: list[Finding] = []
+    rest = np.flatnonzero(~used).tolist()
+    for d, cause in sorted({(int(fl.dp[j]), causes[j]) for j in rest}):
+        js = [j for j in rest if int(fl.dp[j]) == d and causes[j] == cause]
+        if len({str(hosts[j]) for j in js}) < 2 or len(js) < max(2 * cfg.host_min_ranks, per_replica / 2):
+            continue
+        used[js] = True
+        out.append(_group_finding(cr, f"dp:{d}", cause, js, [metrics[j] for j in js], False))
+    return out
+
+
 def stragglers(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
     """Everything else: several ranks of one group slow for one cause at once are one
     finding (of their host when they share one), else one finding per rank."""
@@ -283,7 +307,7 @@ def stragglers(fl: Flagged, cfg: DiagnoserConfig) -> list[Finding]:
     return out
 
 
-RULES: tuple[Rule, ...] = (host_contention, sequence_imbalance, links, stragglers)
+RULES: tuple[Rule, ...] = (host_contention, sequence_imbalance, links, replicas, stragglers)
 """The default decisions, in order (swap or extend them, as HTA's rankers)."""
 
 
