@@ -9,7 +9,7 @@ realistic jobs (no fault; 3,000 steps at 1,024 ranks; kernel sketches and stacks
 as live) count false anomalies and transients. The kernel-level classes (one GPU's GEMMs
 slower, NCCL slow on one link, a host starving its data loaders) add precision, recall and
 ``kernel_named_accuracy``: of the faults found, the share whose anomaly is ``level=kernel``
-and names the slowed kernel family or frame. Anomalies are matched to the injected faults by :mod:`argus.scoring` (the
+and names the slowed kernel family or frame. Anomalies are matched to the injected faults by :mod:`argus.producers.simulator.scoring` (the
 demo's matcher). Also: the time to analyse one step at 16,384 and 100,000 ranks; the hang
 classes on every hang scenario, with the delay from the hang to the alarm (1 s detector
 tick) and the alarms on a declared long checkpoint; ``trace_filter_2rank`` (HTA's masked
@@ -75,8 +75,8 @@ from argus.producers.simulator import (
     draw_job,
     random_fault,
 )
+from argus.producers.simulator.scoring import kernel_named_right, match_faults, window_iou
 from argus.schemas import Anomaly
-from argus.scoring import kernel_named_right, match_faults, window_iou
 
 REPO = Path(__file__).resolve().parents[1]
 LAYOUTS = {
@@ -170,7 +170,7 @@ class Tally:
 
 
 def score(runs: list[Run], tallies: dict[str, Tally]) -> None:
-    """Add runs to per-class tallies (matching by :func:`argus.scoring.match_faults`)."""
+    """Add runs to per-class tallies (matching by :func:`argus.producers.simulator.scoring.match_faults`)."""
     for run in runs:
         sc = match_faults(run.anomalies, run.labels, slack=3)
         right = sc.right_anomalies
