@@ -38,10 +38,29 @@ def _sightings_needed(cfg: DiagnoserConfig, n_ranks: int, level: str = "cross_ra
     return cfg.min_steps * (2 if level != "iteration" and n_ranks < cfg.group_min_size else 1)
 
 
-def _confirmed(e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n_ranks: int) -> bool:
-    """Sustained, or a one-off stall that cost enough in one step (rank level, or a slow
-    checkpoint): a few small pauses do not add up to a stall."""
+STREAKS = 64
+"""Short rank episodes whose lengths say how long a job's noise runs in streaks."""
+
+
+def streak_length(state: JobState) -> int:
+    """Sightings that the job's noise reaches in one run on a rank now and then: the 97th
+    percentile of its last ``STREAKS`` short rank episodes, once there are a quarter of that
+    (0 before). Strongly autocorrelated noise with heavy tails runs for ten steps or more
+    on one rank or another every few steps of a large job; a fault outlasts that."""
+    if len(state.streaks) < STREAKS // 4:
+        return 0
+    return int(np.percentile(state.streaks, 97))
+
+
+def _confirmed(
+    e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n_ranks: int, streak: int = 0
+) -> bool:
+    """Sustained (past the job's noise streaks, ``streak`` sightings, for one rank), or a
+    one-off stall that cost enough in one step (rank level, or a slow checkpoint): a few
+    small pauses do not add up to a stall."""
     needed = _sightings_needed(cfg, n_ranks, e.level)
+    if e.suspect_kind == "rank":
+        needed = max(needed, streak + 1)
     if e.change_onset >= 0 or e.hits >= 2 * needed or (e.hits >= needed and not _fading(e, cfg)):
         return True
     one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
@@ -56,23 +75,30 @@ def _fading(e: Episode, cfg: DiagnoserConfig) -> bool:
     return len(at) >= 3 and at[0] >= max(at) and at[-1] < cfg.fade_frac * at[0]
 
 
-def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0) -> str:
+def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0, streak: int = 0) -> str:
     """page: an incident a person should act on now, seen in ``page_hits`` steps, or adding
     ``page_cost_frac`` of a ``step_ms`` step per sighting once confirmed (or a change
-    point's); warn: worth a look, never a page (a straggler since the start, a one-off
-    stall, a layout or workload imbalance), or not yet one (a small fault seen in fewer
-    steps: noise that runs in streaks confirms a few steps and ends)."""
+    point's; not for a rank of a job whose noise runs ``streak`` sightings, longer than a
+    confirmation takes: its large shocks run that long too); warn: worth a look, never a
+    page (a straggler since the start, a one-off stall, a layout or workload imbalance), or
+    not yet one (a small fault seen in fewer steps: noise that runs in streaks confirms a
+    few steps and ends)."""
     if e.persistent or e.cause in _WARN_CAUSES or e.hits < 1:
         return "warn"
+    streaky = e.suspect_kind == "rank" and streak >= cfg.min_steps
     costly = (
-        step_ms > 0 and e.hits >= cfg.min_steps and e.added_ms_sum / e.hits >= cfg.page_cost_frac * step_ms
+        not streaky
+        and step_ms > 0
+        and e.hits >= cfg.min_steps
+        and e.added_ms_sum / e.hits >= cfg.page_cost_frac * step_ms
     )
     return "page" if e.hits >= page_hits or costly or e.change_onset >= 0 else "warn"
 
 
-def _page_hits(cfg: DiagnoserConfig, n_ranks: int, level: str) -> int:
-    """Sightings that make a confirmed fault a page: ``page_after`` times those that confirm it."""
-    return math.ceil(cfg.page_after * _sightings_needed(cfg, n_ranks, level))
+def _page_hits(cfg: DiagnoserConfig, n_ranks: int, level: str, streak: int = 0) -> int:
+    """Sightings that make a confirmed fault a page: ``page_after`` times those that confirm
+    it (for a rank, at least one more than the job's noise streaks)."""
+    return math.ceil(cfg.page_after * max(_sightings_needed(cfg, n_ranks, level), streak + 1))
 
 
 def _settle(state: JobState, verdict: IterationVerdict, cfg: DiagnoserConfig) -> bool:

@@ -95,7 +95,9 @@ class JobState:
     steps since ``first_step`` (of ``flag_steps``, global ones left out) it was flagged or
     weakly flagged in: how often it stood out before an episode of it opened; ``blips``:
     per episode key, the steps its last short unconfirmed episodes began (a rhythm in them is
-    a fault of every k-th step), at most ``max_open`` keys.
+    a fault of every k-th step), at most ``max_open`` keys; ``streaks``: the sightings of the
+    last rank episodes that closed within a few steps of their start, confirmed or not (how
+    long this job's noise runs in streaks).
     """
 
     job: str
@@ -117,6 +119,7 @@ class JobState:
     flagged: dict[int, int] = field(default_factory=dict)
     flag_steps: int = 0
     blips: dict[str, list[int]] = field(default_factory=dict)
+    streaks: list[int] = field(default_factory=list)
 
     @classmethod
     def new(cls, job: str, run: int, config: DiagnoserConfig | None = None) -> JobState:
@@ -155,6 +158,7 @@ class JobState:
             "flagged": {str(r): n for r, n in self.flagged.items()},
             "flag_steps": self.flag_steps,
             "blips": {k: list(v) for k, v in self.blips.items()},
+            "streaks": list(self.streaks),
         }
 
     @classmethod
@@ -190,4 +194,5 @@ class JobState:
             flagged={int(r): int(n) for r, n in data.get("flagged", {}).items()},
             flag_steps=int(data.get("flag_steps", 0)),
             blips={str(k): [int(x) for x in v] for k, v in data.get("blips", {}).items()},
+            streaks=[int(x) for x in data.get("streaks", [])],
         )

@@ -25,6 +25,7 @@ from argus.schemas.causes import ONE_OFF_CAUSES
 from ._baselines import (
     _BASELINE_CAUSES,
     _BASELINE_KINDS,
+    STREAKS,
     _beyond_baseline,
     _confirmed,
     _flickered,
@@ -34,6 +35,7 @@ from ._baselines import (
     _severity,
     _sightings_needed,
     _static,
+    streak_length,
 )
 from ._config import DiagnoserConfig
 from ._cross_stage import _DEEP_KINDS
@@ -120,7 +122,9 @@ def sightings(
         added = _sight(e, f, sf, cfg)
         if f.decided_by == CHANGE_FIGURE:
             _sight_change(e, f, added, sf)
-        if not e.emitted and (_confirmed(e, added, base_ms, cfg, sf.n_ranks) or _rhythm(state, key, e, sf)):
+        if not e.emitted and (
+            _confirmed(e, added, base_ms, cfg, sf.n_ranks, streak_length(state)) or _rhythm(state, key, e, sf)
+        ):
             if (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
                 out.append(a)
         elif (a := _escalate(state, e, sf, cfg)) is not None:
@@ -258,7 +262,9 @@ def _confirm(
     ):
         e.reported = _SILENT
         return None
-    e.severity = _severity(e, cfg, _page_hits(cfg, max(state.n_ranks, sf.n_ranks), e.level), sf.step_ms)
+    streak = streak_length(state) if e.suspect_kind == "rank" else 0
+    n_ranks = max(state.n_ranks, sf.n_ranks)
+    e.severity = _severity(e, cfg, _page_hits(cfg, n_ranks, e.level, streak), sf.step_ms, streak)
     _drop_before_onset(e)
     e.detected_ns = sf.end_ns
     e.reported = sf.step
@@ -299,7 +305,8 @@ def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfi
     a page (a page never turns back into a warning)."""
     if e.severity == "page" or e.reported == _SILENT or not e.emitted:
         return None
-    if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level), sf.step_ms) != "page":
+    streak = streak_length(state) if e.suspect_kind == "rank" else 0
+    if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level, streak), sf.step_ms, streak) != "page":
         return None
     e.severity, e.reported = "page", sf.step
     return _anomaly(state, e)
@@ -408,6 +415,8 @@ def _patience(e: Episode, cfg: DiagnoserConfig) -> int:
     return int(min(max(cfg.close_after, np.ceil(2.0 * gap)), 4 * cfg.close_after))
 
 
+_SHORT = 20
+"""Steps from its first sighting to its last within which a closed episode is a streak."""
 _RHYTHM = 4
 """Short unconfirmed episodes of one key, evenly apart, that the next one makes a fault of
 every k-th step."""
@@ -441,6 +450,8 @@ def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[
     """A closed episode: its final anomaly, kept a while to be continued if the same fault
     comes back (a one-off or persistent one aside); an unconfirmed one counts as a transient
     (and a short one's start is kept, :func:`_rhythm`)."""
+    if e.suspect_kind == "rank" and e.last_seen - e.onset < _SHORT:
+        state.streaks = [*state.streaks[-(STREAKS - 1) :], e.hits]
     if not e.emitted:
         _count_transient(state, e.suspect, cfg)
         if e.hits <= 2:
