@@ -16,8 +16,8 @@ optional ``kernels``/``stacks`` callables) only for confirmed rank suspects and 
 healthy peers of their stage. Anomalies are emitted when an episode is confirmed (four
 sightings, or one costly one-off stall), again every ``update_every`` steps while it lasts
 (so a job that simply ends leaves its anomaly's window right), and, with the same id and its
-final window and cost, when it closes. Ids hash job, run, cause,
-suspect and onset step, so a replay emits the same ids.
+final window and cost, when it closes. Ids hash job, run, cause, suspect and onset step, so a
+replay emits the same ids.
 
 This module is the entry point only: it composes the engine's parts, each its own module.
 :mod:`~detectors._cross_stage` is the cross-rank half of a step (stateless);
@@ -103,12 +103,11 @@ def apply_findings(
     deepen: Deepen | None = None,
     residuals: RankResiduals | None = None,
 ) -> StepResult:
-    """The temporal half: fold one step's findings into the job's state (iteration baseline,
-    episodes) and return the anomalies to publish; updates ``state`` in place. Steps must
-    come in order; ``deepen`` adds kernel/stack evidence when an episode is confirmed (and,
-    while none explains it, on each of the next ``deepen_steps`` steps: sketches that come
-    late still deepen it, and the anomaly is sent again, ``level="kernel"``; steps without any
-    data for the suspect do not count).
+    """The temporal half: fold one step's findings into the job's state (iteration baseline, episodes) and
+    return the anomalies to publish; updates ``state`` in place. Steps must come in order; ``deepen`` adds
+    kernel/stack evidence when an episode is confirmed (and, while none explains it, on each of the next
+    ``deepen_steps`` steps: sketches that come late still deepen it, and the anomaly is sent again,
+    ``level="kernel"``; steps without any data for the suspect do not count).
 
     Severity (docs/architecture.md#engine): a sighting becomes an anomaly once it is sustained (seen in
     ``min_steps`` steps, gaps up to ``close_after`` bridged) or, for a one-off stall, once
@@ -178,14 +177,8 @@ def diagnose_step(
 
     def deepen(suspects: Sequence[int], peers: Sequence[int], since: int) -> Deepening | None:
         ranks = [*suspects, *peers]  # this step's data, which is past ``since``
-        return deepen_ranks(
-            suspects,
-            peers,
-            kernels(ranks) if kernels is not None else {},
-            stacks(ranks) if stacks is not None else {},
-            names,
-            cfg,
-        )
+        ks = kernels(ranks) if kernels is not None else {}
+        return deepen_ranks(suspects, peers, ks, stacks(ranks) if stacks is not None else {}, names, cfg)
 
     return apply_findings(state, sf, cfg, deepen=deepen, residuals=res)
 
