@@ -20,6 +20,8 @@ Everything multiplies a rank's compute time (``factor``) or adds to its step
 (``stall_ms``, ``spike_ms``, ``gc_ms``, ``ckpt_ms``). The same job is seen as a live job
 (:meth:`SpaceJob.simulator`, the :class:`ClusterSimulator`'s step model and records) or as
 a per-rank step log (:meth:`SpaceJob.log`, the rows ``argus diagnose --steps-csv`` reads).
+The background is drawn in :mod:`._space_background`, the faults in :mod:`._space_faults`;
+this module draws the size and assembles the job.
 
 **Signal-to-noise ratio** of a fault (:meth:`SpaceJob.snr`): per culprit rank, the fault's
 effect summed over its window against the rank's own residual noise, i.e. after the
@@ -39,15 +41,16 @@ is ``delta * sqrt(n) / sigma_eff``. A fault of several ranks has the median of i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ._cluster import ClusterSimulator, PhaseTimes, SimStep, _Draft
-from ._faults import COMPUTE_STRAGGLER, Label
+from ._faults import Label
 from ._layout import Layout
 from ._noise import Noise
+from ._space_background import Background, _ar_series, _loguniform, draw_background
+from ._space_faults import SHAPES, WHO, SpaceFault, _fault_factor, _magnitude, _who
 
 __all__ = [
     "BIG_LAYOUTS",
@@ -62,12 +65,6 @@ __all__ = [
     "draw_job",
 ]
 
-SHAPES = ("step", "ramp", "sawtooth", "every_k", "flapping")
-"""Fault shapes: a constant slowdown, a drift up to it, a sawtooth (ramping up and back,
-over and over), slow on every k-th step only, on and off at random."""
-WHO = ("rank", "host", "hosts", "replica", "stage", "ranks")
-"""Who a fault slows: one rank, one host, several hosts of one replica, one data-parallel
-replica, one pipeline stage, or several ranks of a small job (up to half of it)."""
 PATHS = ("live", "csv_steps", "csv_time")
 """How the diagnosis sees a job: the live engine's step batches, a step log with rank, step
 and value only, or a log sampled irregularly in time (rank, time, value)."""
@@ -98,87 +95,6 @@ _BASE_NOISE = Noise(
 )
 """What the cluster simulator adds itself under a space job: a little per-phase noise only
 (everything else comes from the job's :class:`Background`)."""
-
-
-@dataclass(frozen=True)
-class Background:
-    """One job's noise, as drawn (see :func:`draw_background` for the ranges).
-
-    Relative sizes are fractions of a rank's compute (``jitter``, ``shared_sd``,
-    ``group_sd``, ``offset``) or of a healthy step (``blip``, ``spike``, ``gc``,
-    ``ckpt``).
-    """
-
-    jitter: float
-    """Robust SD of each rank's own per-step noise."""
-    ar: float
-    """Lag-1 autocorrelation of that noise (0: none, 0.95: strong)."""
-    df: float
-    """Student-t degrees of freedom of its innovations (inf: Gaussian; 1.5: very heavy)."""
-    shared_sd: float
-    """SD of the per-step factor every rank shares (data-dependent step times)."""
-    shared_ar: float
-    group_by: str
-    """``dp`` (replicas) or ``pp`` (stages): the groups that share a second per-step factor."""
-    group_sd: float
-    offset: float
-    """Static per-rank offsets, uniform in ±offset."""
-    slow_group: float
-    """A persistent speed group's factor (1: one speed for all)."""
-    slow_share: float
-    """Its share of the ranks (whole hosts where the job has several)."""
-    blip_rate: float
-    """Host-wide one-step blips per host-step."""
-    blip: tuple[float, float]
-    spike_rate: float
-    """Single-rank one-step spikes per rank-step."""
-    spike: tuple[float, float]
-    warmup: int
-    warmup_factor: float
-    eval_every: int
-    """Unannotated evaluation steps (every rank ``eval_factor`` times slower), 0: none."""
-    eval_factor: float
-    ckpt_every: int
-    """Unannotated checkpoints (every rank ``ckpt`` steps longer, no timer sees it), 0: none."""
-    ckpt: float
-    gc_rate: float
-    """GC pauses per rank-step (booked to the GC timer), ``gc`` of a step each."""
-    gc: float
-    missing: float
-    """Share of rank-steps (rank-samples in a log) that never arrive."""
-    annotated_ckpt_every: int
-    """Checkpoints the agent times (``checkpoint_ms``), 0: none."""
-
-
-@dataclass(frozen=True)
-class SpaceFault:
-    """One injected slowdown of a job of the space: its ``ranks`` compute ``factor[t]``
-    times slower on step ``t`` (1 outside the fault)."""
-
-    shape: str
-    who: str
-    group: str
-    """The smallest group that holds the ranks: ``rank:R``, a host name, ``hosts:A,B``,
-    ``dp:D``, ``pp:S`` or ``ranks`` (several ranks of a small job, of no one group)."""
-    ranks: tuple[int, ...]
-    first_step: int
-    last_step: int
-    """First and last step it acts on (for a drift: from where it adds 5 %)."""
-    magnitude: float
-    """The peak factor (a drift's end, a sawtooth's top, the slow steps' factor)."""
-    period: int
-    """Sawtooth period, the k of every k-th step, a flapping fault's mean on-length (steps)."""
-    factor: np.ndarray = field(repr=False, compare=False)
-    """Per step of the job, the factor on the culprits' compute."""
-
-    def onset(self, at_least: float = 1.2) -> int | None:
-        """The first step the factor reaches ``at_least`` (None: never)."""
-        hit = np.flatnonzero(self.factor >= at_least - 1e-12)
-        return int(hit[0]) if len(hit) else None
-
-    def label(self) -> Label:
-        """The ground truth in the simulator's terms (one label for all its ranks)."""
-        return Label(COMPUTE_STRAGGLER, self.first_step, self.last_step, self.who, self.group, self.ranks)
 
 
 @dataclass(frozen=True)
@@ -340,176 +256,12 @@ class _SpaceSimulator(ClusterSimulator):
         return s
 
 
-def _loguniform(rng: np.random.Generator, lo: float, hi: float) -> float:
-    return float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
-
-
-def draw_background(rng: np.random.Generator) -> Background:
-    """A job's background from the space's ranges (each component present or not, and how
-    strong, drawn independently)."""
-    on: Callable[[float], bool] = lambda p: bool(rng.random() < p)  # noqa: E731
-    df_choice = rng.random()
-    df = np.inf if df_choice < 0.3 else float(_loguniform(rng, 1.5, 30.0))
-    return Background(
-        jitter=_loguniform(rng, 0.005, 0.05),
-        ar=0.0 if on(0.35) else float(rng.uniform(0.2, 0.95)),
-        df=df,
-        shared_sd=_loguniform(rng, 0.003, 0.08) if on(0.7) else 0.0,
-        shared_ar=float(rng.uniform(0.0, 0.9)) if on(0.5) else 0.0,
-        group_by=str(rng.choice(["dp", "pp"])),
-        group_sd=_loguniform(rng, 0.003, 0.05) if on(0.5) else 0.0,
-        offset=float(rng.uniform(0.0, 0.12)) if on(0.7) else 0.0,
-        slow_group=float(_loguniform(rng, 1.1, 4.0)) if on(0.25) else 1.0,
-        slow_share=float(rng.uniform(0.1, 0.5)),
-        blip_rate=_loguniform(rng, 1e-4, 2e-3) if on(0.6) else 0.0,
-        blip=(0.05, float(rng.uniform(0.1, 0.5))),
-        spike_rate=_loguniform(rng, 1e-4, 0.01) if on(0.6) else 0.0,
-        spike=(0.05, float(rng.uniform(0.1, 1.0))),
-        warmup=int(rng.integers(0, 31)),
-        warmup_factor=float(rng.uniform(1.2, 3.0)),
-        eval_every=int(rng.integers(100, 400)) if on(0.4) else 0,
-        eval_factor=float(rng.uniform(1.5, 6.0)),
-        ckpt_every=int(rng.integers(100, 500)) if on(0.4) else 0,
-        ckpt=float(rng.uniform(2.0, 20.0)),
-        gc_rate=_loguniform(rng, 1e-4, 3e-3) if on(0.5) else 0.0,
-        gc=float(rng.uniform(0.05, 0.5)),
-        missing=_loguniform(rng, 1e-4, 0.03) if on(0.4) else 0.0,
-        annotated_ckpt_every=int(rng.integers(50, 200)) if on(0.3) else 0,
-    )
-
-
-def _ar_series(rng: np.random.Generator, shape: tuple[int, int], phi: float, df: float) -> np.ndarray:
-    """Unit robust-scale noise (steps × series): Student-t innovations, AR(1) ``phi``."""
-    eps = rng.standard_normal(shape) if np.isinf(df) else rng.standard_t(df, shape)
-    eps /= max(float(np.median(np.abs(eps))) / 0.6745, 1e-12)
-    if phi <= 0.0:
-        return eps
-    out = np.empty_like(eps)
-    out[0] = eps[0]
-    c = np.sqrt(1.0 - phi * phi)
-    for t in range(1, shape[0]):
-        out[t] = phi * out[t - 1] + c * eps[t]
-    return out
-
-
 def _small_layout(rng: np.random.Generator) -> Layout:
     n = int(rng.integers(4, 17))
     per_host = int(rng.choice([g for g in (1, 2, 4, 8) if g <= n // 2] or [1]))
     if n % 2 == 0 and n >= 8 and rng.random() < 0.3:
         return Layout(dp=n // 2, pp=2, gpus_per_host=per_host)
     return Layout(dp=n, gpus_per_host=per_host)
-
-
-def _who(rng: np.random.Generator, layout: Layout) -> tuple[str, tuple[int, ...], str]:
-    """Who a fault slows: (who, ranks, smallest group holding them)."""
-    n, c = layout.n_ranks, layout.coords
-    small = n < 32
-    if small:
-        hosts_ok = layout.gpus_per_host >= 2 and layout.n_hosts >= 2
-        pick = rng.choice(["rank", "ranks", "host"], p=[0.45, 0.4, 0.15] if hosts_ok else [0.5, 0.5, 0.0])
-    else:
-        whos = (
-            ["rank", "host", "hosts", "replica", "stage"]
-            if layout.pp > 1
-            else ["rank", "host", "hosts", "replica"]
-        )
-        p = np.array([0.4, 0.2, 0.15, 0.12, 0.13][: len(whos)])
-        pick = rng.choice(whos, p=p / p.sum())
-    if pick == "rank":
-        r = int(rng.integers(0, n))
-        return "rank", (r,), f"rank:{r}"
-    if pick == "host":
-        h = int(rng.integers(0, layout.n_hosts))
-        return "host", layout.ranks_of_host(h), Layout.host_name(h)
-    if pick == "ranks":
-        k = int(rng.integers(2, n // 2 + 1))
-        ranks = tuple(sorted(int(r) for r in rng.choice(n, k, replace=False)))
-        return "ranks", ranks, _group_of(layout, ranks)
-    if pick == "hosts":
-        d = int(rng.integers(0, layout.dp))
-        hosts = np.unique(c["host"][c["dp"] == d])
-        k = int(rng.integers(2, 5))
-        if len(hosts) < k:  # a replica on one host: neighbouring hosts instead
-            h0 = int(rng.integers(0, layout.n_hosts - k + 1))
-            hosts = np.arange(h0, h0 + k)
-        else:
-            i = int(rng.integers(0, len(hosts) - k + 1))
-            hosts = hosts[i : i + k]
-        ranks = tuple(int(r) for r in np.flatnonzero(np.isin(c["host"], hosts)))
-        return "hosts", ranks, _group_of(layout, ranks)
-    if pick == "replica":
-        d = int(rng.integers(0, layout.dp))
-        ranks = tuple(int(r) for r in np.flatnonzero(c["dp"] == d))
-        return "replica", ranks, _group_of(layout, ranks)
-    s = int(rng.integers(0, layout.pp))
-    ranks = tuple(int(r) for r in np.flatnonzero(c["pp"] == s))
-    return "stage", ranks, _group_of(layout, ranks)
-
-
-def _group_of(layout: Layout, ranks: tuple[int, ...]) -> str:
-    """The smallest group holding ``ranks``: one rank, one host, one replica or stage
-    (exactly), several whole hosts, else ``ranks``."""
-    c = layout.coords
-    sel = np.asarray(ranks)
-    if len(sel) == 1:
-        return f"rank:{ranks[0]}"
-    hosts = np.unique(c["host"][sel])
-    if len(hosts) == 1:
-        return Layout.host_name(int(hosts[0]))
-    for col in ("dp", "pp"):
-        vals = np.unique(c[col][sel])
-        if len(vals) == 1 and np.count_nonzero(c[col] == vals[0]) == len(sel) and getattr(layout, col) > 1:
-            return f"{col}:{int(vals[0])}"
-    if np.count_nonzero(np.isin(c["host"], hosts)) == len(sel):
-        return "hosts:" + ",".join(Layout.host_name(int(h)) for h in hosts)
-    return "ranks"
-
-
-def _magnitude(rng: np.random.Generator, shape: str, who: str) -> float:
-    if shape == "every_k":
-        return float(rng.uniform(1.5, 4.0))
-    if who != "rank":
-        return float(rng.uniform(1.05, 1.4))
-    u = rng.random()
-    if u < 0.15:
-        return float(rng.uniform(1.05, 1.1))
-    if u < 0.4:
-        return float(rng.uniform(1.1, 1.2))
-    if u < 0.8:
-        return float(rng.uniform(1.2, 1.5))
-    return float(rng.uniform(1.5, 2.5))
-
-
-def _fault_factor(
-    rng: np.random.Generator, shape: str, steps: int, first: int, length: int, m: float
-) -> tuple[np.ndarray, int]:
-    """Per step of the job, the fault's factor; and its period parameter."""
-    f = np.ones(steps)
-    i = np.arange(length, dtype=float)
-    period = 0
-    if shape == "step":
-        f[first : first + length] = m
-    elif shape == "ramp":
-        f[first : first + length] = 1.0 + (m - 1.0) * (i + 1) / length
-    elif shape == "sawtooth":  # up to m and back down, over and over
-        period = int(rng.integers(8, max(9, min(80, length // 3))))
-        phase = (i % period) / period
-        f[first : first + length] = 1.0 + (m - 1.0) * (1.0 - np.abs(2.0 * phase - 1.0))
-    elif shape == "every_k":
-        period = int(rng.integers(2, 11))
-        f[first : first + length] = np.where(i % period == 0, m, 1.0)
-    else:  # flapping: on and off at random, each stretch a few to tens of steps
-        period = int(rng.integers(4, 31))
-        on, t = True, 0
-        seg = np.ones(length, bool)
-        while t < length:
-            run = int(rng.geometric(1.0 / period))
-            seg[t : t + run] = on
-            t += run
-            on = not on
-        seg[-1] = True  # the fault's window ends on a slow step
-        f[first : first + length] = np.where(seg, m, 1.0)
-    return f, period
 
 
 def draw_job(
