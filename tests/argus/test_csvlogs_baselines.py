@@ -4,6 +4,7 @@ job-wide slow stretch moves their excess in milliseconds, not their share of the
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from argus.csvlogs import diagnose_log
 
@@ -42,3 +43,36 @@ def test_a_speed_group_through_a_job_wide_slow_stretch_is_quiet() -> None:
 def test_a_late_slowdown_of_a_fast_worker_still_pages() -> None:
     res = diagnose_log(*_log(True), by_time=True, job="speed-groups-fault")
     assert [(a.suspect, a.severity) for a in res.anomalies] == [("rank:1", "page")], res.anomalies
+
+
+def _offset_log(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """8 workers, 600 steps of ~3 s with 4 % lognormal noise, a 2x warm-up, 1 % hiccups of
+    1.3-1.9x and an evaluation step every 150; workers 3 and 6 25 % and 22 % slower all
+    along (a new user's log, session 19)."""
+    rng = np.random.default_rng(seed)
+    ranks, steps, values = [], [], []
+    for r in range(8):
+        for s in range(600):
+            v = 3000 * np.exp(rng.normal(0, 0.04)) * {3: 1.25, 6: 1.22}.get(r, 1.0)
+            v *= 2.0 if s < 5 else 1.0
+            v *= rng.uniform(1.3, 1.9) if rng.random() < 0.01 else 1.0
+            v *= 2.5 if s % 150 == 149 else 1.0
+            ranks.append(r)
+            steps.append(s)
+            values.append(v)
+    return np.array(ranks), np.array(steps), np.array(values)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (issue 32): an offset of 20-25 % in an 8-worker job is flagged only now and "
+    "then, so it is not 'since the start' and pages in 5 of 10 seeds, or a hiccup opens a change",
+)
+def test_workers_a_quarter_slower_all_along_are_never_paged() -> None:
+    pages = [
+        (seed, a.suspect, a.start_step)
+        for seed in range(1, 11)
+        for a in diagnose_log(*_offset_log(seed), by_time=False, job=f"offsets-{seed}").anomalies
+        if a.severity == "page"
+    ]
+    assert pages == []
