@@ -43,13 +43,14 @@ STREAKS = 64
 
 
 def streak_length(state: JobState) -> int:
-    """Sightings that the job's noise reaches in one run on a rank now and then: the 97th
-    percentile of its last ``STREAKS`` short rank episodes, once there are a quarter of that
-    (0 before). Strongly autocorrelated noise with heavy tails runs for ten steps or more
-    on one rank or another every few steps of a large job; a fault outlasts that."""
-    if len(state.streaks) < STREAKS // 4:
+    """Sightings that the job's noise reaches in one run on a rank now and then: the 90th
+    percentile of its last ``STREAKS`` short rank episodes, once there are half that (0
+    before: a few short real faults early in a job are not its noise). Strongly
+    autocorrelated noise with heavy tails runs for ten steps or more on one rank or another
+    every few steps of a large job; a fault outlasts that."""
+    if len(state.streaks) < STREAKS // 2:
         return 0
-    return int(np.percentile(state.streaks, 97))
+    return int(np.percentile(state.streaks, 90))
 
 
 def _confirmed(
