@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from argus.producers.csvlogs import as_written, phase_of, read_series
+from argus.producers.csvlogs import LogRows, as_written, phase_of, read_series
 
 from ..csvlogs import LogDiagnosis, diagnose_log
 from ..schemas import Anomaly
@@ -29,6 +29,12 @@ def diagnose(
     step_col: str | None = typer.Option(
         None, "--step-col", help="column holding the step (instead of --time-col)"
     ),
+    time_format: str | None = typer.Option(
+        None,
+        "--time-format",
+        help="how --time-col writes times, as for strptime ('%d/%m/%Y %H:%M:%S'); "
+        "default: numbers or ISO 8601",
+    ),
     value_col: str = typer.Option(..., "--value-col", help="column holding the value (e.g. step_ms)"),
     host_col: str | None = typer.Option(
         None, "--host-col", help="column naming each rank's host (default: a column called host, node, ...)"
@@ -42,7 +48,7 @@ def diagnose(
         fail("give exactly one of --time-col or --step-col")
     t_col = time_col or step_col or ""
     with exit_on_error(ValueError):  # diagnose_log's ValueError: the CSV's values
-        rows = read_series(steps_csv, rank_col, t_col, value_col, host_col)
+        rows = read_series(steps_csv, rank_col, t_col, value_col, host_col, time_format)
         result = diagnose_log(
             rows.rank, rows.t, rows.value, by_time=time_col is not None, metric=value_col,
             higher_is_better=higher_is_better, job=steps_csv.stem or "log", hosts=rows.hosts,
@@ -50,17 +56,21 @@ def diagnose(
     for note in (*rows.notes, *result.notes):
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if as_json:
-        out = [_as_json(a, result, rows.iso) for a in result.anomalies]
+        out = [_as_json(a, result, rows) for a in result.anomalies]
         sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
         return
-    _print_table(result, len(np.unique(rows.rank)), value_col, "time" if time_col else "step", rows.iso)
+    _print_table(result, rows, value_col, "time" if time_col else "step")
 
 
-def _as_json(a: Anomaly, result: LogDiagnosis, iso: bool = False) -> dict[str, Any]:
+def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows) -> dict[str, Any]:
     """One anomaly of ``--json``: its window in the log's own steps or times (ISO 8601
-    strings when the log wrote its times so)."""
+    strings when the log wrote its times so); the log's rank labels beside the numbers
+    when it has labels."""
+    iso = rows.iso
+    labels = {"labels": [rows.label(r) for r in a.ranks]} if rows.labels else {}
     return {
         "rank": a.ranks[0] if a.suspect_kind == "rank" and a.ranks else None,
+        **labels,
         "suspect": a.suspect,
         "suspect_kind": a.suspect_kind,
         "ranks": list(a.ranks),
@@ -76,9 +86,10 @@ def _as_json(a: Anomaly, result: LogDiagnosis, iso: bool = False) -> dict[str, A
     }
 
 
-def _print_table(result: LogDiagnosis, n_ranks: int, value_col: str, unit: str, iso: bool = False) -> None:
-    """The anomalies as a table, the transients counted in its caption."""
-    found = result.anomalies
+def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str) -> None:
+    """The anomalies as a table (ranks by the log's own labels when it has them), the
+    transients counted in its caption."""
+    found, iso, n_ranks = result.anomalies, rows.iso, len(np.unique(rows.rank))
     n_tr = sum(result.transients.values())
     top = sorted(result.transients.items(), key=lambda kv: -kv[1])[:5]
     table = Table(
@@ -93,7 +104,7 @@ def _print_table(result: LogDiagnosis, n_ranks: int, value_col: str, unit: str, 
     for a in found:
         table.add_row(
             a.suspect,
-            ",".join(str(r) for r in a.ranks[:8]) + ("…" if len(a.ranks) > 8 else ""),
+            ",".join(rows.label(r) for r in a.ranks[:8]) + ("…" if len(a.ranks) > 8 else ""),
             as_written(result.start(a), iso),
             as_written(result.end(a), iso),
             a.cause,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from ._errors import ProducerError
 
 __all__ = [
     "HOST_COLUMNS",
+    "TIME_FORMATS",
     "TYPICAL_MS",
     "CsvError",
     "LogBatches",
@@ -41,6 +43,7 @@ __all__ = [
 ]
 
 MAX_ROWS = 50_000_000
+MAX_RANKS = 1 << 20
 MAX_WINDOWS = 1_000_000
 _T0_NS = 1_767_225_600 * 10**9  # windows are placed one second apart from 2026-01-01
 TYPICAL_MS = 1000.0
@@ -83,37 +86,82 @@ class LogRows:
     notes: tuple[str, ...] = ()
     iso: bool = False
     """The time column was written as ISO 8601 times (``t`` holds them as epoch seconds)."""
+    labels: dict[int, str] = dataclasses.field(default_factory=dict)
+    """The log's own rank labels (``worker-3``) by the rank number given to each, when its
+    rank column is not numbers; empty when it is."""
+
+    def label(self, rank: int) -> str:
+        """How the log names ``rank``."""
+        return self.labels.get(rank, str(rank))
 
 
-def _time(text: str) -> tuple[float, bool]:
-    """A time column's entry: a number, or an ISO 8601 time as seconds since the epoch; and
-    whether it was ISO 8601. Raises ValueError for anything else."""
+TIME_FORMATS = "a number (a step, or seconds), or an ISO 8601 time such as 2026-03-14T09:00:05Z"
+"""What a time column may hold without ``time_format``, for error messages."""
+
+
+def _time(text: str, time_format: str | None = None) -> tuple[float, bool, bool]:
+    """A time column's entry: a number, an ISO 8601 time or a time written as
+    ``time_format`` (:func:`datetime.strptime`), as seconds since the epoch; whether it was a
+    time of day; and whether it had no zone (read as UTC). Raises ValueError for anything else."""
+    text = text.strip()
+    if time_format is None:
+        try:
+            return float(text), False, False
+        except ValueError:
+            pass
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    else:
+        when = datetime.strptime(text, time_format)
+    zoneless = when.tzinfo is None
+    if zoneless:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp(), True, zoneless
+
+
+def _natural(label: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that puts ``worker-2`` before ``worker-10``."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", label) if p)
+
+
+def _numbering(labels: set[str]) -> tuple[dict[str, int], dict[int, str]]:
+    """Rank numbers for a rank column's distinct entries: their own numbers when every one
+    is a whole number ``0 <= r < 2**20``; otherwise the labels numbered in natural order
+    (``gpu-2`` before ``gpu-10``), with the labels by number."""
     try:
-        return float(text), False
+        numbers = {x: float(x) for x in labels}
+        if all(0 <= r < MAX_RANKS and r == int(r) for r in numbers.values()):
+            return {x: int(r) for x, r in numbers.items()}, {}
     except ValueError:
         pass
-    when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.timestamp(), True
+    names = dict(enumerate(sorted(labels, key=_natural)))
+    return {x: i for i, x in names.items()}, names
 
 
 def read_series(
-    path: Path, rank_col: str, t_col: str, value_col: str, host_col: str | None = None
+    path: Path,
+    rank_col: str,
+    t_col: str,
+    value_col: str,
+    host_col: str | None = None,
+    time_format: str | None = None,
 ) -> LogRows:
     """The rank, time (or step) and value columns as numbers, and the hosts of ``host_col``
     (default: the first of :data:`HOST_COLUMNS` in the header, if any); other columns are
     ignored. Rows with a blank, NaN or infinite value are skipped and counted in a note.
+    Ranks may be labels (``worker-3``): they are numbered in natural order, with a note.
+    Times are numbers, ISO 8601 times, or times written as ``time_format`` (``%d/%m/%Y
+    %H:%M:%S``); a time without a zone is read as UTC, with a note.
 
     Raises :class:`CsvError` naming the file (and line) for anything it cannot use: a
-    missing column, a non-number, a negative rank, no data rows.
+    missing column, a value or time that is not one, no data rows.
     """
-    ranks: list[int] = []
+    labels: list[str] = []
     ts: list[float] = []
     vs: list[float] = []
-    hosts: dict[int, str] = {}
+    host_of: dict[str, str] = {}
+    seen: dict[str, str] = {}
     skipped = 0
-    iso = False
+    iso = zoneless = False
     try:
         with path.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a spreadsheet's BOM
             reader = csv.DictReader(fh)
@@ -133,37 +181,52 @@ def read_series(
                     skipped += 1
                     continue
                 try:
-                    r, v = float(raw[0] or ""), float(raw[2] or "")
-                    t, written_iso = _time(raw[1] or "")
-                    iso = iso or written_iso
+                    v = float(raw[2] or "")
                 except ValueError:
-                    raise CsvError(
-                        f"{path}:{line}: not a number in {rank_col}/{t_col}/{value_col}: {raw!r}"
-                    ) from None
-                if not all(math.isfinite(x) for x in (r, t, v)):
+                    raise CsvError(f"{path}:{line}: {value_col} is not a number: {raw[2]!r}") from None
+                try:
+                    t, is_time, no_zone = _time(raw[1] or "", time_format)
+                except ValueError:
+                    wanted = f"a time written as {time_format!r}" if time_format else TIME_FORMATS
+                    hint = (
+                        ""
+                        if time_format
+                        else " (other formats: --time-format, as for strptime: '%d/%m/%Y %H:%M:%S')"
+                    )
+                    raise CsvError(f"{path}:{line}: {t_col} must be {wanted}, got {raw[1]!r}{hint}") from None
+                iso, zoneless = iso or is_time, zoneless or no_zone
+                if not (math.isfinite(t) and math.isfinite(v)):
                     skipped += 1
                     continue
-                if r < 0 or r != int(r) or r >= 1 << 20:
-                    raise CsvError(f"{path}:{line}: {rank_col} must be a rank (0, 1, 2, ...), got {raw[0]!r}")
                 if v < 0:
                     raise CsvError(f"{path}:{line}: {value_col} must not be negative, got {raw[2]!r}")
-                ranks.append(int(r))
+                label = (raw[0] or "").strip()[:256]
+                label = seen.setdefault(label, label)  # one string per rank, not per row
+                labels.append(label)
                 ts.append(t)
                 vs.append(v)
-                if host_col and int(r) not in hosts:
-                    hosts[int(r)] = (row.get(host_col) or "").strip()[:256]
-                if len(vs) > MAX_ROWS:
-                    raise CsvError(f"{path}: more than {MAX_ROWS:,} rows")
+                if host_col and label not in host_of:
+                    host_of[label] = (row.get(host_col) or "").strip()[:256]
+                if len(vs) > MAX_ROWS or len(seen) > MAX_RANKS:
+                    raise CsvError(f"{path}: more than {MAX_ROWS:,} rows or {MAX_RANKS:,} ranks")
     except OSError as exc:
         raise CsvError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise CsvError(f"{path} is not a readable CSV: {exc}") from None
     if not vs:
         raise CsvError(f"{path}: no data rows")
-    rows = LogRows(
-        np.array(ranks, np.int64), np.array(ts), np.array(vs), {k: v for k, v in hosts.items() if v}, iso=iso
-    )
+    number, names = _numbering(set(labels))
+    hosts = {number[x]: h for x, h in host_of.items() if h}
+    ranks = np.fromiter((number[x] for x in labels), np.int64, len(labels))
+    rows = LogRows(ranks, np.array(ts), np.array(vs), hosts, iso=iso, labels=names)
     notes = [f"{skipped:,} row(s) with a blank, NaN or infinite value skipped"] if skipped else []
+    if names:
+        first = ", ".join(f"{names[i]} = {i}" for i in list(names)[:3])
+        notes.append(
+            f"{rank_col} holds labels, not rank numbers: {len(names):,} ranks numbered in natural order ({first}, ...)"
+        )
+    if zoneless:
+        notes.append(f"{t_col} has times without a zone: read as UTC")
     return dataclasses.replace(rows, notes=(*notes, *_oddities(rows.rank, rows.t, t_col, iso)))
 
 

@@ -156,6 +156,40 @@ def test_cli_prints_an_iso_log_s_times_as_iso(tmp_path: Path) -> None:
     assert out[0]["start"] in table and "1795392" not in table
 
 
+def test_a_log_with_worker_labels_and_day_first_local_times_is_read_and_named_by_its_labels(
+    tmp_path: Path,
+) -> None:
+    """Ranks written ``worker-1`` .. ``worker-16`` (natural order: worker-8 is rank 7 and
+    ``worker-10`` comes after ``worker-9``), times as ``14/03/2026 09:00:05`` without a zone."""
+    from datetime import UTC, datetime
+
+    src = write_log(tmp_path / "plain.csv")
+    path = tmp_path / "workers.csv"
+    with src.open() as fin, path.open("w", newline="") as fout:
+        w = csv.writer(fout)
+        for i, row in enumerate(csv.reader(fin)):
+            if i:
+                when = datetime.fromtimestamp(1_773_478_800 + float(row[0]), UTC)  # 2026-03-14 09:00
+                row[0], row[1] = when.strftime("%d/%m/%Y %H:%M:%S.%f"), f"worker-{int(row[1]) + 1}"
+            w.writerow(row)
+    args = ["diagnose", "--steps-csv", str(path), "--time-col", "ts", "--value-col", "step_ms"]
+    res = CliRunner().invoke(app, args)
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "--time-format" in text and "ISO 8601" in text, text
+    res = CliRunner().invoke(app, [*args, "--time-format", "%d/%m/%Y %H:%M:%S.%f", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [(o["rank"], o["labels"], o["severity"]) for o in out] == [(7, ["worker-8"], "page")]
+    assert out[0]["start"].startswith("2026-03-14T09:0") and out[0]["start"].endswith("Z")
+    notes = " ".join(res.stderr.split())
+    assert "16 ranks numbered in natural order (worker-1 = 0, worker-2 = 1, worker-3 = 2" in notes
+    assert "without a zone: read as UTC" in notes
+    rows = read_series(path, "rank", "ts", "step_ms", time_format="%d/%m/%Y %H:%M:%S.%f")
+    assert rows.labels[9] == "worker-10" and rows.hosts[7] == "node-0" and rows.label(15) == "worker-16"
+    table = CliRunner().invoke(app, [*args, "--time-format", "%d/%m/%Y %H:%M:%S.%f"]).stdout
+    assert "worker-8" in table
+
+
 def test_cli_json_never_prints_infinity(tmp_path: Path) -> None:
     path = tmp_path / "huge.csv"
     rows = ["rank,step,step_ms"]
