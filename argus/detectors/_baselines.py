@@ -126,14 +126,14 @@ def _settle(state: JobState, verdict: IterationVerdict, cfg: DiagnoserConfig) ->
 
 
 def _persistent(e: Episode, state: JobState, cfg: DiagnoserConfig) -> bool:
-    """Slow since the job's start (decided when confirmed): seen before the job settled
-    after its warm-up, or within ``persistent_within`` steps of it."""
-    return (
-        e.level == "cross_rank"
-        and e.cause not in ONE_OFF_CAUSES
-        and state.first_step >= 0
-        and e.onset - state.first_step <= cfg.persistent_within
-    )
+    """Slow since the job's start (decided when confirmed): first seen before the job
+    settled after its warm-up, or with at most ``persistent_within`` steps since then in
+    which its ranks did not stand out (flagged or weakly): a rank a little slower all
+    along crosses the line in most steps, not all, and its first sighting can come a few
+    steps in."""
+    if e.level != "cross_rank" or e.cause in ONE_OFF_CAUSES or state.first_step < 0:
+        return False
+    return e.onset - state.first_step - e.stood_out <= cfg.persistent_within
 
 
 _BEYOND_FRAC = 0.1
@@ -171,19 +171,58 @@ def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig)
     return e.persistent and since_start >= 2
 
 
-def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, share: float = 1.0) -> bool:
+def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, change: Episode | None = None) -> bool:
     """Whether a finding of a rank or group that is slow from the job's start (its baseline,
-    silent, or a warning "since the start") says it is now slower than that: it adds
-    ``share`` of a tenth of a step more than the baseline adds, in milliseconds and as a
-    share of the step both (:func:`_level`): a slower rank's excess grows with the job's
-    step when every rank slows, its share does not; its share grows when other ranks
-    speed the job up, its milliseconds do not."""
+    silent, or a warning "since the start") says it is now slower than that: it adds a
+    tenth of a step more than the baseline adds, in milliseconds and as a share of the step
+    both (:func:`_level`): a slower rank's excess grows with the job's step when every rank
+    slows, its share does not; its share grows when other ranks speed the job up, its
+    milliseconds do not. An open ``change`` goes on down to halfway between the two levels,
+    never under half that margin: a small change holds through its own noise, and a rank's
+    usual noise does not carry on a change that one hiccup opened."""
     if not (base.persistent or base.reported == _SILENT) or base.hits <= 0 or sf.step_ms <= 0:
         return False
     added = step_ms_added(f.step_ms_added, sf.step_ms)
     ms, frac = _level(base, sf.step_ms)
-    margin = share * _BEYOND_FRAC
-    return added >= ms + margin * sf.step_ms and added / sf.step_ms >= frac + margin
+    by_ms = by_frac = _BEYOND_FRAC
+    if change is not None and change.hits > 0:
+        c_ms, c_frac = _level(change, sf.step_ms)
+        by_ms = min(max((c_ms - ms) / (2 * sf.step_ms), _BEYOND_FRAC / 2), _BEYOND_FRAC)
+        by_frac = min(max((c_frac - frac) / 2, _BEYOND_FRAC / 2), _BEYOND_FRAC)
+    return added >= ms + by_ms * sf.step_ms and added / sf.step_ms >= frac + by_frac
+
+
+def _splits_noise(state: JobState, key: str, change: Episode, step_ms: float) -> bool:
+    """Whether a change from a baseline is the baseline's own noise cut in two: the level
+    of its sightings (:func:`_level`) stands above the baseline's by less than twice the
+    baseline's spread (at least half of, at most, the tenth of a step a change must add),
+    or (a rank) it was sighted as the baseline at least a quarter as often as as the change
+    while the change's last sightings came (a change point's test is its own). A rank that
+    changed is seen as the change nearly every time, at its new level; a rank whose usual
+    spread reaches past the threshold now and then is seen as both, and the change's
+    sightings are only its high ones."""
+    base = state.episodes.get(key.removesuffix("|change")) if key.endswith("|change") else None
+    if base is None or change.change_onset >= 0 or not change.hits_at or base.hits <= 0 or step_ms <= 0:
+        return False
+    (b_ms, b_frac), (c_ms, c_frac) = _level(base, step_ms), _level(change, step_ms)
+    by_ms, by_frac = _spread(base.added_at, step_ms), _spread(base.share_at)
+    if c_ms < b_ms + by_ms * step_ms or c_frac < b_frac + by_frac:
+        return True
+    if change.suspect_kind != "rank":  # a group's baseline is sighted by its other ranks too
+        return False
+    since = max(change.onset, change.hits_at[0])
+    return 4 * sum(1 for s in base.hits_at if s >= since) >= len(change.hits_at)
+
+
+def _spread(values: Sequence[float], per: float = 1.0) -> float:
+    """Twice a robust standard deviation of a baseline's sightings (1.4826 MAD) over
+    ``per`` (a step, for milliseconds), within half and the whole of ``_BEYOND_FRAC``; the
+    whole before eight sightings."""
+    if len(values) < 8:
+        return _BEYOND_FRAC
+    v = np.asarray(values)
+    sd = 1.4826 * float(np.median(np.abs(v - np.median(v)))) / per
+    return min(max(2 * sd, _BEYOND_FRAC / 2), _BEYOND_FRAC)
 
 
 def _level(base: Episode, step_ms: float) -> tuple[float, float]:

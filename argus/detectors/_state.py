@@ -40,14 +40,20 @@ class Episode:
     idle: int = 0
     reported: int = -1
     hits_at: list[int] = field(default_factory=list)
-    added_at: list[float] = field(default_factory=list)  # step time added at hits_at's steps
+    added_at: list[float] = field(default_factory=list)  # step time added, last LEVEL_SIGHTINGS
     share_at: list[float] = field(default_factory=list)  # and its share of each step
     peers: list[int] = field(default_factory=list)
     deepen_left: int = 0
     detail: str = ""
     change_onset: int = -1
     prior_rate: float = 0.0
+    stood_out: float = 0.0  # steps its ranks stood out between the job's settling and its opening
 
+
+LEVEL_SIGHTINGS = 32
+"""Sightings whose step time added (``added_at``, ``share_at``) give an episode's level: a
+baseline's level is their median, and a median of few of a noisy rank's sightings moves
+by a good part of its spread (a change from it is then the rank's own noise)."""
 
 _SILENT = 10**15
 """``reported`` of a persistent episode: never sent."""

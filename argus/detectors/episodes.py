@@ -34,6 +34,7 @@ from ._baselines import (
     _prior_rate,
     _severity,
     _sightings_needed,
+    _splits_noise,
     _static,
     streak_length,
 )
@@ -41,7 +42,7 @@ from ._config import DiagnoserConfig
 from ._cross_stage import _DEEP_KINDS
 from ._finding import Finding, anomaly_id
 from ._routing import _GROUP_KINDS, _absorb, _family, _group_index, _route, _split
-from ._state import _SILENT, Episode, JobState
+from ._state import _SILENT, LEVEL_SIGHTINGS, Episode, JobState
 from .common_cause import CHANGE_FIGURE
 from .cost import gpu_hours, step_ms_added
 from .deepen import Deepening
@@ -123,7 +124,11 @@ def sightings(
         if f.decided_by == CHANGE_FIGURE:
             _sight_change(e, f, added, sf)
         if not e.emitted and (
-            _confirmed(e, added, base_ms, cfg, sf.n_ranks, streak_length(state)) or _rhythm(state, key, e, sf)
+            (
+                _confirmed(e, added, base_ms, cfg, sf.n_ranks, streak_length(state))
+                and not _splits_noise(state, key, e, sf.step_ms)
+            )
+            or _rhythm(state, key, e, sf)
         ):
             if (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
                 out.append(a)
@@ -157,10 +162,10 @@ def _episode_of(
         and old.persistent
         and (
             f.decided_by == CHANGE_FIGURE
-            # hysteresis: an open change goes on down to half its threshold
+            # hysteresis: an open change goes on down to halfway between the two levels
             or (
                 not cfg.change_points  # with them on, a change from a baseline is theirs
-                and _beyond_baseline(old, f, sf, 0.5 if f"{f.key}|change" in state.episodes else 1.0)
+                and _beyond_baseline(old, f, sf, state.episodes.get(f"{f.key}|change"))
             )
         )
     )
@@ -172,6 +177,7 @@ def _episode_of(
         e = state.episodes[key] = _open(f, sf.step)
         if not change:  # a baseline's ranks stood out before: that was the baseline
             e.prior_rate = _prior_rate(state, f.ranks, cfg)
+            e.stood_out = sum(state.flagged.get(r, 0) for r in f.ranks) / max(len(f.ranks), 1)
         if f.suspect_kind in _GROUP_KINDS:
             _absorb(state, key, e)
             if f.suspect_kind not in ("ranks", "host"):
@@ -194,8 +200,8 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> fl
     e.last_seen = sf.step
     e.idle = 0
     e.hits_at = [*e.hits_at[-7:], sf.step]
-    e.added_at = [*e.added_at[-7:], round(added, 3)]
-    e.share_at = [*e.share_at[-7:], round(added / sf.step_ms, 5) if sf.step_ms > 0 else 0.0]
+    e.added_at = [*e.added_at[1 - LEVEL_SIGHTINGS :], round(added, 3)]
+    e.share_at = [*e.share_at[1 - LEVEL_SIGHTINGS :], round(added / sf.step_ms, 5) if sf.step_ms > 0 else 0.0]
     e.hits += 1
     e.added_ms_sum += added
     e.gpu_hours += gpu_hours(added, sf.n_ranks)
@@ -332,8 +338,8 @@ def _continue(old: Episode, e: Episode, cfg: DiagnoserConfig) -> Episode:
     old.last_seen, old.idle = e.last_seen, 0
     old.hits += e.hits
     old.hits_at = [*old.hits_at, *e.hits_at][-8:]
-    old.added_at = [*old.added_at, *e.added_at][-8:]
-    old.share_at = [*old.share_at, *e.share_at][-8:]
+    old.added_at = [*old.added_at, *e.added_at][-LEVEL_SIGHTINGS:]
+    old.share_at = [*old.share_at, *e.share_at][-LEVEL_SIGHTINGS:]
     old.added_ms_sum += e.added_ms_sum
     old.gpu_hours += e.gpu_hours
     if e.score >= old.score:
