@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -39,30 +40,36 @@ def _sightings_needed(cfg: DiagnoserConfig, n_ranks: int, level: str = "cross_ra
 
 
 STREAKS = 64
-"""Short rank episodes whose lengths say how long a job's noise runs in streaks."""
+"""Short rank and host episodes whose lengths say how long a job's noise runs in streaks."""
+
+STREAK_KINDS = frozenset({"rank", "host"})
+"""Suspects whose noise runs in streaks: a rank, and a host whose ranks work in step (a
+tensor-parallel group on one host shares each shock of one of them)."""
 
 
 def streak_length(state: JobState) -> int:
-    """Sightings that the job's noise reaches in one run on a rank now and then: the 90th
-    percentile of its last ``STREAKS`` short rank episodes, once there are half that (0
-    before: a few short real faults early in a job are not its noise). Strongly
-    autocorrelated noise with heavy tails runs for ten steps or more on one rank or another
-    every few steps of a large job; a fault outlasts that."""
-    if len(state.streaks) < STREAKS // 2:
+    """Sightings that the job's noise reaches in one run on a rank now and then: the 97th
+    percentile of its last ``STREAKS`` short rank or host episodes that did not page, once there
+    are a quarter of that (0 before). Strongly autocorrelated noise with heavy tails runs
+    for ten steps or more on one rank or another every few steps of a large job; a fault
+    outlasts that."""
+    if len(state.streaks) < STREAKS // 4:
         return 0
-    return int(np.percentile(state.streaks, 90))
+    return int(np.percentile(state.streaks, 97))
 
 
 def _confirmed(
     e: Episode, added: float, base_ms: float, cfg: DiagnoserConfig, n_ranks: int, streak: int = 0
 ) -> bool:
-    """Sustained (past the job's noise streaks, ``streak`` sightings, for one rank), or a
+    """Sustained (past the job's noise streaks, ``streak`` sightings, for a rank or host), or a
     one-off stall that cost enough in one step (rank level, or a slow checkpoint): a few
     small pauses do not add up to a stall."""
     needed = _sightings_needed(cfg, n_ranks, e.level)
-    if e.suspect_kind == "rank":
+    if e.suspect_kind in STREAK_KINDS:
         needed = max(needed, streak + 1)
-    if e.change_onset >= 0 or e.hits >= 2 * needed or (e.hits >= needed and not _fading(e, cfg)):
+    if e.change_onset >= 0 or (e.hits >= 2 * needed and not _decaying(e.added_at)):
+        return True
+    if e.hits >= needed and not _fading(e, cfg):
         return True
     one_off = e.cause in ONE_OFF_CAUSES and (e.level != "iteration" or e.cause == CHECKPOINT_STALL)
     return one_off and added >= cfg.min_cost_frac * base_ms
@@ -70,23 +77,34 @@ def _confirmed(
 
 def _fading(e: Episode, cfg: DiagnoserConfig) -> bool:
     """Whether an episode's sightings die away: its first is its largest and its last adds
-    under ``fade_frac`` of it (a fault holds its level, or grows; noise that runs in streaks
-    decays)."""
+    under ``fade_frac`` of it, or it is :func:`_decaying` (a fault holds its level, or
+    grows; noise that runs in streaks decays)."""
     at = e.added_at
-    return len(at) >= 3 and at[0] >= max(at) and at[-1] < cfg.fade_frac * at[0]
+    return len(at) >= 3 and ((at[0] >= max(at) and at[-1] < cfg.fade_frac * at[0]) or _decaying(at))
+
+
+def _decaying(at: Sequence[float]) -> bool:
+    """Whether the last (up to eight) sightings fall one after the other (none more than
+    2 % above the one before) and by a tenth in all: one shock of autocorrelated noise
+    dying away step by step (to 0.8 of the step before with an autocorrelation of 0.8,
+    0.95 with 0.95), which a sustained fault does not do for long."""
+    recent = at[-8:]
+    return (
+        len(recent) >= 3 and all(b <= 1.02 * a for a, b in pairwise(recent)) and recent[-1] < 0.9 * recent[0]
+    )
 
 
 def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0, streak: int = 0) -> str:
     """page: an incident a person should act on now, seen in ``page_hits`` steps, or adding
     ``page_cost_frac`` of a ``step_ms`` step per sighting once confirmed (or a change
-    point's; not for a rank of a job whose noise runs ``streak`` sightings, longer than a
+    point's; not for a rank or host of a job whose noise runs ``streak`` sightings, longer than a
     confirmation takes: its large shocks run that long too); warn: worth a look, never a
     page (a straggler since the start, a one-off stall, a layout or workload imbalance), or
     not yet one (a small fault seen in fewer steps: noise that runs in streaks confirms a
     few steps and ends)."""
     if e.persistent or e.cause in _WARN_CAUSES or e.hits < 1:
         return "warn"
-    streaky = e.suspect_kind == "rank" and streak >= cfg.min_steps
+    streaky = e.suspect_kind in STREAK_KINDS and streak >= cfg.min_steps
     costly = (
         not streaky
         and step_ms > 0
@@ -98,7 +116,7 @@ def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float =
 
 def _page_hits(cfg: DiagnoserConfig, n_ranks: int, level: str, streak: int = 0) -> int:
     """Sightings that make a confirmed fault a page: ``page_after`` times those that confirm
-    it (for a rank, at least one more than the job's noise streaks)."""
+    it (for a rank or host, at least one more than the job's noise streaks)."""
     return math.ceil(cfg.page_after * max(_sightings_needed(cfg, n_ranks, level), streak + 1))
 
 

@@ -25,6 +25,7 @@ from argus.schemas.causes import ONE_OFF_CAUSES
 from ._baselines import (
     _BASELINE_CAUSES,
     _BASELINE_KINDS,
+    STREAK_KINDS,
     STREAKS,
     _beyond_baseline,
     _confirmed,
@@ -268,7 +269,7 @@ def _confirm(
     ):
         e.reported = _SILENT
         return None
-    streak = streak_length(state) if e.suspect_kind == "rank" else 0
+    streak = streak_length(state) if e.suspect_kind in STREAK_KINDS else 0
     n_ranks = max(state.n_ranks, sf.n_ranks)
     e.severity = _severity(e, cfg, _page_hits(cfg, n_ranks, e.level, streak), sf.step_ms, streak)
     _drop_before_onset(e)
@@ -311,7 +312,7 @@ def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfi
     a page (a page never turns back into a warning)."""
     if e.severity == "page" or e.reported == _SILENT or not e.emitted:
         return None
-    streak = streak_length(state) if e.suspect_kind == "rank" else 0
+    streak = streak_length(state) if e.suspect_kind in STREAK_KINDS else 0
     if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level, streak), sf.step_ms, streak) != "page":
         return None
     e.severity, e.reported = "page", sf.step
@@ -456,7 +457,9 @@ def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[
     """A closed episode: its final anomaly, kept a while to be continued if the same fault
     comes back (a one-off or persistent one aside); an unconfirmed one counts as a transient
     (and a short one's start is kept, :func:`_rhythm`)."""
-    if e.suspect_kind == "rank" and e.last_seen - e.onset < _SHORT:
+    # a short run of a rank's noise, not a short fault: a page was decided one
+    short = e.last_seen - e.onset < _SHORT and not (e.emitted and e.severity == "page")
+    if e.suspect_kind in STREAK_KINDS and short:
         state.streaks = [*state.streaks[-(STREAKS - 1) :], e.hits]
     if not e.emitted:
         _count_transient(state, e.suspect, cfg)

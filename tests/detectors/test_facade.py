@@ -151,6 +151,30 @@ def test_a_shock_that_dies_away_is_noise_and_one_that_holds_is_a_fault() -> None
     assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 20, 23)
 
 
+def test_a_slowly_decaying_shock_is_noise_and_a_level_held_as_long_is_a_fault() -> None:
+    """Noise with an autocorrelation of 0.9 in a job of 128 ranks: one shock on a rank, 2x
+    and falling to 0.9 of its excess each step, stands out for a dozen steps (three times
+    what confirms a fault), and after four it still adds 73 % of its first: falling step
+    by step, it is not a fault (such shocks paged a 1,024-rank job 27 times in 500 steps).
+    The same 1.8x for ten steps is one, and so is 1.5x held after a first step at 1.8x."""
+    layout = Layout(dp=16, tp=4, pp=2)
+
+    def run(faults: list[Fault]) -> list[Anomaly]:
+        sim = ClusterSimulator(layout, seed=5, job="decay", faults=faults)
+        return d.diagnose(s.batch for s in sim.run(48))
+
+    assert run([Fault(COMPUTE_STRAGGLER, 20 + i, 1, (21,), magnitude=1 + 0.9**i) for i in range(12)]) == []
+    (a,) = run([Fault(COMPUTE_STRAGGLER, 20, 10, (21,), magnitude=1.8)])
+    assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 20, 29)
+    (a,) = run(
+        [
+            Fault(COMPUTE_STRAGGLER, 20, 1, (21,), magnitude=1.8),
+            Fault(COMPUTE_STRAGGLER, 21, 9, (21,), magnitude=1.5),
+        ]
+    )
+    assert (a.suspect, a.start_step, a.end_step) == ("rank:21", 20, 29)
+
+
 def test_a_rank_slow_on_every_fifth_step_is_one_anomaly_over_its_whole_span() -> None:
     """Each slow step alone is a blip (a transient); five evenly apart are a fault of every
     k-th step: one anomaly from the first to the last, its period in the summary."""
