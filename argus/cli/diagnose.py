@@ -74,8 +74,8 @@ def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows) -> dict[str, Any]:
         "suspect": a.suspect,
         "suspect_kind": a.suspect_kind,
         "ranks": list(a.ranks),
-        "start": as_written(result.start(a), iso) if iso else result.start(a),
-        "end": as_written(result.end(a), iso) if iso else result.end(a),
+        "start": as_written(result.start(a), iso) if iso else _number(result.start(a)),
+        "end": as_written(result.end(a), iso) if iso else _number(result.end(a)),
         "class": a.cause,
         "severity": a.severity,
         "score": _finite(a.score),
@@ -98,12 +98,12 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
         caption=(
             f"{n_anomalies(len(found))} in {n_ranks} ranks; "
             f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
-            + (": " + ", ".join(f"{k} ×{v}" for k, v in top) if top else "")
+            + (": " + ", ".join(f"{_named(k, rows)} ×{v}" for k, v in top) if top else "")
         ),
     )  # fmt: skip
     for a in found:
         table.add_row(
-            a.suspect,
+            _named(a.suspect, rows),
             ",".join(rows.label(r) for r in a.ranks[:8]) + ("…" if len(a.ranks) > 8 else ""),
             as_written(result.start(a), iso),
             as_written(result.end(a), iso),
@@ -115,6 +115,19 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
         )
     # piped: the whole table, however wide (a terminal keeps its own width)
     (console if console.is_terminal else Console(width=max(console.width, 250))).print(table)
+
+
+def _named(suspect: str, rows: LogRows) -> str:
+    """A rank suspect (``rank:7``) as the log names it (``gpu-7``) when it has labels."""
+    kind, _, rank = suspect.partition(":")
+    if rows.labels and kind == "rank" and rank.isdigit():
+        return rows.label(int(rank))
+    return suspect
+
+
+def _number(x: float) -> float | int:
+    """A step as a whole number, a time as it is."""
+    return int(x) if float(x).is_integer() else x
 
 
 def _finite(x: float) -> float | None:

@@ -137,6 +137,9 @@ def test_cli_json_and_table(tmp_path: Path) -> None:
     out = json.loads(res.stdout)
     assert [(o["rank"], o["class"], o["severity"]) for o in out] == [(7, UNKNOWN, "page")]
     assert 110 <= out[0]["start"] <= 130 and 200 <= out[0]["end"] <= 225
+    by_step = runner.invoke(app, [*args[:3], "--step-col", "step", *args[5:]])
+    (o,) = json.loads(by_step.stdout)
+    assert isinstance(o["start"], int) and isinstance(o["end"], int), o
     res = runner.invoke(
         app, ["diagnose", "--steps-csv", str(log), "--step-col", "step", "--value-col", "step_ms"]
     )
@@ -187,7 +190,7 @@ def test_a_log_with_worker_labels_and_day_first_local_times_is_read_and_named_by
     rows = read_series(path, "rank", "ts", "step_ms", time_format="%d/%m/%Y %H:%M:%S.%f")
     assert rows.labels[9] == "worker-10" and rows.hosts[7] == "node-0" and rows.label(15) == "worker-16"
     table = CliRunner().invoke(app, [*args, "--time-format", "%d/%m/%Y %H:%M:%S.%f"]).stdout
-    assert "worker-8" in table
+    assert "worker-8" in table and "rank:7" not in table
 
 
 def test_cli_json_never_prints_infinity(tmp_path: Path) -> None:
