@@ -243,6 +243,15 @@ def _spread(values: Sequence[float], per: float = 1.0) -> float:
     return min(max(2 * sd, _BEYOND_FRAC / 2), _BEYOND_FRAC)
 
 
+def _beyond_level(base: Episode, e: Episode, step_ms: float) -> bool:
+    """Whether the sightings of ``e`` stand a tenth of a step above ``base``'s level, in
+    milliseconds and as a share of the step both (:func:`_level`)."""
+    if base.hits <= 0 or e.hits <= 0 or step_ms <= 0:
+        return False
+    (b_ms, b_frac), (e_ms, e_frac) = _level(base, step_ms), _level(e, step_ms)
+    return e_ms >= b_ms + _BEYOND_FRAC * step_ms and e_frac >= b_frac + _BEYOND_FRAC
+
+
 def _level(base: Episode, step_ms: float) -> tuple[float, float]:
     """What a baseline adds per step, in milliseconds and as a share of the step: the
     medians of its last sightings' (a step whose reference moved, e.g. a log window some

@@ -110,7 +110,7 @@ SMALL_GROUP = 3
 fastest rank and their scale ``SMALL_GROUP_REL`` of it (a relative threshold: with the
 default z of 6, a rank 12 % slower than the fastest)."""
 SMALL_GROUP_REL = 0.02
-FEW = 8
+FEW = 16
 """Groups of up to this many ranks are looked at for two speeds (:func:`_faster_kind`)."""
 SPEED_GAP = 1.5
 """Two speeds: a gap between consecutive values of a group (sorted) this many times."""

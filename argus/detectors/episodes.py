@@ -28,6 +28,7 @@ from ._baselines import (
     STREAK_KINDS,
     STREAKS,
     _beyond_baseline,
+    _beyond_level,
     _confirmed,
     _flickered,
     _page_hits,
@@ -249,6 +250,11 @@ def _confirm(
     silent, so its sightings make no other; a change from it is the change points' (None).
     One first seen a step or two later is a straggler since the start: a warning."""
     old = _recurring(state, key, e, cfg)
+    if old is not None and old.reported == _SILENT:  # a baseline hidden for a while, back
+        if not _beyond_level(old, e, sf.step_ms):
+            state.episodes[key] = _continue(old, e, cfg)
+            return None
+        old = None  # back slower than it was: a change, sent as a fault of its own
     if old is not None:  # the same fault back: its anomaly goes on
         e = state.episodes[key] = _continue(old, e, cfg)
         e.reported = sf.step
@@ -325,12 +331,22 @@ def _recurring(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> E
     ``recur_within`` steps and within twice the last stretch. Forgets what closed too long
     ago."""
     for k, was in list(state.closed.items()):
-        if e.onset - was.last_seen > cfg.recur_within:
+        if e.onset - was.last_seen > _remembered(was, cfg):
             del state.closed[k]
     old = state.closed.get(key)
     if old is None or e.onset - old.last_seen > 2 * (old.last_seen - old.onset + 1):
         return None
     return state.closed.pop(key)
+
+
+def _remembered(e: Episode, cfg: DiagnoserConfig) -> int:
+    """Steps a closed episode is remembered: ``recur_within``; a baseline (silent) as long as
+    it lasted, if longer: a slower rank or speed group goes unflagged while other ranks
+    slow down (a fault of a few, a shared stretch), and is still the baseline when they
+    are back."""
+    if e.reported == _SILENT:
+        return max(cfg.recur_within, e.last_seen - e.onset + 1)
+    return cfg.recur_within
 
 
 def _continue(old: Episode, e: Episode, cfg: DiagnoserConfig) -> Episode:
@@ -468,13 +484,20 @@ def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[
                 del state.blips[min(state.blips, key=lambda k: state.blips[k][-1])]
             state.blips[key] = [*state.blips.get(key, [])[-_RHYTHM:], e.onset]
         return []
-    if e.reported == _SILENT:
+    if e.reported == _SILENT:  # remembered: the baseline back is the baseline
+        state.closed[key] = e
+        _cap_closed(state, cfg)
         return []
     if e.cause not in ONE_OFF_CAUSES and not e.persistent:
         state.closed[key] = e
-        if len(state.closed) > cfg.max_open:
-            del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
+        _cap_closed(state, cfg)
     return [_anomaly(state, e)]
+
+
+def _cap_closed(state: JobState, cfg: DiagnoserConfig) -> None:
+    """At most ``max_open`` closed episodes remembered: the one seen longest ago goes."""
+    if len(state.closed) > cfg.max_open:
+        del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
 
 
 def _count_transient(state: JobState, suspect: str, cfg: DiagnoserConfig) -> None:

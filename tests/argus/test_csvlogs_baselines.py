@@ -84,3 +84,22 @@ def test_a_quarter_slower_worker_slowing_more_late_pages_from_then(seed: int) ->
     pages = [(a.suspect, a.start_step, a.end_step) for a in found if a.severity == "page"]
     assert len(pages) == 1 and pages[0][0] == "rank:3", found
     assert abs(pages[0][1] - 400) <= 5 and pages[0][2] >= 570, found
+
+
+def test_a_speed_group_hidden_while_others_slow_is_still_the_baseline_after() -> None:
+    """A drawn job of the noise space (seed 8,000,071): 14 workers, about half of them
+    2.5x slower all along, a shared step factor; 5 of the others 1.39x slower for steps
+    573-722 of 1,323. While they are slow the slower kind is not flagged and its silent
+    baselines closed; after, they paged as six new faults to the end of the log. Now the
+    baseline back is the baseline, and the five are found over their window (two speeds
+    among up to 16 ranks: the fast side is the faster kind's)."""
+    from argus.producers.simulator import draw_job
+
+    job = draw_job(8_000_071, faulty=True)
+    log = job.log()
+    res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time, job=job.name)
+    (fault,) = job.faults
+    assert sorted(fault.ranks) == [0, 1, 4, 9, 13]
+    found = [(a.suspect, a.start_step, a.end_step) for a in res.anomalies]
+    assert {f[0] for f in found} == {f"rank:{r}" for r in fault.ranks}, found
+    assert all(abs(f[1] - 573) <= 5 and abs(f[2] - 722) <= 5 for f in found), found
