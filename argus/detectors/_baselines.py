@@ -89,9 +89,15 @@ def _decaying(at: Sequence[float]) -> bool:
     dying away step by step (to 0.8 of the step before with an autocorrelation of 0.8,
     0.95 with 0.95), which a sustained fault does not do for long."""
     recent = at[-8:]
-    return (
-        len(recent) >= 3 and all(b <= 1.02 * a for a, b in pairwise(recent)) and recent[-1] < 0.9 * recent[0]
-    )
+    if len(recent) < 3:
+        return False
+    if all(b <= 1.02 * a for a, b in pairwise(recent)) and recent[-1] < 0.9 * recent[0]:
+        return True
+    # falling with the next shock's noise on it: the first the largest, the trend down a fifth
+    y = np.asarray(recent, dtype=float)
+    i, j = np.triu_indices(len(y), 1)
+    slope = float(np.median((y[j] - y[i]) / (j - i)))
+    return bool(y[0] >= y.max() and slope * (len(y) - 1) <= -0.2 * y[0])
 
 
 def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0, streak: int = 0) -> str:

@@ -184,3 +184,18 @@ def test_a_rank_slow_on_every_fifth_step_is_one_anomaly_over_its_whole_span() ->
     assert a.evidence["period_steps"] == 5 and "every 5 steps" in a.summary
     irregular = [Fault(COMPUTE_STRAGGLER, s, 1, (21,), magnitude=2.5) for s in (10, 13, 19, 24, 33, 36)]
     assert d.diagnose(batches(48, faults=irregular)) == []
+
+
+def test_what_counts_as_a_shock_dying_away() -> None:
+    """Sightings' shares of a step: a fall step by step, or a fall a fifth down its trend
+    from a largest first with the next shocks' noise on it (a rank of a 64-rank job with
+    an autocorrelation of 0.85 and t(2.5) innovations paged on this one); a level held
+    with noise, a rise, or a fault that began on a spike and holds are not."""
+    from argus.detectors._baselines import _decaying
+
+    assert _decaying([0.31, 0.25, 0.2, 0.16])
+    assert _decaying([0.267, 0.182, 0.206, 0.17])
+    assert not _decaying([0.2, 0.22, 0.19, 0.21, 0.2])
+    assert not _decaying([0.15, 0.2, 0.26, 0.3])
+    assert not _decaying([0.4, 0.22, 0.21, 0.23, 0.22, 0.21, 0.22])
+    assert not _decaying([0.3, 0.2])
