@@ -25,6 +25,7 @@ from argus.schemas.causes import (
 
 from ._config import DiagnoserConfig
 from ._finding import Finding
+from ._robust import MAD_TO_SIGMA
 from ._state import _SILENT, Episode, JobState
 from .cost import step_ms_added
 from .iteration import IterationVerdict
@@ -228,9 +229,7 @@ def _splits_noise(state: JobState, key: str, change: Episode, step_ms: float) ->
     base = state.episodes.get(key.removesuffix("|change")) if key.endswith("|change") else None
     if base is None or change.change_onset >= 0 or not change.hits_at or base.hits <= 0 or step_ms <= 0:
         return False
-    (b_ms, b_frac), (c_ms, c_frac) = _level(base, step_ms), _level(change, step_ms)
-    by_ms, by_frac = _spread(base.added_at, step_ms), _spread(base.share_at)
-    if c_ms < b_ms + by_ms * step_ms or c_frac < b_frac + by_frac:
+    if not _beyond_level(base, change, step_ms, _spread(base.added_at, step_ms), _spread(base.share_at)):
         return True
     if change.suspect_kind != "rank":  # a group's baseline is sighted by its other ranks too
         return False
@@ -245,17 +244,20 @@ def _spread(values: Sequence[float], per: float = 1.0) -> float:
     if len(values) < 8:
         return _BEYOND_FRAC
     v = np.asarray(values)
-    sd = 1.4826 * float(np.median(np.abs(v - np.median(v)))) / per
+    sd = MAD_TO_SIGMA * float(np.median(np.abs(v - np.median(v)))) / per
     return min(max(2 * sd, _BEYOND_FRAC / 2), _BEYOND_FRAC)
 
 
-def _beyond_level(base: Episode, e: Episode, step_ms: float) -> bool:
-    """Whether the sightings of ``e`` stand a tenth of a step above ``base``'s level, in
-    milliseconds and as a share of the step both (:func:`_level`)."""
+def _beyond_level(
+    base: Episode, e: Episode, step_ms: float, by_ms: float = _BEYOND_FRAC, by_frac: float = _BEYOND_FRAC
+) -> bool:
+    """Whether the sightings of ``e`` stand above ``base``'s level (:func:`_level`) by
+    ``by_ms`` of a step in milliseconds and ``by_frac`` as a share of the step both (a
+    tenth by default)."""
     if base.hits <= 0 or e.hits <= 0 or step_ms <= 0:
         return False
     (b_ms, b_frac), (e_ms, e_frac) = _level(base, step_ms), _level(e, step_ms)
-    return e_ms >= b_ms + _BEYOND_FRAC * step_ms and e_frac >= b_frac + _BEYOND_FRAC
+    return e_ms >= b_ms + by_ms * step_ms and e_frac >= b_frac + by_frac
 
 
 def _level(base: Episode, step_ms: float) -> tuple[float, float]:
