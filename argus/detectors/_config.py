@@ -62,10 +62,9 @@ class DiagnoserConfig:
     suspect has no data yet (its sketches late). Group statistics of groups larger than ``max_sample`` ranks come from a strided
     sample.
 
-    Change points (:mod:`detectors.changepoint`), off unless ``change_points``: the stream
-    worker does not carry the ranks' residuals between its two stages yet, and on the
-    noise space of ``bench/diagnosis.py`` they still page on quiet jobs (docs/architecture.md);
-    on, each rank's residual (log of its own work
+    Change points (:mod:`detectors.changepoint`), off unless ``change_points`` (on, the
+    StepFindings carries every rank's own work to the temporal stage; off while three of
+    their tests are open gaps, docs/architecture.md#change-points); on, each rank's residual (log of its own work
     over its group's and its replica's fast side) against its own baseline, learned over its
     first ``cp_learn`` samples and followed with weight ``cp_alpha`` while nothing is open.
     A CUSUM with reference ``max(cp_k * sigma, cp_min_shift / 2)`` and each step's deviation

@@ -13,7 +13,8 @@ from argus.schemas import StepBatch, StepFindings, StepSummary, ValidationError
 
 from ._config import DiagnoserConfig
 from ._finding import Finding
-from .cross_rank import METRICS, CrossRankResult, clean_step_ms, cross_rank, job_reference
+from .changepoint import step_residuals
+from .cross_rank import METRICS, OWN_WORK, CrossRankResult, clean_step_ms, cross_rank, job_reference
 from .rootcause import classify_ranks, stage_imbalance
 
 _PEER_SAMPLE = 4096
@@ -72,6 +73,15 @@ def check_shape(sf: StepFindings) -> None:
         raise ValidationError(
             f"StepFindings: job_median holds {len(sf.job_median)} metrics, these detectors {len(METRICS)}"
         )
+    res = sf.residuals
+    if (
+        res is not None
+        and len(res.phase)
+        and not (int(res.phase.min()) >= 0 and int(res.phase.max()) < len(OWN_WORK))
+    ):
+        raise ValidationError(
+            f"StepFindings: a residual's phase is not one of the {len(OWN_WORK)} own-work phases"
+        )
 
 
 def cross_rank_stage(
@@ -101,6 +111,7 @@ def cross_rank_stage(
         weak=tuple(cr.weak.tolist()),
         job_ms=clean_step_ms(reference),
         peers=peers,
+        residuals=step_residuals(batch, cfg) if cfg.change_points else None,
     )
     return sf, cr
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from argus.schemas import StepFindings
-from argus.schemas.causes import ONE_OFF_CAUSES
+from argus.schemas.causes import MASKED_COMPUTE_STRAGGLER, ONE_OFF_CAUSES
 
 from ._baselines import _settle
 from ._config import DiagnoserConfig
@@ -79,7 +79,8 @@ def with_changes(
         opened: np.ndarray = np.asarray((ch.onset >= 0).any(axis=0))
 
         def own_past_agrees(f: Finding) -> bool:
-            if f.level != "cross_rank" or f.suspect_kind != "rank" or f.cause in ONE_OFF_CAUSES:
+            # a masked straggler is told by its peers' wait, not by its own work
+            if f.level != "cross_rank" or f.suspect_kind != "rank" or f.cause in _NOT_OWN_WORK:
                 return True
             r = f.ranks[0]
             return r >= ch.n_ranks or not learned[r] or bool(opened[r])
@@ -89,6 +90,10 @@ def with_changes(
     stages = {f.suspect for f in findings if f.suspect_kind == "stage"}
     changes = [f for f in cause_findings(ch, res, cfg) if f.suspect not in stages]
     return [*findings, *changes]
+
+
+_NOT_OWN_WORK = ONE_OFF_CAUSES | {MASKED_COMPUTE_STRAGGLER}
+"""Causes of a rank finding its own work's change points do not speak for."""
 
 
 def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationVerdict) -> bool:

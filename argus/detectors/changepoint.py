@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from argus.schemas import StepBatch
+from argus.schemas import RankResiduals, StepBatch
 
 from ._config import DiagnoserConfig
 from ._robust import GroupIndex
@@ -41,6 +41,7 @@ __all__ = [
     "ChangeStep",
     "RankResiduals",
     "rank_residuals",
+    "residuals",
     "step_residuals",
     "track",
 ]
@@ -53,25 +54,12 @@ _SMALL_GROUP = 8
 _SAMPLE = 256
 _MIN_REPLICA = 4
 """A replica of fewer ranks is no reference (a log's ranks are one replica each)."""
-
-
-@dataclass(frozen=True)
-class RankResiduals:
-    """One step's residuals: ``ranks`` (n,), ``r`` (len(SERIES), n) log-ratios of each rank's
-    own work to its peers' (NaN where there is no reference), each rank's ``phase`` that
-    stands out most over the job's typical rank's (index into :data:`OWN_WORK`), ``work_ms`` the group
-    reference's own work (ms, for costs), and the layout columns the grouping names
-    (``hosts``, ``dp``, ``group``); ``untimed``: the records hold a step time only (a log).
-    """
-
-    ranks: np.ndarray
-    r: np.ndarray
-    phase: np.ndarray
-    work_ms: float
-    hosts: np.ndarray
-    dp: np.ndarray
-    group: np.ndarray
-    untimed: bool = False
+_MAX_AC = 0.95
+_YOUNG = 4
+"""A rank's noise model is at least its series' typical rank's until it has seen this
+many times ``cp_learn`` samples."""
+_BLOCK = 16
+"""Samples per block of the long-run variance's block means."""
 
 
 def _low_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
@@ -93,60 +81,68 @@ def _low_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
     return out
 
 
-def _others(work: np.ndarray, gi: GroupIndex, ref: np.ndarray) -> np.ndarray:
-    """Each rank's reference: its group's fast side, but in a group of at most
-    ``_SMALL_GROUP`` ranks, where the fast side is the same one or two ranks every step
-    (whose residual would be nothing whatever their noise), the group's median, of two or
-    three the mean of its peers (NaN alone)."""
+def _peer_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
+    """Each rank's reference in ``v`` (n,): its group's fast side (:func:`_low_ref`), but
+    in a group of at most ``_SMALL_GROUP`` ranks, where the fast side is the same one or two
+    ranks every step (whose residual would be nothing whatever their noise), the group's
+    median, of two or three the mean of its peers (NaN alone)."""
     size = gi.sizes[gi.inverse]
+    ref: np.ndarray = _low_ref(v, gi)[gi.inverse]
     if int(size.min(initial=0)) > _SMALL_GROUP:
         return ref
-    total = np.bincount(gi.inverse, weights=work)[gi.inverse]
+    total = np.bincount(gi.inverse, weights=v)[gi.inverse]
     with np.errstate(invalid="ignore", divide="ignore"):
-        peers = np.where(size > 1, (total - work) / (size - 1), np.nan)
+        peers = np.where(size > 1, (total - v) / (size - 1), np.nan)
     med = np.empty(gi.n_groups)
-    xs = work[gi.order]
+    xs = v[gi.order]
     for j, (s, k) in enumerate(zip(gi.starts.tolist(), gi.sizes.tolist(), strict=True)):
         med[j] = np.median(xs[s : s + k]) if k <= _SMALL_GROUP else 0.0
     return np.where(size <= 3, peers, np.where(size <= _SMALL_GROUP, med[gi.inverse], ref))
 
 
+def residuals(res: RankResiduals) -> np.ndarray:
+    """Each rank's residual (len(SERIES), n): the log of its own work over its peers' on
+    each series (NaN where there is none)."""
+    r = np.full((len(SERIES), len(res.lw)), np.nan)
+    if len(res.lw) < 2:
+        return r
+    for i, (on, keys) in enumerate(((True, res.group), (res.replicas, res.dp))):
+        if on:
+            r[i] = res.lw - _peer_ref(res.lw, GroupIndex.of(keys))
+    return r
+
+
 def step_residuals(batch: StepBatch, config: DiagnoserConfig | None = None) -> RankResiduals:
-    """The residuals of one step's batch (stateless, like :func:`cross_rank`)."""
+    """The ranks of one step's batch for the change points (stateless, like :func:`cross_rank`)."""
     cfg = config or DiagnoserConfig()
     return rank_residuals(batch, rank_metrics(batch)[0], cfg.group_column)
 
 
 def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") -> RankResiduals:
-    """The residuals of one step from its metric matrix ``x`` (:func:`rank_metrics`)."""
+    """The ranks of one step from its metric matrix ``x`` (:func:`rank_metrics`)."""
     own = x[_OWN]
     work = np.maximum(own.sum(axis=0), 1e-6)
     n = len(work)
-    r = np.full((len(SERIES), n), np.nan)
     gi = GroupIndex.of(batch[group_column])
-    ref = _low_ref(work, gi)[gi.inverse]
-    if n >= 2:
-        r[0] = np.log(work / np.maximum(_others(work, gi, ref), 1e-6))
     typical = np.median(own[:, :: max(1, n // 4096)], axis=1) if n else np.zeros(len(_OWN))
     phase = np.argmax(own - typical[:, None], axis=0).astype(np.int8)
     dp = np.asarray(batch["dp"])
     gd = GroupIndex.of(dp)
-    if gd.n_groups and int(gd.sizes.min()) >= _MIN_REPLICA:
-        r[1] = np.log(work / np.maximum(_low_ref(work, gd)[gd.inverse], 1e-6))
     return RankResiduals(
         np.asarray(batch["rank"], np.int64),
-        r,
+        RankResiduals.quantized(np.log(work)),
         phase,
-        float(np.median(ref)) if n else 0.0,
+        float(np.median(_low_ref(work, gi))) if n else 0.0,
         np.asarray(batch["host"]),
         dp,
         np.asarray(batch[group_column]),
+        replicas=bool(gd.n_groups and int(gd.sizes.min()) >= _MIN_REPLICA),
         untimed=not bool(np.any(own[:-1] > 0)),
     )
 
 
 _FIELDS = (
-    "n", "base", "sig", "ac", "prev", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
+    "n", "base", "sig", "ac", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
     "t_from", "seen",
 )  # fmt: skip
 _SPIKES = 6
@@ -156,8 +152,13 @@ _INT_FIELDS = frozenset({"n", "s_from", "onset", "t_from", "seen"})
 
 @dataclass
 class ChangeState:
-    """Per rank (row = rank id) and series: samples seen ``n``, ``base`` and robust ``sig``
-    of the residual, ``ac`` its lag-1 autocorrelation (EW), ``prev`` the last deviation;
+    """Per rank (row = rank id) and series: samples seen ``n``, ``base`` the residual's
+    level; its noise model: ``sig`` and ``ac`` its scale and lag-1 autocorrelation, from
+    ``v1`` and ``v2`` (EW means of its squared differences one and two samples apart) and
+    the last two residuals ``prev``, ``prev2``; ``vb`` the EW mean square of the
+    differences of consecutive means of ``_BLOCK`` samples (``bsum``: the open block's sum,
+    ``bprev``: the last block's mean; ``bdirty``: whether evidence built in the open block
+    (1) and in the last one (2): a difference of their means is no noise);
     the opening CUSUM ``s`` since ``s_from`` (and the sum and count of the deviations
     since, as they are and clipped), an open change's ``onset`` (-1: none), ``size`` (its
     mean deviation) and ``csize`` (of the deviations clipped as the test clips them: a
@@ -169,7 +170,14 @@ class ChangeState:
     base: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     sig: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     ac: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    v1: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    v2: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     prev: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    prev2: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    bsum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    bprev: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    bdirty: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    vb: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     s: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     s_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
     s_sum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
@@ -238,6 +246,9 @@ class ChangeState:
         st.spike_size = np.frombuffer(base64.b64decode(data["spike_size"]), np.float32).astype(float)
         for name in (*_FIELDS, "phase"):
             dt = np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32
+            if name not in data:  # a state from before the field: nothing learned of it yet
+                setattr(st, name, np.zeros((len(SERIES), n)))
+                continue
             a = np.frombuffer(base64.b64decode(data[name]), dt)
             if name == "phase":
                 st.phase = a.astype(np.int8)
@@ -257,22 +268,32 @@ class ChangeStep:
     closed: tuple[tuple[int, int, int], ...] = ()
 
 
+def _long_run(st: ChangeState, cols: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
+    """Per series and rank of ``cols``: sigma, and the long-run sigma (the spread of a
+    sum's steps: widened by the autocorrelation, at least the block means' one)."""
+    sig = st.sig[:, cols]
+    rho = np.clip(st.ac[:, cols], 0.0, 0.9)
+    return sig, np.maximum(sig * np.sqrt((1 + rho) / (1 - rho)), np.sqrt(st.vb[:, cols] * _BLOCK / 2))
+
+
 def _scales(st: ChangeState, cols: np.ndarray | slice, cfg: DiagnoserConfig) -> tuple[np.ndarray, ...]:
     """Per series and rank of ``cols``: the sigma, and the reference ``k``, clip ``c`` and
-    threshold ``h`` of the CUSUM from the long-run sigma (widened by the autocorrelation).
-    A rank's sigma is at least half the typical rank's of its series (a rank that was the
-    fastest of two all along learned a spread of nothing)."""
-    sig = st.sig[:, cols]
+    threshold ``h`` of the CUSUM from the long-run sigma. A rank's is at least half the
+    typical rank's of its series (a rank that was the fastest of two all along learned a
+    spread of nothing); until it has seen ``_YOUNG * cp_learn`` samples, at least the
+    typical rank's (a score of samples of autocorrelated noise look calmer than it is: one
+    job's ranks learned a third of their long-run sigma and opened over a hundred changes)."""
+    sig, lr = _long_run(st, cols)
     learned = st.n >= cfg.cp_learn // 2
-    floor = np.array(
-        [
-            0.5 * float(np.median(st.sig[i, learned[i]])) if learned[i].any() else 0.0
-            for i in range(len(SERIES))
-        ]
-    )
-    sig = np.maximum(sig, floor[:, None])
-    rho = np.clip(st.ac[:, cols], 0.0, 0.9)
-    lr = sig * np.sqrt((1 + rho) / (1 - rho))
+    typ = np.zeros((2, len(SERIES)))
+    for i in range(len(SERIES)):
+        rows = np.flatnonzero(learned[i])
+        if len(rows):
+            s_all, lr_all = _long_run(st, rows)
+            typ[:, i] = np.median(s_all[i]), np.median(lr_all[i])
+    young = st.n[:, cols] < _YOUNG * cfg.cp_learn
+    sig = np.maximum(sig, np.where(young, 1.0, 0.5) * typ[0][:, None])
+    lr = np.maximum(lr, np.where(young, 1.0, 0.5) * typ[1][:, None])
     k = np.maximum(cfg.cp_k * lr, cfg.cp_min_shift / 2)
     c = np.maximum(np.maximum(cfg.cp_clip * lr, cfg.cp_fast_shift), 2 * k)
     h = np.maximum(cfg.cp_h * lr, cfg.cp_min_evidence)
@@ -316,6 +337,70 @@ def _periodic(
     st.spikes[over] = -1
 
 
+def _noise(
+    st: ChangeState,
+    idx: np.ndarray | slice,
+    r: np.ndarray,
+    ok: np.ndarray,
+    n: np.ndarray,
+    cfg: DiagnoserConfig,
+    evidence: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """The noise model of each rank's residual from its differences: ``v1`` and ``v2``, the
+    EW mean squares of ``r`` minus the residual one and two samples before (each Winsorized
+    at 4 sigma), give an AR(1)'s scale and autocorrelation (``v1 = 2 sig^2 (1 - ac)``,
+    ``v2 = 2 sig^2 (1 - ac^2)``). A level shift (a fault, a reference that moved) is one
+    large difference, so the model holds through it: from the residual's deviations it
+    took in every fault that had not opened yet, and from the samples near the baseline
+    only it shrank (a rank's sigma settled at 0.8 of its noise's, an autocorrelation of 0.6
+    at 0.3). The long-run variance of noise of several kinds (a rank's own, its replica's
+    wander: no AR(1)) is the block means': ``vb`` from the differences of consecutive
+    blocks' means, but not across a block in which ``evidence`` built (a change open or
+    building: a fault's onset in a difference of block means is no noise).
+    Returns ``v1``, ``v2``, ``ac``, ``sig``."""
+    v1, v2 = st.v1[:, idx], st.v2[:, idx]
+    d1 = np.where(ok & (n >= 1), r - st.prev[:, idx], np.nan)
+    d2 = np.where(ok & (n >= 2), r - st.prev2[:, idx], np.nan)
+    out = []
+    for v, dd, need in ((v1, d1, 1), (v2, d2, 2)):
+        has = np.isfinite(dd)
+        seen = np.maximum(n - need, 0)  # differences seen before this one
+        a = np.where(has, np.where(seen < cfg.cp_learn, 1.0 / (seen + 1.0), cfg.cp_alpha), 0.0)
+        lim = np.where(seen >= 4, 4 * np.sqrt(v), np.inf)
+        w = np.minimum(np.abs(np.where(has, dd, 0.0)), lim)
+        out.append(v + a * (w * w - v))
+    v1, v2 = out
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ac = np.where(v1 > 0, np.clip(v2 / v1 - 1.0, 0.0, _MAX_AC), 0.0)
+    sig = np.sqrt(v1 / (2.0 * (1.0 - ac)))
+    # until two differences are in, the spread of the few samples seen
+    sig = np.where(n >= 3, sig, st.sig[:, idx])
+    # block means: noise of several kinds (a rank's own, its replica's wander) is no AR(1),
+    # and one fitted from lags 1 and 2 misses most of the slow kind's long-run variance
+    bsum = st.bsum[:, idx] + np.where(ok, r, 0.0)
+    closes = ok & ((n + 1) % _BLOCK == 0)
+    mean = bsum / _BLOCK
+    blocks = (n + 1) // _BLOCK  # blocks closed with this one
+    vb = st.vb[:, idx]
+    dirty = st.bdirty[:, idx] + np.where(evidence, 1.0 - st.bdirty[:, idx] % 2, 0.0)  # bit 0: this block
+    clean = dirty == 0
+    first = vb == 0  # the first difference of block means taken in
+    young = blocks - 2 < _YOUNG
+    a = np.where(
+        closes & (blocks >= 2) & clean,
+        np.where(first, 1.0, np.where(young, 1.0 / np.maximum(blocks - 1.0, 1.0), 0.1)),
+        0.0,
+    )
+    lim = np.where(blocks >= 4, 4 * np.sqrt(vb), np.inf)
+    w = np.minimum(np.abs(mean - st.bprev[:, idx]), lim)
+    vb = vb + a * (w * w - vb)
+    st.bprev[:, idx] = np.where(closes, mean, st.bprev[:, idx])
+    st.bsum[:, idx] = np.where(closes, 0.0, bsum)
+    st.bdirty[:, idx] = np.where(closes, 2.0 * (dirty % 2), dirty)  # this block's bit becomes the last's
+    st.vb[:, idx] = vb
+    return v1, v2, ac, sig
+
+
 def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) -> ChangeStep:
     """Fold one step's residuals into ``st`` (in place): learn baselines, accumulate
     evidence, open and close changes. Ranks absent from the step keep their state.
@@ -331,10 +416,10 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     idx: np.ndarray | slice = cols
     if len(cols) and cols[0] == 0 and cols[-1] == len(cols) - 1 and bool(np.all(np.diff(cols) == 1)):
         idx = slice(0, len(cols))
-    r = res.r
-    ok = np.isfinite(r)
     n = st.n[:, idx]
     base, own_sig = st.base[:, idx], st.sig[:, idx]
+    r = residuals(res)
+    ok = np.isfinite(r)
     sig, k, c, h = _scales(st, idx, cfg)
     d = np.where(ok, r - base, 0.0)
     ready = ok & (n >= cfg.cp_learn // 2)
@@ -377,17 +462,13 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     a = np.where(learning, 1.0 / (n + 1.0), np.where(following, cfg.cp_alpha, 0.0))
     lim = np.where(n >= 4, 3 * own_sig, np.inf)
     new_base = base + a * np.clip(d, -lim, lim)
-    dev = np.abs(np.where(ok, r - new_base, 0.0))
-    new_sig = own_sig + a * (1.2533 * np.minimum(dev, lim) - own_sig)
-    prev = st.prev[:, idx]
-    num = np.clip(d * prev / np.maximum(sig**2, 1e-12), -1.0, 1.0)
-    ac = st.ac[:, idx]
-    ac = np.where(n > 0, ac + a * (num - ac), ac)
+    v1, v2, ac, new_sig = _noise(st, idx, r, ok, n, cfg, ~quiet & ok)
     # write back
     st.n[:, idx] = n + ok
     st.base[:, idx], st.sig[:, idx] = new_base, new_sig
-    st.ac[:, idx] = ac
-    st.prev[:, idx] = np.where(ok, d, prev)
+    st.ac[:, idx], st.v1[:, idx], st.v2[:, idx] = ac, v1, v2
+    st.prev2[:, idx] = np.where(ok, st.prev[:, idx], st.prev2[:, idx])
+    st.prev[:, idx] = np.where(ok, r, st.prev[:, idx])
     st.s[:, idx], st.s_from[:, idx] = s_new, s_from
     st.s_sum[:, idx], st.s_cnt[:, idx], st.c_sum[:, idx] = s_sum, s_cnt, c_sum
     st.csize[:, idx] = csize

@@ -93,7 +93,7 @@ def _where(ranks: np.ndarray, rows: np.ndarray, res: RankResiduals, group_column
     if named and len(hosts) == 1:
         return "host", hosts.pop()
     dp = np.unique(res.dp[rows])
-    if len(dp) == 1 and np.isfinite(res.r[1, rows]).all():
+    if len(dp) == 1 and res.replicas:
         return "ranks", f"dp:{int(dp[0])}"
     grp = np.unique(res.group[rows])
     if len(grp) == 1 and len(np.unique(res.group)) > 1:

@@ -42,7 +42,6 @@ from ._cross_stage import check_shape, cross_rank_stage
 from ._finding import Finding, anomaly_id
 from ._job_level import job_level, with_changes
 from ._state import EPISODE_RENAMES, STATE_VERSION, Episode, JobState
-from .changepoint import RankResiduals, step_residuals
 from .deepen import Deepening, deepen_ranks
 from .episodes import Deepen, deepen_late, flush, forget_stale, refresh, sightings, unsighted
 from .iteration import IterationVerdict
@@ -101,7 +100,6 @@ def apply_findings(
     config: DiagnoserConfig | None = None,
     *,
     deepen: Deepen | None = None,
-    residuals: RankResiduals | None = None,
 ) -> StepResult:
     """The temporal half: fold one step's findings into the job's state (iteration baseline, episodes) and
     return the anomalies to publish; updates ``state`` in place. Steps must come in order; ``deepen`` adds
@@ -119,7 +117,7 @@ def apply_findings(
     one anomaly of severity ``warn``, closed only after ``persistent_close_after`` steps
     without a sighting.
 
-    ``residuals`` (:func:`detectors.changepoint.step_residuals` of the step's batch) feed
+    ``sf.residuals`` (every rank's own work, when the change points are on) feed
     each rank's change-point test: an open change is a sighting of its common cause
     (:mod:`detectors.common_cause`), confirmed at once with the change's onset; in a job
     of fewer than ``small_job`` ranks a rank that stands out only against its few peers,
@@ -127,8 +125,8 @@ def apply_findings(
     """
     cfg = config or DiagnoserConfig()
     verdict, findings, glob = job_level(state, sf, cfg)
-    if residuals is not None:
-        findings = with_changes(state, sf, findings, residuals, glob, cfg)
+    if sf.residuals is not None:
+        findings = with_changes(state, sf, findings, sf.residuals, glob, cfg)
     out, seen = sightings(state, sf, findings, verdict, cfg, deepen)
     if not glob:
         count_flags(state, sf, findings, cfg)
@@ -171,16 +169,15 @@ def diagnose_step(
     """
     cfg = config or DiagnoserConfig()
     sf, _ = cross_rank_stage(batch, cfg, ())
-    res = step_residuals(batch, cfg) if cfg.change_points else None
     if kernels is None and stacks is None:
-        return apply_findings(state, sf, cfg, residuals=res)
+        return apply_findings(state, sf, cfg)
 
     def deepen(suspects: Sequence[int], peers: Sequence[int], since: int) -> Deepening | None:
         ranks = [*suspects, *peers]  # this step's data, which is past ``since``
         ks = kernels(ranks) if kernels is not None else {}
         return deepen_ranks(suspects, peers, ks, stacks(ranks) if stacks is not None else {}, names, cfg)
 
-    return apply_findings(state, sf, cfg, deepen=deepen, residuals=res)
+    return apply_findings(state, sf, cfg, deepen=deepen)
 
 
 class JobDiagnoser:
@@ -240,7 +237,6 @@ def diagnose(
             step_findings(b, diag.config),
             diag.config,
             deepen=deepen,
-            residuals=step_residuals(b, diag.config) if diag.config.change_points else None,
         )
         for a in res.anomalies:
             final[a.id] = a

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._codec import SCHEMAS, SchemaInfo, StepRowWriter, decode, decode_many, encode, peek_schema_id
 from ._errors import DecodeError, SchemaError, UnknownSchemaError, ValidationError
-from ._findings import Finding, JobOrder, StepFindings
+from ._findings import Finding, JobOrder, RankResiduals, StepFindings
 from ._heartbeats import HEARTBEAT_COLUMNS, HeartbeatBatch
 from ._kernels import KernelStats
 from ._parts import JobRun, PartGroup, PartMerger, dense_world
@@ -80,6 +80,7 @@ __all__ = [
     "KernelStats",
     "PartGroup",
     "PartMerger",
+    "RankResiduals",
     "Record",
     "SchemaError",
     "SchemaInfo",

@@ -377,6 +377,20 @@ def _step_findings(s: StepFindings) -> None:
     _ints(s, "peer ranks", s.peers, 0, LIMITS["max_rank"])
     for peers in s.peers.values():
         _ints(s, "peers", peers, 0, LIMITS["max_rank"])
+    if s.residuals is not None:
+        res = s.residuals
+        ranks = np.asarray(res.ranks)
+        if len(ranks) > LIMITS["max_rank"] or (
+            len(ranks) and not (ranks.min() >= 0 and ranks.max() < LIMITS["max_rank"])
+        ):
+            raise _fail(s, f"the residuals' ranks hold values outside [0, {LIMITS['max_rank']})")
+        if not np.all(np.isfinite(res.lw)) or not np.isfinite(res.work_ms) or res.work_ms < 0:
+            raise _fail(s, "the residuals' log work or work_ms is not finite")
+        if (
+            len({len(res.ranks), len(res.lw), len(res.phase), len(res.hosts), len(res.dp), len(res.group)})
+            != 1
+        ):
+            raise _fail(s, "the residuals' columns differ in length")
 
 
 def _job_order(o: JobOrder) -> None:
