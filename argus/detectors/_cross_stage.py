@@ -111,7 +111,9 @@ def cross_rank_stage(
         weak=tuple(cr.weak.tolist()),
         job_ms=clean_step_ms(reference),
         peers=peers,
-        residuals=step_residuals(batch, cfg) if cfg.change_points else None,
+        residuals=step_residuals(batch, cfg)
+        if cfg.change_points and len(batch) <= cfg.cp_max_ranks
+        else None,
     )
     return sf, cr
 

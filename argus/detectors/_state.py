@@ -48,6 +48,7 @@ class Episode:
     change_onset: int = -1
     prior_rate: float = 0.0
     stood_out: float = 0.0  # steps its ranks stood out between the job's settling and its opening
+    named: str = ""  # the suspect its anomaly was first sent as (its id's), when it grew since
 
 
 LEVEL_SIGHTINGS = 32

@@ -142,12 +142,12 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
 
 
 _FIELDS = (
-    "n", "base", "sig", "ac", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
+    "n", "base", "sig", "ac", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s2", "s2_from", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
     "t_from", "seen",
 )  # fmt: skip
 _SPIKES = 6
 """Spikes whose regular gaps make a rank slow every k-th step."""
-_INT_FIELDS = frozenset({"n", "s_from", "onset", "t_from", "seen"})
+_INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen"})
 
 
 @dataclass
@@ -178,6 +178,8 @@ class ChangeState:
     bprev: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     bdirty: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     vb: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    s2: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
+    s2_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
     s: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
     s_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
     s_sum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
@@ -272,7 +274,7 @@ def _long_run(st: ChangeState, cols: np.ndarray | slice) -> tuple[np.ndarray, np
     """Per series and rank of ``cols``: sigma, and the long-run sigma (the spread of a
     sum's steps: widened by the autocorrelation, at least the block means' one)."""
     sig = st.sig[:, cols]
-    rho = np.clip(st.ac[:, cols], 0.0, 0.9)
+    rho = np.clip(st.ac[:, cols], 0.0, _MAX_AC)
     return sig, np.maximum(sig * np.sqrt((1 + rho) / (1 - rho)), np.sqrt(st.vb[:, cols] * _BLOCK / 2))
 
 
@@ -347,27 +349,32 @@ def _noise(
     evidence: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
     """The noise model of each rank's residual from its differences: ``v1`` and ``v2``, the
-    EW mean squares of ``r`` minus the residual one and two samples before (each Winsorized
-    at 4 sigma), give an AR(1)'s scale and autocorrelation (``v1 = 2 sig^2 (1 - ac)``,
-    ``v2 = 2 sig^2 (1 - ac^2)``). A level shift (a fault, a reference that moved) is one
-    large difference, so the model holds through it: from the residual's deviations it
-    took in every fault that had not opened yet, and from the samples near the baseline
-    only it shrank (a rank's sigma settled at 0.8 of its noise's, an autocorrelation of 0.6
-    at 0.3). The long-run variance of noise of several kinds (a rank's own, its replica's
-    wander: no AR(1)) is the block means': ``vb`` from the differences of consecutive
-    blocks' means, but not across a block in which ``evidence`` built (a change open or
-    building: a fault's onset in a difference of block means is no noise).
-    Returns ``v1``, ``v2``, ``ac``, ``sig``."""
+    EW mean squares of ``r`` minus the residual one and two samples before (both Winsorized
+    at 4 of the lag-1 RMS), give an AR(1)'s scale and autocorrelation (``v1 = 2 sig^2 (1 -
+    ac)``, ``v2 = 2 sig^2 (1 - ac^2)``). A level shift (a fault) is one large difference, so
+    the model holds through a fault. From the residual's deviations it took in every fault
+    that had not opened yet, and from the samples near the baseline only it shrank (a
+    rank's sigma settled at 0.8 of its noise's, an autocorrelation of 0.6 at 0.3); a level
+    gate shrank it on skewed noise (the log of a gamma-distributed wait), and leaving out
+    large differences shrank it on heavy-tailed noise (the CUSUM then paged on its tails:
+    192 times on one quiet job). The long-run variance of noise of
+    several kinds (a rank's own, its replica's wander: no AR(1)) is the block means': ``vb``
+    from the differences of consecutive blocks' means, but not across a block in which
+    ``evidence`` built (a change open or building: a fault's onset in a difference of block
+    means is no noise). Returns ``v1``, ``v2``, ``ac``, ``sig``."""
     v1, v2 = st.v1[:, idx], st.v2[:, idx]
-    d1 = np.where(ok & (n >= 1), r - st.prev[:, idx], np.nan)
-    d2 = np.where(ok & (n >= 2), r - st.prev2[:, idx], np.nan)
+    prev, prev2 = st.prev[:, idx], st.prev2[:, idx]
+    d1 = np.where(ok & (n >= 1), r - prev, np.nan)
+    d2 = np.where(ok & (n >= 2), r - prev2, np.nan)
+    # both Winsorized at 4 of the lag-1 RMS (a shift's difference, at each one's own RMS,
+    # weighed 1.6 times more in the lag-2 mean square, twice: a fault's onset raised the
+    # autocorrelation they give from 0.6 to 0.85 before its change opened)
+    cap = np.where(n >= 5, 4 * np.sqrt(v1), np.inf)
     out = []
     for v, dd, need in ((v1, d1, 1), (v2, d2, 2)):
-        has = np.isfinite(dd)
         seen = np.maximum(n - need, 0)  # differences seen before this one
-        a = np.where(has, np.where(seen < cfg.cp_learn, 1.0 / (seen + 1.0), cfg.cp_alpha), 0.0)
-        lim = np.where(seen >= 4, 4 * np.sqrt(v), np.inf)
-        w = np.minimum(np.abs(np.where(has, dd, 0.0)), lim)
+        w = np.minimum(np.abs(np.where(np.isfinite(dd), dd, 0.0)), cap)
+        a = np.where(np.isfinite(dd), np.where(seen < cfg.cp_learn, 1.0 / (seen + 1.0), cfg.cp_alpha), 0.0)
         out.append(v + a * (w * w - v))
     v1, v2 = out
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -438,8 +445,13 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     s_sum = np.where(building, np.where(fresh, 0.0, s_sum) + np.minimum(d, 4 * c), 0.0)
     s_cnt = np.where(building, np.where(fresh, 0.0, s_cnt) + 1.0, 0.0)
     c_sum = np.where(building, np.where(fresh, 0.0, c_sum) + dc, 0.0)
+    # a sharper sum (reference half the clip) places the onset: noise that rose a step or
+    # two before a clear shift started the first sum there, not this one
+    s2 = st.s2[:, idx]
+    s2_new = np.where(closed_now, np.maximum(s2 + dc - c / 2, 0.0), 0.0)
+    s2_from = np.where(closed_now & (s2_new > 0) & (s2 <= 0), step, st.s2_from[:, idx])
     opens = closed_now & (s_new >= h)
-    onset = np.where(opens, s_from, onset)
+    onset = np.where(opens, np.where((s2_new > 0) & (s2_from > s_from), s2_from, s_from), onset)
     size = np.where(opens, s_sum / np.maximum(s_cnt, 1.0), size)
     csize = np.where(opens, c_sum / np.maximum(s_cnt, 1.0), csize)
     t = np.where(opens, 0.0, t)
@@ -470,6 +482,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     st.prev2[:, idx] = np.where(ok, st.prev[:, idx], st.prev2[:, idx])
     st.prev[:, idx] = np.where(ok, r, st.prev[:, idx])
     st.s[:, idx], st.s_from[:, idx] = s_new, s_from
+    st.s2[:, idx], st.s2_from[:, idx] = s2_new, s2_from
     st.s_sum[:, idx], st.s_cnt[:, idx], st.c_sum[:, idx] = s_sum, s_cnt, c_sum
     st.csize[:, idx] = csize
     st.t[:, idx], st.t_from[:, idx] = np.where(ends, 0.0, t_new), t_from

@@ -72,7 +72,7 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
     if e.detail:
         summary += f"; {e.detail}"
     return Anomaly(
-        id=anomaly_id(state.job, state.run, e.cause, e.suspect, e.onset),
+        id=anomaly_id(state.job, state.run, e.cause, e.named or e.suspect, e.onset),
         job=state.job,
         run=state.run,
         start_step=e.onset,
@@ -166,13 +166,13 @@ def _episode_of(
             f.decided_by == CHANGE_FIGURE
             # hysteresis: an open change goes on down to halfway between the two levels
             or (
-                not cfg.change_points  # with them on, a change from a baseline is theirs
+                sf.residuals is None  # with them on, a change from a baseline is theirs
                 and _beyond_baseline(old, f, sf, state.episodes.get(f"{f.key}|change"))
             )
         )
     )
     if old is not None and change:  # a change from a baseline: its sightings, until it ends
-        key = f"{f.key}|change"
+        key = _change_key(state, f, cfg)
         old.idle = 0
     e = state.episodes.get(key)
     if e is None:
@@ -184,7 +184,42 @@ def _episode_of(
             _absorb(state, key, e)
             if f.suspect_kind not in ("ranks", "host"):
                 groups.update({(_family(f.cause), r): key for r in f.ranks})
+    elif f.decided_by == CHANGE_FIGURE:
+        _grow(e, f, cfg)
     return key, e
+
+
+def _change_key(state: JobState, f: Finding, cfg: DiagnoserConfig) -> str:
+    """The episode of a change from a baseline: the open change of some of the same ranks
+    that began with it (its first member's change opened a few steps before the others'),
+    else the finding's own."""
+    onset = f.evidence.get("change_onset")
+    if f.decided_by == CHANGE_FIGURE and onset is not None:
+        members = set(f.ranks)
+        for k, o in state.episodes.items():
+            if (
+                k.endswith("|change")
+                and members & set(o.ranks)
+                and abs(o.onset - onset) <= cfg.cp_onset_within
+            ):
+                return k
+    return f"{f.key}|change"
+
+
+def _grow(e: Episode, f: Finding, cfg: DiagnoserConfig) -> None:
+    """A change of more ranks that began with an episode's (within ``cp_onset_within``
+    steps) is that fault seen whole: the episode takes its ranks and its name (its anomaly
+    keeps the id it was first sent with)."""
+    onset = f.evidence.get("change_onset", -1.0)
+    if (
+        len(f.ranks) <= len(e.ranks)
+        or not set(e.ranks) <= set(f.ranks)
+        or abs(e.onset - onset) > cfg.cp_onset_within
+    ):
+        return
+    if e.emitted and not e.named:
+        e.named = e.suspect
+    e.suspect_kind, e.suspect, e.ranks = f.suspect_kind, f.suspect, list(f.ranks)[: cfg.max_listed]
 
 
 def _open(f: Finding, step: int) -> Episode:
@@ -264,12 +299,7 @@ def _confirm(
     e.persistent = _persistent(e, state, cfg)
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
-        (
-            _static(state, e, sf, cfg)
-            or _flickered(e, sf, cfg)
-            # the change points see a change from any baseline: since the start is one
-            or (cfg.change_points and e.persistent and e.onset <= state.first_step)
-        )
+        (_static(state, e, sf, cfg) or _flickered(e, sf, cfg))
         and e.suspect_kind in _BASELINE_KINDS
         and e.cause in _BASELINE_CAUSES
     ):
@@ -351,14 +381,16 @@ def _remembered(e: Episode, cfg: DiagnoserConfig) -> int:
 
 def _continue(old: Episode, e: Episode, cfg: DiagnoserConfig) -> Episode:
     """``old`` (an anomaly closed lately) taking in ``e``, the same fault back: one anomaly,
-    its id and onset kept, its window, sightings and cost grown."""
+    its id and onset kept, its window, sightings and cost grown (by the steps past the old
+    window only: a change sighted counts the steps since its onset, which it may share)."""
+    share = min(e.hits, max(e.last_seen - old.last_seen, 0)) / max(e.hits, 1)
     old.last_seen, old.idle = e.last_seen, 0
-    old.hits += e.hits
+    old.hits += round(share * e.hits)
     old.hits_at = [*old.hits_at, *e.hits_at][-8:]
     old.added_at = [*old.added_at, *e.added_at][-LEVEL_SIGHTINGS:]
     old.share_at = [*old.share_at, *e.share_at][-LEVEL_SIGHTINGS:]
-    old.added_ms_sum += e.added_ms_sum
-    old.gpu_hours += e.gpu_hours
+    old.added_ms_sum += share * e.added_ms_sum
+    old.gpu_hours += share * e.gpu_hours
     if e.score >= old.score:
         old.score = e.score
         old.evidence.update(e.evidence)

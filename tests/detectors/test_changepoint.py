@@ -104,16 +104,18 @@ def test_static_offsets_and_a_speed_group_are_the_baseline_not_events() -> None:
     assert found(job(500, seed=2, offsets=0.12, slow_hosts=(3, 4, 5))) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap (issue 32): with each rank's own noise model the two ranks' changes open a "
-    "step apart, and the first is sent alone for 8 steps before their host's anomaly",
-)
 def test_a_change_from_a_speed_group_has_its_own_onset() -> None:
-    """Two ranks of the 2x slower hosts slow 1.5x more from step 300: not 'since the start'."""
-    (a,) = found(job(500, seed=3, slow_hosts=(3, 4), effect=slow([25, 26], 300, 499, 1.5)))
+    """Two ranks of the 2x slower hosts slow 1.5x more from step 300: not 'since the start'
+    (the two hosts slow since the start are warnings: degraded hosts of a large job), and
+    one anomaly though the two ranks' changes open steps apart."""
+    out = found(job(500, seed=3, slow_hosts=(3, 4), effect=slow([25, 26], 300, 499, 1.5)))
+    (a,) = [a for a in out if a.severity == "page"]
     assert a.suspect == "node-003" and sorted(a.ranks) == [25, 26]
     assert abs(a.start_step - 300) <= 2 and "persistent" not in a.evidence
+    assert sorted((b.suspect, b.severity) for b in out if b is not a) == [
+        ("node-003", "warn"),
+        ("node-004", "warn"),
+    ]
 
 
 @pytest.mark.xfail(
@@ -140,18 +142,14 @@ def test_a_rank_slow_every_kth_step_is_one_anomaly_labelled_periodic() -> None:
     assert a.start_step <= 160 and a.end_step >= 440
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap (issue 32): with the long-run sigma the noise's (it was 0.8 of it) the change "
-    "closes in the last tooth's low part, 11 steps before the sawtooth ends",
-)
 def test_a_sawtooth_is_one_anomaly_over_its_span() -> None:
     def sawtooth(step: int, comp: np.ndarray) -> None:
         if 100 <= step < 600:
             comp[9] *= 1 + 0.3 * ((step - 100) % 40) / 39
 
     (a,) = found(job(700, seed=6, effect=sawtooth))
-    assert a.suspect == "rank:9" and a.start_step <= 115 and a.end_step >= 590
+    # (its last tooth, from step 580, is cut at 1.15x: the anomaly may end with the one before)
+    assert a.suspect == "rank:9" and a.start_step <= 115 and a.end_step >= 575
 
 
 def test_one_step_blips_are_transients_never_anomalies() -> None:

@@ -78,18 +78,3 @@ def test_a_rank_slow_from_the_start_is_a_warning_and_a_change_from_it_pages() ->
     (change,) = [a for a in run(faults, 600)[0] if a.severity == "page"]
     assert change.suspect == "rank:99" and "persistent" not in change.evidence
     assert abs(change.start_step - 300) <= 2 and abs(change.end_step - 499) <= 3
-
-
-def test_a_rank_slow_from_the_start_is_its_baseline_and_a_change_from_it_is_found() -> None:
-    """With the change points: slow since the start is the rank's baseline (a slower GPU, a
-    speed group: issue 32), never an event; slower again later is a change, with its onset."""
-    cp = d.DiagnoserConfig(change_points=True)
-    anomalies, _, _ = run([Fault(d.COMPUTE_STRAGGLER, 0, 600, (99,), magnitude=1.1)], 600, config=cp)
-    assert anomalies == []
-    faults = [
-        Fault(d.COMPUTE_STRAGGLER, 0, 600, (99,), magnitude=1.1),
-        Fault(d.COMPUTE_STRAGGLER, 300, 200, (99,), magnitude=1.3),
-    ]
-    (a,) = run(faults, 600, config=cp)[0]
-    assert a.suspect == "rank:99" and a.severity == "page" and "persistent" not in a.evidence
-    assert abs(a.start_step - 300) <= 2 and abs(a.end_step - 499) <= 3

@@ -33,7 +33,10 @@ def test_a_gpu_straggler_in_a_two_rank_job_is_named_with_its_kernel() -> None:
     # in a group of two the rank waiting for the suspect is flagged too: it is still the
     # kernels' reference (no peer at all left the anomaly at the step level)
     (a,) = load_bench("gpu").replay(_ranks(), "h200-straggler")
-    assert (a.cause, list(a.ranks), a.start_step, a.end_step) == ("masked_compute_straggler", [1], 30, 59)
+    assert (a.cause, list(a.ranks), a.end_step) == ("masked_compute_straggler", [1], 59)
+    # rank 1's step 28 stood out 20 % too (the per-step detector flagged it): the change
+    # points' onset may take it in
+    assert 28 <= a.start_step <= 30
     assert a.level == "kernel", a.evidence
     spin = [v for k, v in a.evidence.items() if k.startswith("kernel:") and "spin_kernel" in k]
     assert spin and spin[0] > 1000, a.evidence  # ~250 ms against the peer's ~10 us

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+
+import pytest
 
 from argus.detectors import (
     DiagnoserConfig,
@@ -14,7 +17,7 @@ from argus.detectors import (
     step_findings,
 )
 from argus.producers.simulator import COMPUTE_STRAGGLER, DATALOADER_STALL, ClusterSimulator, Fault, Layout
-from argus.schemas import decode, encode
+from argus.schemas import ValidationError, decode, encode
 
 
 def test_split_stages_through_the_codec_match_the_facade() -> None:
@@ -35,3 +38,16 @@ def test_split_stages_through_the_codec_match_the_facade() -> None:
         ids_split += [(a.id, a.end_step) for a in apply_findings(state, sf, cfg).anomalies]
     assert ids_split == ids_facade
     assert len({i for i, _ in ids_split}) == 2
+
+
+def test_a_residual_phase_these_detectors_do_not_have_is_refused() -> None:
+    """Another build (or a hostile producer) may send phases past these detectors' own-work
+    phases: refused before the temporal stage indexes them."""
+    sf = next(
+        step_findings(s.batch, DiagnoserConfig(change_points=True))
+        for s in ClusterSimulator(Layout(dp=2, tp=2, pp=1), seed=1, job="p").run(1)
+    )
+    assert sf.residuals is not None
+    bad = dataclasses.replace(sf, residuals=dataclasses.replace(sf.residuals, phase=sf.residuals.phase + 100))
+    with pytest.raises(ValidationError, match="own-work phases"):
+        check_shape(bad)

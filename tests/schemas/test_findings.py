@@ -12,6 +12,7 @@ from argus.schemas import (
     SCHEMAS,
     Finding,
     JobOrder,
+    RankResiduals,
     StepFindings,
     ValidationError,
     decode,
@@ -51,7 +52,41 @@ def test_the_inline_summary_is_the_step_summary_schema() -> None:
     assert nested == latest.raw
 
 
+RESIDUALS = RankResiduals(
+    np.arange(4),
+    RankResiduals.quantized(np.log([250.0, 251.0, 300.0, 249.0])),
+    np.array([0, 0, 1, 0], np.int8),
+    250.0,
+    np.array(["node-0", "node-0", "node-1", "node-1"]),
+    np.array([0, 0, 1, 1]),
+    np.zeros(4, np.int64),
+    replicas=False,
+)
+
+
+def test_the_ranks_own_work_travels_as_it_is_tested() -> None:
+    """Log work as a median and float16 deviations (quantized before it is tested), the
+    layout as runs; a findings record without it (the change points off) has none."""
+    back = decode(encode(dataclasses.replace(FINDINGS, residuals=RESIDUALS)), expect=StepFindings)
+    res = back.residuals
+    assert (
+        res is not None
+        and np.array_equal(res.lw, RESIDUALS.lw)
+        and np.array_equal(res.ranks, RESIDUALS.ranks)
+    )
+    assert list(res.hosts) == list(RESIDUALS.hosts) and list(res.dp) == [0, 0, 1, 1]
+    assert list(res.phase) == [0, 0, 1, 0] and res.work_ms == 250.0 and not res.replicas
+    assert np.max(np.abs(res.lw - np.log([250.0, 251.0, 300.0, 249.0]))) < 1e-3
+    assert decode(encode(FINDINGS), expect=StepFindings).residuals is None
+
+
 HOSTILE = {
+    "residuals' log work NaN": dataclasses.replace(
+        FINDINGS, residuals=dataclasses.replace(RESIDUALS, lw=np.array([np.nan, 1.0, 1.0, 1.0]))
+    ),
+    "residuals' rank absurd": dataclasses.replace(
+        FINDINGS, residuals=dataclasses.replace(RESIDUALS, ranks=np.array([0, 1, 2, -5]))
+    ),
     "job_median NaN": dataclasses.replace(FINDINGS, job_median=np.array([float("nan")] * 13)),
     "step_ms negative": dataclasses.replace(FINDINGS, step_ms=-1.0),
     "summary of another step": dataclasses.replace(FINDINGS, step=FINDINGS.step + 1),
@@ -81,3 +116,10 @@ def test_out_of_range_findings_and_orders_are_rejected_on_decode(record: object)
     data = encode(record, check=False)  # type: ignore[arg-type]  # what a hostile producer sends
     with pytest.raises(ValidationError):
         decode(data)
+
+
+def test_residual_runs_that_do_not_cover_the_ranks_are_rejected_on_decode() -> None:
+    raw = dataclasses.replace(FINDINGS, residuals=RESIDUALS).to_avro()
+    raw["residuals"]["dp_runs"] = np.array([3, 3], "<i4").tobytes()  # 6 ranks' worth for 4
+    with pytest.raises(ValueError, match="runs of dp"):
+        StepFindings.from_avro(raw)
