@@ -150,6 +150,14 @@ _SPIKES = 6
 _INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen"})
 
 
+def _rows() -> np.ndarray:
+    return np.zeros((len(SERIES), 0))
+
+
+def _int_rows() -> np.ndarray:
+    return np.zeros((len(SERIES), 0), np.int64)
+
+
 @dataclass
 class ChangeState:
     """Per rank (row = rank id) and series: samples seen ``n``, ``base`` the residual's
@@ -166,31 +174,31 @@ class ChangeState:
     since ``t_from``; ``seen`` the last step the rank reported. ``phase``: per rank, the
     own-work phase that rose when its change opened."""
 
-    n: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
-    base: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    sig: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    ac: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    v1: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    v2: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    prev: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    prev2: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    bsum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    bprev: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    bdirty: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    vb: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    s2: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    s2_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
-    s: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    s_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
-    s_sum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    s_cnt: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    c_sum: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    onset: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
-    size: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    csize: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    t: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0)))
-    t_from: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
-    seen: np.ndarray = field(default_factory=lambda: np.zeros((len(SERIES), 0), np.int64))
+    n: np.ndarray = field(default_factory=_int_rows)
+    base: np.ndarray = field(default_factory=_rows)
+    sig: np.ndarray = field(default_factory=_rows)
+    ac: np.ndarray = field(default_factory=_rows)
+    v1: np.ndarray = field(default_factory=_rows)
+    v2: np.ndarray = field(default_factory=_rows)
+    prev: np.ndarray = field(default_factory=_rows)
+    prev2: np.ndarray = field(default_factory=_rows)
+    bsum: np.ndarray = field(default_factory=_rows)
+    bprev: np.ndarray = field(default_factory=_rows)
+    bdirty: np.ndarray = field(default_factory=_rows)
+    vb: np.ndarray = field(default_factory=_rows)
+    s2: np.ndarray = field(default_factory=_rows)
+    s2_from: np.ndarray = field(default_factory=_int_rows)
+    s: np.ndarray = field(default_factory=_rows)
+    s_from: np.ndarray = field(default_factory=_int_rows)
+    s_sum: np.ndarray = field(default_factory=_rows)
+    s_cnt: np.ndarray = field(default_factory=_rows)
+    c_sum: np.ndarray = field(default_factory=_rows)
+    onset: np.ndarray = field(default_factory=_int_rows)
+    size: np.ndarray = field(default_factory=_rows)
+    csize: np.ndarray = field(default_factory=_rows)
+    t: np.ndarray = field(default_factory=_rows)
+    t_from: np.ndarray = field(default_factory=_int_rows)
+    seen: np.ndarray = field(default_factory=_int_rows)
     phase: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     spikes: np.ndarray = field(default_factory=lambda: np.zeros((0, _SPIKES), np.int64))
     period: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), np.int64))
