@@ -81,8 +81,9 @@ def _split(
 ) -> list[Finding]:
     """A host or multi-rank finding whose ranks already have confirmed episodes of their
     own (another fault, found earlier) gives those ranks back to them; what is left stays a
-    group when large enough, else becomes per-rank findings."""
-    if f.suspect_kind not in ("host", "ranks"):
+    group when large enough, else becomes per-rank findings. A change of ranks that began
+    with one's confirmed change (:func:`grown_from`) is not split: it is that fault, grown."""
+    if f.suspect_kind not in ("host", "ranks") or grown_from(state, f, groups, cfg) is not None:
         return [f]
     fam = _family(f.cause)
     taken = []
@@ -99,6 +100,30 @@ def _split(
     else:
         out.extend(_as_rank(f, r) for r in rest)
     return out
+
+
+def grown_from(
+    state: JobState, f: Finding, groups: Mapping[tuple[str, int], str], cfg: DiagnoserConfig
+) -> str | None:
+    """The key of the confirmed episode of some of a change finding's ranks (its ranks all
+    the finding's) that began within ``cp_onset_within`` steps of the change: the first
+    member's change opened a few steps before the others', and this finding is that fault
+    seen whole (None if there is none)."""
+    onset = f.evidence.get("change_onset")
+    if f.decided_by != CHANGE_FIGURE or onset is None or len(f.ranks) < 2:
+        return None
+    members = set(f.ranks)
+    for r in f.ranks:
+        k = groups.get((_family(f.cause), r))
+        e = state.episodes.get(k) if k is not None else None
+        if (
+            e is not None
+            and e.emitted
+            and set(e.ranks) <= members
+            and abs(e.onset - onset) <= cfg.cp_onset_within
+        ):
+            return k
+    return None
 
 
 def _as_rank(f: Finding, r: int) -> Finding:

@@ -43,7 +43,7 @@ from ._baselines import (
 from ._config import DiagnoserConfig
 from ._cross_stage import _DEEP_KINDS
 from ._finding import Finding, anomaly_id
-from ._routing import _GROUP_KINDS, _absorb, _family, _group_index, _route, _split
+from ._routing import _GROUP_KINDS, _absorb, _family, _group_index, _route, _split, grown_from
 from ._state import _SILENT, LEVEL_SIGHTINGS, Episode, JobState
 from .common_cause import CHANGE_FIGURE
 from .cost import gpu_hours, step_ms_added
@@ -147,7 +147,7 @@ def _episode_of(
 ) -> tuple[str, Episode]:
     """The episode a finding is a sighting of, opened at ``step`` when there is none (a new
     host or link episode takes over its ranks' open ones, and their later findings)."""
-    key = _route(f, groups)
+    key = grown_from(state, f, groups, cfg) or _route(f, groups)
     if f.decided_by == CHANGE_FIGURE and key not in state.episodes:  # a host or link not confirmed yet
         members = set(f.ranks)
         key = next(
