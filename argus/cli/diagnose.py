@@ -17,6 +17,7 @@ from rich.table import Table
 from argus.producers.csvlogs import LogRows, as_written, phase_of, read_series
 
 from ..csvlogs import LogDiagnosis, diagnose_log
+from ..detectors import DiagnoserConfig
 from ..schemas import Anomaly
 from ._app import app, console, err_console, exit_on_error, fail, n_anomalies
 
@@ -41,6 +42,12 @@ def diagnose(
     ),
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="the value is a throughput"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of anomalies"),
+    change_points: bool = typer.Option(
+        False,
+        "--change-points",
+        help="also test each rank against its own past (jobs of up to 1,024 ranks; off by "
+        "default: docs/architecture.md#change-points)",
+    ),
 ) -> None:
     """Anomalous windows and suspect ranks from a CSV of per-rank values, by the same engine as
     the live workers (the CSV becomes one step batch per window)."""
@@ -52,6 +59,7 @@ def diagnose(
         result = diagnose_log(
             rows.rank, rows.t, rows.value, by_time=time_col is not None, metric=value_col,
             higher_is_better=higher_is_better, job=steps_csv.stem or "log", hosts=rows.hosts,
+            config=DiagnoserConfig(change_points=change_points),
         )  # fmt: skip
     for note in (*rows.notes, *result.notes):
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)

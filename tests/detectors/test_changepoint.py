@@ -14,6 +14,7 @@ from argus.csvlogs import diagnose_log
 from argus.detectors.changepoint import ChangeState, step_residuals, track
 from argus.producers.csvlogs import log_batches
 from argus.schemas import Anomaly, RankResiduals, StepBatch, decode, encode
+from tests.helpers.workers import offset_workers
 
 DP, TP, PP = 8, 8, 4  # 256 ranks, 8 per host; a replica is tp*pp = 32 ranks on 4 hosts
 N = DP * TP * PP
@@ -270,36 +271,14 @@ def test_the_noise_model_learns_an_autocorrelated_ranks_scale_and_opens_nothing(
     assert 0.45 < float(np.median(st.ac[0])) < 0.75
 
 
-def _workers(seed: int, fault: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, str]]:
-    """24 workers on 6 hosts, 600 steps of ~850 ms: each worker's own AR(1) noise (3 %,
-    0.7), static offsets up to +-5 %, a job-wide per-step factor; with ``fault``, the 4
-    workers of node-2 1.18x slower in steps 350-469 (a new user's log, session 21)."""
-    rng = np.random.default_rng(seed)
-    w, steps, phi = 24, 600, 0.7
-
-    def ar1(rows: int, sd: float) -> np.ndarray:
-        x = np.empty((rows, steps))
-        x[:, 0] = rng.normal(0.0, sd, rows)
-        for t in range(1, steps):
-            x[:, t] = phi * x[:, t - 1] + rng.normal(0.0, sd * np.sqrt(1 - phi**2), rows)
-        return x
-
-    offsets = rng.uniform(-0.05, 0.05, w)
-    ms = 850.0 * (1 + offsets[:, None]) * (1 + ar1(1, 0.02)) * (1 + ar1(w, 0.03))
-    if fault:
-        ms[8:12, 350:470] *= 1.18
-    hosts = {r: f"node-{r // 4}" for r in range(w)}
-    return np.tile(np.arange(w), steps), np.repeat(np.arange(steps), w), ms.T.ravel(), hosts
-
-
 @pytest.mark.parametrize("seed", [8, 10, 20261127])
 def test_a_host_of_a_24_worker_job_with_static_offsets_is_one_anomaly(seed: int) -> None:
     """Without change points an 18 % slowdown of one host among workers up to 5 % apart
     was missed or cut into ranks (a new user's log); with them, one anomaly over its window,
     and nothing on the same job without the fault."""
-    rank, step, value, hosts = _workers(seed, fault=True)
+    rank, step, value, hosts = offset_workers(seed, fault=True)
     (a,) = diagnose_log(rank, step, value, by_time=False, hosts=hosts, config=CP).anomalies
     assert a.suspect == "node-2" and sorted(a.ranks) == [8, 9, 10, 11]
     assert abs(a.start_step - 350) <= 3 and abs(a.end_step - 469) <= 3
-    rank, step, value, hosts = _workers(seed, fault=False)
+    rank, step, value, hosts = offset_workers(seed, fault=False)
     assert diagnose_log(rank, step, value, by_time=False, hosts=hosts, config=CP).anomalies == []
