@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import numpy as np
+from scipy.stats import theilslopes
 
 from argus.schemas import StepFindings
 from argus.schemas.causes import (
@@ -96,8 +97,7 @@ def _decaying(at: Sequence[float]) -> bool:
         return True
     # falling with the next shock's noise on it: the first the largest, the trend down a fifth
     y = np.asarray(recent, dtype=float)
-    i, j = np.triu_indices(len(y), 1)
-    slope = float(np.median((y[j] - y[i]) / (j - i)))
+    slope = float(theilslopes(y).slope)
     return bool(y[0] >= y.max() and slope * (len(y) - 1) <= -0.2 * y[0])
 
 

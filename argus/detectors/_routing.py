@@ -102,26 +102,30 @@ def _split(
     return out
 
 
+def grows(e: Episode, f: Finding, cfg: DiagnoserConfig) -> bool:
+    """Whether change finding ``f`` is episode ``e``'s fault, seen whole: ``e``'s ranks
+    among its own, its change begun within ``cp_onset_within`` steps of ``e``'s onset (the
+    first member's change opened a few steps before the others')."""
+    onset = f.evidence.get("change_onset")
+    return (
+        f.decided_by == CHANGE_FIGURE
+        and onset is not None
+        and set(e.ranks) <= set(f.ranks)
+        and abs(e.onset - onset) <= cfg.cp_onset_within
+    )
+
+
 def grown_from(
     state: JobState, f: Finding, groups: Mapping[tuple[str, int], str], cfg: DiagnoserConfig
 ) -> str | None:
-    """The key of the confirmed episode of some of a change finding's ranks (its ranks all
-    the finding's) that began within ``cp_onset_within`` steps of the change: the first
-    member's change opened a few steps before the others', and this finding is that fault
-    seen whole (None if there is none)."""
-    onset = f.evidence.get("change_onset")
-    if f.decided_by != CHANGE_FIGURE or onset is None or len(f.ranks) < 2:
+    """The key of the confirmed episode of one of a change finding's ranks that ``f``
+    :func:`grows` (None if there is none)."""
+    if f.decided_by != CHANGE_FIGURE or len(f.ranks) < 2:
         return None
-    members = set(f.ranks)
     for r in f.ranks:
         k = groups.get((_family(f.cause), r))
         e = state.episodes.get(k) if k is not None else None
-        if (
-            e is not None
-            and e.emitted
-            and set(e.ranks) <= members
-            and abs(e.onset - onset) <= cfg.cp_onset_within
-        ):
+        if e is not None and e.emitted and grows(e, f, cfg):
             return k
     return None
 

@@ -142,7 +142,7 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
 
 
 _FIELDS = (
-    "n", "base", "sig", "ac", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s2", "s2_from", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
+    "n", "base", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s2", "s2_from", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
     "t_from", "seen",
 )  # fmt: skip
 _SPIKES = 6
@@ -161,9 +161,9 @@ def _int_rows() -> np.ndarray:
 @dataclass
 class ChangeState:
     """Per rank (row = rank id) and series: samples seen ``n``, ``base`` the residual's
-    level; its noise model: ``sig`` and ``ac`` its scale and lag-1 autocorrelation, from
-    ``v1`` and ``v2`` (EW means of its squared differences one and two samples apart) and
-    the last two residuals ``prev``, ``prev2``; ``vb`` the EW mean square of the
+    level; its noise model: ``v1`` and ``v2`` (EW means of its squared differences one and
+    two samples apart: :attr:`sig` and :attr:`ac`) and the last two residuals ``prev``,
+    ``prev2``; ``vb`` the EW mean square of the
     differences of consecutive means of ``_BLOCK`` samples (``bsum``: the open block's sum,
     ``bprev``: the last block's mean; ``bdirty``: whether evidence built in the open block
     (1) and in the last one (2): a difference of their means is no noise);
@@ -176,8 +176,6 @@ class ChangeState:
 
     n: np.ndarray = field(default_factory=_int_rows)
     base: np.ndarray = field(default_factory=_rows)
-    sig: np.ndarray = field(default_factory=_rows)
-    ac: np.ndarray = field(default_factory=_rows)
     v1: np.ndarray = field(default_factory=_rows)
     v2: np.ndarray = field(default_factory=_rows)
     prev: np.ndarray = field(default_factory=_rows)
@@ -203,6 +201,18 @@ class ChangeState:
     spikes: np.ndarray = field(default_factory=lambda: np.zeros((0, _SPIKES), np.int64))
     period: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), np.int64))
     spike_size: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def ac(self) -> np.ndarray:
+        """Each rank's lag-1 autocorrelation, an AR(1)'s from ``v1 = 2 sig^2 (1 - ac)`` and
+        ``v2 = 2 sig^2 (1 - ac^2)`` (0 to ``_MAX_AC``)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.v1 > 0, np.clip(self.v2 / self.v1 - 1.0, 0.0, _MAX_AC), 0.0)
+
+    @property
+    def sig(self) -> np.ndarray:
+        """Each rank's noise scale (the AR(1)'s marginal sigma)."""
+        return np.sqrt(self.v1 / (2.0 * (1.0 - self.ac)))
 
     @property
     def n_ranks(self) -> int:
@@ -257,7 +267,7 @@ class ChangeState:
         for name in (*_FIELDS, "phase"):
             dt = np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32
             if name not in data:  # a state from before the field: nothing learned of it yet
-                setattr(st, name, np.zeros((len(SERIES), n)))
+                setattr(st, name, np.zeros((len(SERIES), n), np.int64 if name in _INT_FIELDS else float))
                 continue
             a = np.frombuffer(base64.b64decode(data[name]), dt)
             if name == "phase":
@@ -281,8 +291,7 @@ class ChangeStep:
 def _long_run(st: ChangeState, cols: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
     """Per series and rank of ``cols``: sigma, and the long-run sigma (the spread of a
     sum's steps: widened by the autocorrelation, at least the block means' one)."""
-    sig = st.sig[:, cols]
-    rho = np.clip(st.ac[:, cols], 0.0, _MAX_AC)
+    sig, rho = st.sig[:, cols], st.ac[:, cols]
     return sig, np.maximum(sig * np.sqrt((1 + rho) / (1 - rho)), np.sqrt(st.vb[:, cols] * _BLOCK / 2))
 
 
@@ -293,14 +302,13 @@ def _scales(st: ChangeState, cols: np.ndarray | slice, cfg: DiagnoserConfig) -> 
     spread of nothing); until it has seen ``_YOUNG * cp_learn`` samples, at least the
     typical rank's (a score of samples of autocorrelated noise look calmer than it is: one
     job's ranks learned a third of their long-run sigma and opened over a hundred changes)."""
-    sig, lr = _long_run(st, cols)
+    s_all, lr_all = _long_run(st, slice(None))
+    sig, lr = s_all[:, cols], lr_all[:, cols]
     learned = st.n >= cfg.cp_learn // 2
     typ = np.zeros((2, len(SERIES)))
     for i in range(len(SERIES)):
-        rows = np.flatnonzero(learned[i])
-        if len(rows):
-            s_all, lr_all = _long_run(st, rows)
-            typ[:, i] = np.median(s_all[i]), np.median(lr_all[i])
+        if learned[i].any():
+            typ[:, i] = np.median(s_all[i, learned[i]]), np.median(lr_all[i, learned[i]])
     young = st.n[:, cols] < _YOUNG * cfg.cp_learn
     sig = np.maximum(sig, np.where(young, 1.0, 0.5) * typ[0][:, None])
     lr = np.maximum(lr, np.where(young, 1.0, 0.5) * typ[1][:, None])
@@ -369,7 +377,7 @@ def _noise(
     several kinds (a rank's own, its replica's wander: no AR(1)) is the block means': ``vb``
     from the differences of consecutive blocks' means, but not across a block in which
     ``evidence`` built (a change open or building: a fault's onset in a difference of block
-    means is no noise). Returns ``v1``, ``v2``, ``ac``, ``sig``."""
+    means is no noise). Returns the new ``v1``, ``v2``."""
     v1, v2 = st.v1[:, idx], st.v2[:, idx]
     prev, prev2 = st.prev[:, idx], st.prev2[:, idx]
     d1 = np.where(ok & (n >= 1), r - prev, np.nan)
@@ -385,11 +393,6 @@ def _noise(
         a = np.where(np.isfinite(dd), np.where(seen < cfg.cp_learn, 1.0 / (seen + 1.0), cfg.cp_alpha), 0.0)
         out.append(v + a * (w * w - v))
     v1, v2 = out
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ac = np.where(v1 > 0, np.clip(v2 / v1 - 1.0, 0.0, _MAX_AC), 0.0)
-    sig = np.sqrt(v1 / (2.0 * (1.0 - ac)))
-    # until two differences are in, the spread of the few samples seen
-    sig = np.where(n >= 3, sig, st.sig[:, idx])
     # block means: noise of several kinds (a rank's own, its replica's wander) is no AR(1),
     # and one fitted from lags 1 and 2 misses most of the slow kind's long-run variance
     bsum = st.bsum[:, idx] + np.where(ok, r, 0.0)
@@ -413,7 +416,7 @@ def _noise(
     st.bsum[:, idx] = np.where(closes, 0.0, bsum)
     st.bdirty[:, idx] = np.where(closes, 2.0 * (dirty % 2), dirty)  # this block's bit becomes the last's
     st.vb[:, idx] = vb
-    return v1, v2, ac, sig
+    return v1, v2
 
 
 def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) -> ChangeStep:
@@ -482,11 +485,10 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     a = np.where(learning, 1.0 / (n + 1.0), np.where(following, cfg.cp_alpha, 0.0))
     lim = np.where(n >= 4, 3 * own_sig, np.inf)
     new_base = base + a * np.clip(d, -lim, lim)
-    v1, v2, ac, new_sig = _noise(st, idx, r, ok, n, cfg, ~quiet & ok)
+    v1, v2 = _noise(st, idx, r, ok, n, cfg, ~quiet & ok)
     # write back
     st.n[:, idx] = n + ok
-    st.base[:, idx], st.sig[:, idx] = new_base, new_sig
-    st.ac[:, idx], st.v1[:, idx], st.v2[:, idx] = ac, v1, v2
+    st.base[:, idx], st.v1[:, idx], st.v2[:, idx] = new_base, v1, v2
     st.prev2[:, idx] = np.where(ok, st.prev[:, idx], st.prev2[:, idx])
     st.prev[:, idx] = np.where(ok, r, st.prev[:, idx])
     st.s[:, idx], st.s_from[:, idx] = s_new, s_from

@@ -43,7 +43,7 @@ from ._baselines import (
 from ._config import DiagnoserConfig
 from ._cross_stage import _DEEP_KINDS
 from ._finding import Finding, anomaly_id
-from ._routing import _GROUP_KINDS, _absorb, _family, _group_index, _route, _split, grown_from
+from ._routing import _GROUP_KINDS, _absorb, _family, _group_index, _route, _split, grown_from, grows
 from ._state import _SILENT, LEVEL_SIGHTINGS, Episode, JobState
 from .common_cause import CHANGE_FIGURE
 from .cost import gpu_hours, step_ms_added
@@ -207,15 +207,10 @@ def _change_key(state: JobState, f: Finding, cfg: DiagnoserConfig) -> str:
 
 
 def _grow(e: Episode, f: Finding, cfg: DiagnoserConfig) -> None:
-    """A change of more ranks that began with an episode's (within ``cp_onset_within``
-    steps) is that fault seen whole: the episode takes its ranks and its name (its anomaly
-    keeps the id it was first sent with)."""
-    onset = f.evidence.get("change_onset", -1.0)
-    if (
-        len(f.ranks) <= len(e.ranks)
-        or not set(e.ranks) <= set(f.ranks)
-        or abs(e.onset - onset) > cfg.cp_onset_within
-    ):
+    """A change of more ranks that began with an episode's is that fault seen whole
+    (:func:`grows`): the episode takes its ranks and its name (its anomaly keeps the id it
+    was first sent with)."""
+    if len(f.ranks) <= len(e.ranks) or not grows(e, f, cfg):
         return
     if e.emitted and not e.named:
         e.named = e.suspect
