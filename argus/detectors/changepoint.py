@@ -12,8 +12,13 @@ baseline, clipped on both sides (one spike adds at most the clip), opens a *chan
 the evidence it accumulated passes ``h``: a sustained shift is found even when no single
 step stands out, with its onset (where the sum last left zero). A second CUSUM, of the
 open change's half size minus the deviation, ends it (its end: where that sum last left
-zero). Noise scales are per rank and series, robust (mean absolute deviation, clipped),
-and widened by the residual's lag-1 autocorrelation (long-run sigma).
+zero). Noise scales are per rank and series, from the residual's differences, and widened
+by its autocorrelation (long-run sigma); the test runs on the deviation prewhitened by that
+autocorrelation, so that a shock of autocorrelated noise is one clipped step and its decay
+adds nothing, and a change still building whose level is dying away does not open. Where a
+series has enough ranks to outvote a fault, the autocorrelation is the ranks' median, and
+the job checks its ranks' models against each other (:func:`_calibrate`) and widens them
+where they fall short (noise near a unit root or of several kinds).
 
 :func:`rank_residuals` is stateless (one step's batch); :func:`track` folds one step's
 residuals into a :class:`ChangeState` (plain arrays, vectorized over ranks) and says which
@@ -60,6 +65,16 @@ _YOUNG = 4
 many times ``cp_learn`` samples."""
 _BLOCK = 16
 """Samples per block of the long-run variance's block means."""
+_FADE_ALPHA = 0.5
+"""Weight of the last deviation in its recent level (:func:`track`'s fading test)."""
+_FADE = 0.75
+"""A building change whose recent level fell under this share of its peak is fading."""
+_FADE_AC = 0.5
+"""...where the rank's noise is this autocorrelated or more (a shock of it dies away)."""
+_POOL = 32
+"""Steps of memory of the job's check of its ranks' noise models (:func:`_calibrate`)."""
+_POOL_MIN = 32
+"""Ranks a series' check needs (a small job's ranks are too few to pool)."""
 
 
 def _low_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
@@ -143,11 +158,11 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
 
 _FIELDS = (
     "n", "base", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s2", "s2_from", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
-    "t_from", "seen",
+    "t_from", "seen", "zsum", "zcnt", "zdirty", "ew", "peak", "lxy", "lxx",
 )  # fmt: skip
 _SPIKES = 6
 """Spikes whose regular gaps make a rank slow every k-th step."""
-_INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen"})
+_INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen", "zdirty"})
 
 
 def _rows() -> np.ndarray:
@@ -171,7 +186,12 @@ class ChangeState:
     since, as they are and clipped), an open change's ``onset`` (-1: none), ``size`` (its
     mean deviation) and ``csize`` (of the deviations clipped as the test clips them: a
     slowdown of every k-th step is a small clipped shift), the closing CUSUM ``t``
-    since ``t_from``; ``seen`` the last step the rank reported. ``phase``: per rank, the
+    since ``t_from``; ``seen`` the last step the rank reported; ``ew`` and ``peak``: a
+    building change's recent level and its highest (a shock dying away is no change);
+    ``lxy``, ``lxx``: the regression of the deviation on the last one (the pooled
+    autocorrelation); ``zsum``, ``zcnt``, ``zdirty``: the job's check of the noise models
+    (a rank's summed deviations, their count, the step until which it is left out), and
+    per series its result ``scale`` after ``checks`` steps. ``phase``: per rank, the
     own-work phase that rose when its change opened."""
 
     n: np.ndarray = field(default_factory=_int_rows)
@@ -197,6 +217,15 @@ class ChangeState:
     t: np.ndarray = field(default_factory=_rows)
     t_from: np.ndarray = field(default_factory=_int_rows)
     seen: np.ndarray = field(default_factory=_int_rows)
+    ew: np.ndarray = field(default_factory=_rows)
+    lxy: np.ndarray = field(default_factory=_rows)
+    lxx: np.ndarray = field(default_factory=_rows)
+    peak: np.ndarray = field(default_factory=_rows)
+    zsum: np.ndarray = field(default_factory=_rows)
+    zcnt: np.ndarray = field(default_factory=_rows)
+    zdirty: np.ndarray = field(default_factory=_int_rows)
+    scale: np.ndarray = field(default_factory=lambda: np.ones(len(SERIES)))
+    checks: np.ndarray = field(default_factory=lambda: np.zeros(len(SERIES)))
     phase: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     spikes: np.ndarray = field(default_factory=lambda: np.zeros((0, _SPIKES), np.int64))
     period: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), np.int64))
@@ -245,6 +274,8 @@ class ChangeState:
             "spikes": base64.b64encode(self.spikes.astype(np.int32).tobytes()).decode(),
             "period": base64.b64encode(self.period.astype(np.int32).tobytes()).decode(),
             "spike_size": base64.b64encode(self.spike_size.astype(np.float32).tobytes()).decode(),
+            "scale": [float(x) for x in self.scale],
+            "checks": [float(x) for x in self.checks],
         }
         for name in (*_FIELDS, "phase"):
             a = getattr(self, name)
@@ -264,6 +295,8 @@ class ChangeState:
         )
         st.period = np.frombuffer(base64.b64decode(data["period"]), np.int32).reshape(3, n).astype(np.int64)
         st.spike_size = np.frombuffer(base64.b64decode(data["spike_size"]), np.float32).astype(float)
+        st.scale = np.asarray(data.get("scale", [1.0] * len(SERIES)), float)
+        st.checks = np.asarray(data.get("checks", [0.0] * len(SERIES)), float)
         for name in (*_FIELDS, "phase"):
             dt = np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32
             if name not in data:  # a state from before the field: nothing learned of it yet
@@ -288,21 +321,49 @@ class ChangeStep:
     closed: tuple[tuple[int, int, int], ...] = ()
 
 
-def _long_run(st: ChangeState, cols: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
-    """Per series and rank of ``cols``: sigma, and the long-run sigma (the spread of a
-    sum's steps: widened by the autocorrelation, at least the block means' one)."""
-    sig, rho = st.sig[:, cols], st.ac[:, cols]
-    return sig, np.maximum(sig * np.sqrt((1 + rho) / (1 - rho)), np.sqrt(st.vb[:, cols] * _BLOCK / 2))
+def _rho(st: ChangeState, cfg: DiagnoserConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Per series and rank, the autocorrelation the test uses, and per series the typical
+    rank's ((len(SERIES), 1)). Where a series has ``_POOL_MIN`` ranks that learned theirs,
+    every rank's is the median of the ranks' regressions of the deviation on the last one
+    (``lxy / lxx``): heavy-tailed noise is shocks that die away as the noise does, which
+    such a regression follows, and a minority of faulty ranks does not move a median; the
+    differences' ratio gave 0.3 for noise of 0.86 there, and a shock took one rank's own from
+    0.9 to 0.4 in five steps as it built evidence. Elsewhere (too few ranks to outvote a
+    fault) each rank's own from its differences (:attr:`ChangeState.ac`), a young rank's at
+    most the typical one."""
+    ac = st.ac
+    learned = st.n >= cfg.cp_learn
+    pooled = learned.sum(axis=1) >= _POOL_MIN
+    typ = np.zeros((len(SERIES), 1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reg = np.clip(st.lxy / st.lxx, 0.0, _MAX_AC)
+    for i in range(len(SERIES)):
+        if pooled[i]:
+            typ[i] = float(np.median(reg[i, learned[i] & (st.lxx[i] > 0)]))
+        elif learned[i].any():
+            typ[i] = float(np.median(ac[i, learned[i]]))
+    young = st.n < _YOUNG * cfg.cp_learn
+    return np.where(pooled[:, None], typ, np.where(young, np.minimum(ac, typ), ac)), typ
 
 
-def _scales(st: ChangeState, cols: np.ndarray | slice, cfg: DiagnoserConfig) -> tuple[np.ndarray, ...]:
+def _long_run(st: ChangeState, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per series and rank: sigma of an AR(1) of autocorrelation ``rho`` from the lag-1
+    mean square, and the long-run sigma (the spread of a sum's steps: widened by the
+    autocorrelation, at least the block means' one)."""
+    sig = np.sqrt(st.v1 / (2.0 * (1.0 - rho)))
+    return sig, np.maximum(sig * np.sqrt((1 + rho) / (1 - rho)), np.sqrt(st.vb * _BLOCK / 2))
+
+
+def _scales(
+    st: ChangeState, cols: np.ndarray | slice, cfg: DiagnoserConfig, rho: np.ndarray
+) -> tuple[np.ndarray, ...]:
     """Per series and rank of ``cols``: the sigma, and the reference ``k``, clip ``c`` and
     threshold ``h`` of the CUSUM from the long-run sigma. A rank's is at least half the
     typical rank's of its series (a rank that was the fastest of two all along learned a
     spread of nothing); until it has seen ``_YOUNG * cp_learn`` samples, at least the
     typical rank's (a score of samples of autocorrelated noise look calmer than it is: one
     job's ranks learned a third of their long-run sigma and opened over a hundred changes)."""
-    s_all, lr_all = _long_run(st, slice(None))
+    s_all, lr_all = _long_run(st, rho)
     sig, lr = s_all[:, cols], lr_all[:, cols]
     learned = st.n >= cfg.cp_learn // 2
     typ = np.zeros((2, len(SERIES)))
@@ -311,11 +372,11 @@ def _scales(st: ChangeState, cols: np.ndarray | slice, cfg: DiagnoserConfig) -> 
             typ[:, i] = np.median(s_all[i, learned[i]]), np.median(lr_all[i, learned[i]])
     young = st.n[:, cols] < _YOUNG * cfg.cp_learn
     sig = np.maximum(sig, np.where(young, 1.0, 0.5) * typ[0][:, None])
-    lr = np.maximum(lr, np.where(young, 1.0, 0.5) * typ[1][:, None])
+    lr = np.maximum(lr, np.where(young, 1.0, 0.5) * typ[1][:, None]) * st.scale[:, None]
     k = np.maximum(cfg.cp_k * lr, cfg.cp_min_shift / 2)
     c = np.maximum(np.maximum(cfg.cp_clip * lr, cfg.cp_fast_shift), 2 * k)
     h = np.maximum(cfg.cp_h * lr, cfg.cp_min_evidence)
-    return sig, k, c, h
+    return sig, k, c, h, lr
 
 
 def _periodic(
@@ -419,11 +480,71 @@ def _noise(
     return v1, v2
 
 
+def _regress(
+    st: ChangeState,
+    idx: np.ndarray | slice,
+    d: np.ndarray,
+    d_prev: np.ndarray,
+    use: np.ndarray,
+    sig: np.ndarray,
+    n: np.ndarray,
+    cfg: DiagnoserConfig,
+) -> None:
+    """Each rank's regression of its deviation on the last one (EW means ``lxy``, ``lxx``;
+    :func:`_rho` pools them), from consecutive samples with nothing open, but not the step
+    after a one-step spike (a large deviation gone at once: a shock of the noise itself
+    dies away as the noise does)."""
+    spike_gone = (np.abs(d_prev) > 4 * sig) & (np.abs(d) < 0.25 * np.abs(d_prev))
+    take = use & ~spike_gone
+    a = np.where(take, np.where(n < cfg.cp_learn, 1.0 / (n + 1.0), cfg.cp_alpha), 0.0)
+    st.lxy[:, idx] += a * (d * d_prev - st.lxy[:, idx])
+    st.lxx[:, idx] += a * (d_prev * d_prev - st.lxx[:, idx])
+
+
+def _calibrate(
+    st: ChangeState,
+    idx: np.ndarray | slice,
+    dc: np.ndarray,
+    ready: np.ndarray,
+    is_open: np.ndarray,
+    lr: np.ndarray,
+    step: int,
+) -> None:
+    """The job's own check of its ranks' noise models, per series: each rank's clipped
+    deviations over its long-run sigma, summed with a memory of ``_POOL`` steps
+    (``zsum``, over the spread such a sum of independent unit steps has after ``zcnt``
+    of them), are about standard normal across the ranks when the models hold. Their
+    robust spread (an IQR: a minority of faulty ranks does not move it; ranks with a
+    change open in the last ``_POOL`` steps left out), followed over the steps and at
+    least 1, widens every rank's long-run sigma (``scale``): noise near a unit root or of
+    several kinds, whose long-run variance a few hundred samples of one rank do not give
+    (one quiet job's ranks saw 0.6 of theirs and opened 190 changes)."""
+    lam = 1.0 - 1.0 / _POOL
+    raw = np.maximum(lr / st.scale[:, None], 1e-12)
+    st.zsum[:, idx] = np.where(ready, lam * st.zsum[:, idx] + dc / raw, st.zsum[:, idx])
+    st.zcnt[:, idx] += ready
+    st.zdirty[:, idx] = np.where(is_open, step + _POOL, st.zdirty[:, idx])
+    for i in range(len(SERIES)):
+        use = (st.zcnt[i] >= 4) & (st.zdirty[i] < step)
+        if int(use.sum()) < _POOL_MIN:
+            continue
+        m = st.zcnt[i, use]
+        z = st.zsum[i, use] * np.sqrt((1.0 - lam * lam) / (1.0 - lam ** (2.0 * m)))
+        q1, q3 = np.percentile(z, [25, 75])
+        v = ((q3 - q1) / 1.349) ** 2
+        b = st.checks[i]
+        a = max(1.0 / (b + 1.0), 1.0 / _POOL)
+        cur = st.scale[i] ** 2 if b else v
+        st.scale[i] = float(np.sqrt(max(1.0, cur + a * (v - cur))))
+        st.checks[i] = b + 1
+
+
 def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) -> ChangeStep:
     """Fold one step's residuals into ``st`` (in place): learn baselines, accumulate
     evidence, open and close changes. Ranks absent from the step keep their state.
 
-    The test runs from ``cp_learn // 2`` samples on; the baseline is learned (running mean
+    The test runs from ``cp_learn // 2`` samples on (``cp_learn`` where the ranks are
+    enough to pool their autocorrelation); the baseline is learned (running mean
     and mean absolute deviation, a sample clipped at 3 sigma from the fourth on) until
     ``cp_learn``, from the samples that add no evidence, then followed slowly."""
     if not len(res.ranks):
@@ -438,9 +559,20 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     base, own_sig = st.base[:, idx], st.sig[:, idx]
     r = residuals(res)
     ok = np.isfinite(r)
-    sig, k, c, h = _scales(st, idx, cfg)
+    rho_all, typ_ac = _rho(st, cfg)
+    sig, k, c, h, lr = _scales(st, idx, cfg, rho_all)
     d = np.where(ok, r - base, 0.0)
-    ready = ok & (n >= cfg.cp_learn // 2)
+    # (where the ranks are enough to pool, once their autocorrelation is the pooled one)
+    many = ok.sum(axis=1, keepdims=True) >= _POOL_MIN
+    ready = ok & (n >= np.where(many, cfg.cp_learn, cfg.cp_learn // 2))
+    # the test runs on the deviation prewhitened by the rank's AR(1) (on the long-run
+    # scale): a shock of autocorrelated noise is one large innovation, clipped once, and
+    # its decay adds nothing; a sustained shift adds its size every step
+    rho = rho_all[:, idx]
+    follows = ok & (n >= 2) & (st.seen[:, idx] == step - 1)
+    d_prev = st.prev[:, idx] - base
+    u = np.where(follows, (d - rho * d_prev) / (1.0 - rho), d)
+    _regress(st, idx, d, d_prev, follows & (st.onset[:, idx] < 0), own_sig, n, cfg)
     s, s_from = st.s[:, idx], st.s_from[:, idx]
     onset, size = st.onset[:, idx], st.size[:, idx]
     t, t_from = st.t[:, idx], st.t_from[:, idx]
@@ -448,21 +580,29 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     csize = st.csize[:, idx]
     closed_now = ready & (onset < 0)
     # the opening CUSUM
-    dc = np.clip(d, -c, c)
+    dc = np.clip(u, -c, c)
     s_new = np.where(closed_now, np.maximum(s + dc - k, 0.0), 0.0)
     building = closed_now & (s_new > 0)
     fresh = building & (s <= 0)
     s_from = np.where(fresh, step, s_from)
-    s_sum = np.where(building, np.where(fresh, 0.0, s_sum) + np.minimum(d, 4 * c), 0.0)
+    s_sum = np.where(building, np.where(fresh, 0.0, s_sum) + np.minimum(u, 4 * c), 0.0)
     s_cnt = np.where(building, np.where(fresh, 0.0, s_cnt) + 1.0, 0.0)
     c_sum = np.where(building, np.where(fresh, 0.0, c_sum) + dc, 0.0)
     # a sharper sum (reference half the clip) places the onset: noise that rose a step or
     # two before a clear shift started the first sum there, not this one
     s2 = st.s2[:, idx]
-    s2_new = np.where(closed_now, np.maximum(s2 + dc - c / 2, 0.0), 0.0)
+    s2_new = np.where(closed_now, np.maximum(s2 + np.clip(d, -c, c) - c / 2, 0.0), 0.0)
     s2_from = np.where(closed_now & (s2_new > 0) & (s2 <= 0), step, st.s2_from[:, idx])
-    opens = closed_now & (s_new >= h)
-    onset = np.where(opens, np.where((s2_new > 0) & (s2_from > s_from), s2_from, s_from), onset)
+    # a shock of autocorrelated noise dying away is no change: the deviation's recent
+    # level (EW) must hold at half the highest it reached since the sum left zero
+    lvl = np.minimum(d, 4 * c)
+    ew = np.where(building, np.where(fresh, lvl, st.ew[:, idx] + _FADE_ALPHA * (lvl - st.ew[:, idx])), 0.0)
+    peak = np.where(building, np.where(fresh, ew, np.maximum(st.peak[:, idx], ew)), 0.0)
+    st.ew[:, idx], st.peak[:, idx] = ew, peak
+    fading = (ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC)
+    opens = closed_now & (s_new >= h) & ~fading
+    _calibrate(st, idx, dc, ready, (onset >= 0) | opens, lr, step)
+    onset = np.where(opens, np.where(s2_new > 0, s2_from, s_from), onset)
     size = np.where(opens, s_sum / np.maximum(s_cnt, 1.0), size)
     csize = np.where(opens, c_sum / np.maximum(s_cnt, 1.0), csize)
     t = np.where(opens, 0.0, t)
@@ -474,7 +614,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     ends = is_open & (t_new >= np.maximum(2 * h, cfg.cp_end_steps * half))
     # an open change's size follows it while it holds (a ramp grows)
     holds = is_open & (t_new <= 0)
-    size = np.where(holds, size + cfg.cp_size_alpha * (np.minimum(d, 4 * c) - size), size)
+    size = np.where(holds, size + cfg.cp_size_alpha * (np.minimum(u, 4 * c) - size), size)
     csize = np.where(holds, csize + cfg.cp_size_alpha * (dc - csize), csize)
     # the baseline: learned, then followed slowly, from samples that add no evidence
     quiet = ok & (onset < 0) & ~opens & (s_new < h / 2)
