@@ -43,10 +43,10 @@ def diagnose(
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="the value is a throughput"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of anomalies"),
     change_points: bool = typer.Option(
-        False,
-        "--change-points",
-        help="also test each rank against its own past (jobs of up to 1,024 ranks; off by "
-        "default: docs/architecture.md#change-points)",
+        True,
+        "--change-points/--no-change-points",
+        help="also test each rank against its own past (jobs of up to 1,024 ranks: "
+        "docs/architecture.md#change-points)",
     ),
 ) -> None:
     """Anomalous windows and suspect ranks from a CSV of per-rank values, by the same engine as

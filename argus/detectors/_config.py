@@ -62,12 +62,10 @@ class DiagnoserConfig:
     suspect has no data yet (its sketches late). Group statistics of groups larger than ``max_sample`` ranks come from a strided
     sample.
 
-    Change points (:mod:`detectors.changepoint`), off unless ``change_points``, and then in
+    Change points (:mod:`detectors.changepoint`), on unless ``change_points`` is False, in
     jobs of at most ``cp_max_ranks`` ranks (the StepFindings carries every rank's own work
-    to the temporal stage, and the job's state holds each rank's test: ~330 bytes a rank,
-    one document in the stream worker's table). Off by default: on the noise space they
-    page on quiet jobs whose noise is heavy-tailed and near a unit root
-    (docs/architecture.md#change-points). On, each rank's residual (log of its own work
+    to the temporal stage, and the job's state holds each rank's test: ~390 bytes a rank,
+    one document in the stream worker's table; docs/architecture.md#change-points). Each rank's residual (log of its own work
     over its group's and its replica's fast side) against its own baseline, learned over its
     first ``cp_learn`` samples and followed with weight ``cp_alpha`` while nothing is open.
     A CUSUM with reference ``max(cp_k * sigma, cp_min_shift / 2)`` and each step's deviation
@@ -138,7 +136,7 @@ class DiagnoserConfig:
     stack_min_delta: float = 0.1
     deepen_steps: int = 3
     max_sample: int | None = 256
-    change_points: bool = False
+    change_points: bool = True
     cp_max_ranks: int = 1024
     cp_learn: int = 24
     cp_alpha: float = 0.01
@@ -154,7 +152,7 @@ class DiagnoserConfig:
     cp_size_ratio: float = 2.0
     cp_spike: float = 0.25
     cp_max_period: int = 64
-    small_job: int = 16
+    small_job: int = 33
     baseline_rate: float = 0.25
     baseline_max_frac: float = 0.15
     flicker_max_frac: float = 0.5

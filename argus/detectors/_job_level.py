@@ -89,6 +89,14 @@ def with_changes(
     # a whole stage slower than the others is the stage's finding (the layout's), not its ranks'
     stages = {f.suspect for f in findings if f.suspect_kind == "stage"}
     changes = [f for f in cause_findings(ch, res, cfg) if f.suspect not in stages]
+    # a rank of ranks that changed together is that cause's, not an episode of its own (a
+    # log without hosts: two hosts flapping were 92 anomalies, one per rank per flap)
+    together = {r for f in changes if len(f.ranks) > 1 for r in f.ranks}
+    findings = [
+        f
+        for f in findings
+        if not (f.level == "cross_rank" and f.suspect_kind == "rank" and f.ranks[0] in together)
+    ]
     return [*findings, *changes]
 
 

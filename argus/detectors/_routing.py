@@ -29,12 +29,14 @@ def _group_index(state: JobState) -> dict[tuple[str, int], str]:
     episode before a rank's own). Ranks of a group across hosts belong to it once it is
     confirmed: before, they are whichever ranks a step flagged, and noise that moves about
     a large group would add up to one sustained fault. The same for a host before it is
-    confirmed: a blip of one of its ranks is no sighting of the host."""
+    confirmed: a blip of one of its ranks is no sighting of the host. Ranks whose own
+    changes began together are theirs from the first (each rank's own evidence, not a
+    step's flags: four workers slowed together were two anomalies sharing one)."""
     out: dict[tuple[str, int], str] = {}
     for k, e in sorted(state.episodes.items(), key=lambda kv: kv[1].suspect_kind in _GROUP_KINDS):
         if k.endswith("|change"):  # a change from a baseline: its own test's sightings only
             continue
-        if e.suspect_kind not in ("ranks", "host") or e.emitted:
+        if e.suspect_kind not in ("ranks", "host") or e.emitted or e.decided_by == CHANGE_FIGURE:
             out.update({(_family(e.cause), r): k for r in e.ranks})
     return out
 

@@ -37,7 +37,7 @@ import numpy as np
 from argus.schemas import RankResiduals, StepBatch
 
 from ._config import DiagnoserConfig
-from ._robust import GroupIndex
+from ._robust import FEW, SPEED_GAP, GroupIndex
 from .cross_rank import METRICS, OWN_WORK, rank_metrics
 
 __all__ = [
@@ -73,8 +73,11 @@ _FADE_AC = 0.5
 """...where the rank's noise is this autocorrelated or more (a shock of it dies away)."""
 _POOL = 32
 """Steps of memory of the job's check of its ranks' noise models (:func:`_calibrate`)."""
+_RHO_MIN = 32
+"""Ranks whose median autocorrelation is every rank's (:func:`_rho`; from 4 ranks, a
+14-worker job's fault of 5 workers of its faster kind went unfound)."""
 _POOL_MIN = 32
-"""Ranks a series' check needs (a small job's ranks are too few to pool)."""
+"""Ranks a series' check of the models needs (a small job's ranks are too few)."""
 
 
 def _low_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
@@ -100,7 +103,41 @@ def _peer_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
     """Each rank's reference in ``v`` (n,): its group's fast side (:func:`_low_ref`), but
     in a group of at most ``_SMALL_GROUP`` ranks, where the fast side is the same one or two
     ranks every step (whose residual would be nothing whatever their noise), the group's
-    median, of two or three the mean of its peers (NaN alone)."""
+    median, of two or three the mean of its peers (NaN alone). In a group of up to
+    ``FEW`` ranks in two kinds (:func:`_two_kinds`), the faster kind is the group: the
+    slower kind's ranks are referred to the faster kind's, which a job-wide slow stretch
+    moves with them (a median between two kinds of six jumped from one to the other)."""
+    ref = _small_ref(v, gi)
+    xs = v[gi.order]
+    for s, k in zip(gi.starts.tolist(), gi.sizes.tolist(), strict=True):
+        if k > FEW:
+            continue
+        rows = gi.order[s : s + k]
+        fast = _two_kinds(xs[s : s + k])
+        if fast is None:
+            continue
+        kind = rows[fast]
+        sub = _small_ref(v[kind], GroupIndex.of(np.zeros(len(kind), np.int64)))
+        ref[rows] = float(np.median(v[kind]))
+        ref[kind] = sub
+    return ref
+
+
+def _two_kinds(x: np.ndarray) -> np.ndarray | None:
+    """Indexes of the faster kind of ``x`` (logs of a group's work) where it falls in two
+    kinds ``SPEED_GAP`` apart, at least two ranks fast (else None)."""
+    order = np.argsort(x)
+    gaps = np.diff(x[order])
+    if not len(gaps) or not np.isfinite(gaps).all():
+        return None
+    cut = int(np.argmax(gaps)) + 1
+    if gaps[cut - 1] < np.log(SPEED_GAP) or cut < 2:
+        return None
+    return order[:cut]
+
+
+def _small_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
+    """:func:`_peer_ref` of groups of one kind."""
     size = gi.sizes[gi.inverse]
     ref: np.ndarray = _low_ref(v, gi)[gi.inverse]
     if int(size.min(initial=0)) > _SMALL_GROUP:
@@ -140,7 +177,10 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
     n = len(work)
     gi = GroupIndex.of(batch[group_column])
     typical = np.median(own[:, :: max(1, n // 4096)], axis=1) if n else np.zeros(len(_OWN))
+    untimed = not bool(np.any(own[:-1] > 0))  # a log of step times: all of it unaccounted
     phase = np.argmax(own - typical[:, None], axis=0).astype(np.int8)
+    if untimed:  # (a fast worker's is below the typical one: argmax named compute)
+        phase[:] = len(_OWN) - 1
     dp = np.asarray(batch["dp"])
     gd = GroupIndex.of(dp)
     return RankResiduals(
@@ -152,7 +192,7 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
         dp,
         np.asarray(batch[group_column]),
         replicas=bool(gd.n_groups and int(gd.sizes.min()) >= _MIN_REPLICA),
-        untimed=not bool(np.any(own[:-1] > 0)),
+        untimed=untimed,
     )
 
 
@@ -323,7 +363,7 @@ class ChangeStep:
 
 def _rho(st: ChangeState, cfg: DiagnoserConfig) -> tuple[np.ndarray, np.ndarray]:
     """Per series and rank, the autocorrelation the test uses, and per series the typical
-    rank's ((len(SERIES), 1)). Where a series has ``_POOL_MIN`` ranks that learned theirs,
+    rank's ((len(SERIES), 1)). Where a series has ``_RHO_MIN`` ranks that learned theirs,
     every rank's is the median of the ranks' regressions of the deviation on the last one
     (``lxy / lxx``): heavy-tailed noise is shocks that die away as the noise does, which
     such a regression follows, and a minority of faulty ranks does not move a median; the
@@ -333,7 +373,7 @@ def _rho(st: ChangeState, cfg: DiagnoserConfig) -> tuple[np.ndarray, np.ndarray]
     most the typical one."""
     ac = st.ac
     learned = st.n >= cfg.cp_learn
-    pooled = learned.sum(axis=1) >= _POOL_MIN
+    pooled = learned.sum(axis=1) >= _RHO_MIN
     typ = np.zeros((len(SERIES), 1))
     with np.errstate(invalid="ignore", divide="ignore"):
         reg = np.clip(st.lxy / st.lxx, 0.0, _MAX_AC)
@@ -563,7 +603,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     sig, k, c, h, lr = _scales(st, idx, cfg, rho_all)
     d = np.where(ok, r - base, 0.0)
     # (where the ranks are enough to pool, once their autocorrelation is the pooled one)
-    many = ok.sum(axis=1, keepdims=True) >= _POOL_MIN
+    many = ok.sum(axis=1, keepdims=True) >= _RHO_MIN
     ready = ok & (n >= np.where(many, cfg.cp_learn, cfg.cp_learn // 2))
     # the test runs on the deviation prewhitened by the rank's AR(1) (on the long-run
     # scale): a shock of autocorrelated noise is one large innovation, clipped once, and

@@ -67,19 +67,24 @@ def ranks_label(ranks: list[int]) -> str:
 
 def _clusters(onset: np.ndarray, size: np.ndarray, cfg: DiagnoserConfig) -> list[np.ndarray]:
     """Indexes of changes that are one cause: by onset, each joining the first cluster
-    whose first change opened at most ``cp_onset_within`` steps before it with a size
-    within ``cp_size_ratio`` of its own."""
+    whose last change opened at most ``cp_onset_within`` steps before it (and its first at
+    most twice that: ranks of one fault seen every few seconds open a step or two apart,
+    four workers over seven steps) with a size within ``cp_size_ratio`` of the first's."""
     order = np.lexsort((-size, onset))
     heads: list[tuple[int, float]] = []
+    last: list[int] = []
     members: list[list[int]] = []
     for i in order.tolist():
         for c, (o, sz) in enumerate(heads):
             lo, hi = sorted((abs(float(size[i])), abs(sz)))
-            if onset[i] - o <= cfg.cp_onset_within and hi <= cfg.cp_size_ratio * max(lo, 1e-9):
+            near = onset[i] - last[c] <= cfg.cp_onset_within and onset[i] - o <= 2 * cfg.cp_onset_within
+            if near and hi <= cfg.cp_size_ratio * max(lo, 1e-9):
                 members[c].append(i)
+                last[c] = int(onset[i])
                 break
         else:
             heads.append((int(onset[i]), float(size[i])))
+            last.append(int(onset[i]))
             members.append([i])
     return [np.array(m) for m in members]
 
