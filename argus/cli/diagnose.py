@@ -101,7 +101,7 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
     n_tr = sum(result.transients.values())
     top = sorted(result.transients.items(), key=lambda kv: -kv[1])[:5]
     table = Table(
-        "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "windows",
+        "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "seen in",
         "slowdown" if phase_of(value_col) is None else f"added to {value_col}",
         caption=(
             f"{n_anomalies(len(found))} in {n_ranks} ranks; "
