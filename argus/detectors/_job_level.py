@@ -82,8 +82,10 @@ def with_changes(
             # a masked straggler is told by its peers' wait, not by its own work
             if f.level != "cross_rank" or f.suspect_kind != "rank" or f.cause in _NOT_OWN_WORK:
                 return True
+            if not f.ranks:  # (a hostile finding: the temporal stage's own checks have it)
+                return True
             r = f.ranks[0]
-            return r >= ch.n_ranks or not learned[r] or bool(opened[r])
+            return not 0 <= r < ch.n_ranks or not learned[r] or bool(opened[r])
 
         findings = [f for f in findings if own_past_agrees(f)]
     # a whole stage slower than the others is the stage's finding (the layout's), not its ranks'
@@ -95,7 +97,7 @@ def with_changes(
     findings = [
         f
         for f in findings
-        if not (f.level == "cross_rank" and f.suspect_kind == "rank" and f.ranks[0] in together)
+        if not (f.level == "cross_rank" and f.suspect_kind == "rank" and together.intersection(f.ranks))
     ]
     return [*findings, *changes]
 

@@ -288,7 +288,7 @@ def ar_ranks(
     jitter: float,
     stage_sd: float = 0.0,
     steps: int = 500,
-    effect: Callable[[int, np.ndarray], None] | None = None,
+    effect: Effect | None = None,
 ) -> tuple[ChangeState, list[tuple[int, int, int]]]:
     """256 ranks (8 stages, replicas of 32) whose own noise is an AR(``rho``) of Student-t
     (``df``) innovations, ``jitter`` its SD, with a per-step factor of each stage
@@ -360,7 +360,7 @@ def test_noise_of_two_kinds_is_checked_by_the_job_and_opens_nothing(seed: int) -
     deviations across the ranks widens their models about twofold: nothing opens, and a
     rank's 35 % shift is still found within 40 steps."""
 
-    def two_kinds(shift: float) -> Callable[[int, np.ndarray], None]:
+    def two_kinds(shift: float) -> Effect:
         rng = np.random.default_rng(seed + 100)
         fast, slow = np.zeros(256), np.zeros(256)
 
