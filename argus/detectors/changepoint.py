@@ -361,7 +361,7 @@ class ChangeStep:
     closed: tuple[tuple[int, int, int], ...] = ()
 
 
-def _rho(st: ChangeState, cfg: DiagnoserConfig) -> tuple[np.ndarray, np.ndarray]:
+def _rho(st: ChangeState, cfg: DiagnoserConfig, ac: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per series and rank, the autocorrelation the test uses, and per series the typical
     rank's ((len(SERIES), 1)). Where a series has ``_RHO_MIN`` ranks that learned theirs,
     every rank's is the median of the ranks' regressions of the deviation on the last one
@@ -369,9 +369,8 @@ def _rho(st: ChangeState, cfg: DiagnoserConfig) -> tuple[np.ndarray, np.ndarray]
     such a regression follows, and a minority of faulty ranks does not move a median; the
     differences' ratio gave 0.3 for noise of 0.86 there, and a shock took one rank's own from
     0.9 to 0.4 in five steps as it built evidence. Elsewhere (too few ranks to outvote a
-    fault) each rank's own from its differences (:attr:`ChangeState.ac`), a young rank's at
+    fault) each rank's own from its differences (``ac``: :attr:`ChangeState.ac`), a young rank's at
     most the typical one."""
-    ac = st.ac
     learned = st.n >= cfg.cp_learn
     pooled = learned.sum(axis=1) >= _RHO_MIN
     typ = np.zeros((len(SERIES), 1))
@@ -596,10 +595,12 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     if len(cols) and cols[0] == 0 and cols[-1] == len(cols) - 1 and bool(np.all(np.diff(cols) == 1)):
         idx = slice(0, len(cols))
     n = st.n[:, idx]
-    base, own_sig = st.base[:, idx], st.sig[:, idx]
+    ac = st.ac  # once a step: the noise model's autocorrelation, for every rank
+    base = st.base[:, idx]
+    own_sig = np.sqrt(st.v1[:, idx] / (2.0 * (1.0 - ac[:, idx])))
     r = residuals(res)
     ok = np.isfinite(r)
-    rho_all, typ_ac = _rho(st, cfg)
+    rho_all, typ_ac = _rho(st, cfg, ac)
     sig, k, c, h, lr = _scales(st, idx, cfg, rho_all)
     d = np.where(ok, r - base, 0.0)
     # (where the ranks are enough to pool, once their autocorrelation is the pooled one)
