@@ -64,18 +64,22 @@ def diagnose(
     for note in (*rows.notes, *result.notes):
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if as_json:
-        out = [_as_json(a, result, rows) for a in result.anomalies]
+        out = [_as_json(a, result, rows, value_col) for a in result.anomalies]
         sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
         return
     _print_table(result, rows, value_col, "time" if time_col else "step")
 
 
-def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows) -> dict[str, Any]:
+def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) -> dict[str, Any]:
     """One anomaly of ``--json``: its window in the log's own steps or times (ISO 8601
     strings when the log wrote its times so); the log's rank labels beside the numbers
-    when it has labels."""
+    (and the suspect's, ``suspect_label``) when it has labels."""
     iso = rows.iso
-    labels = {"labels": [rows.label(r) for r in a.ranks]} if rows.labels else {}
+    labels = (
+        {"labels": [rows.label(r) for r in a.ranks], "suspect_label": _named(a.suspect, rows)}
+        if rows.labels
+        else {}
+    )
     return {
         "rank": a.ranks[0] if a.suspect_kind == "rank" and a.ranks else None,
         **labels,
@@ -90,8 +94,22 @@ def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows) -> dict[str, Any]:
         "windows": int(a.evidence.get("steps_seen", 0)),
         "added": _finite(result.added(a)),
         "slowdown": _finite(round(result.slowdown(a), 4)),
-        "summary": a.summary,
+        "summary": _summary(a, result, rows, value_col),
     }
+
+
+def _summary(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) -> str:
+    """The anomaly in the log's own words: its suspect as the log names it and what it
+    adds to the value, in place of the engine's statistic (the engine's pattern and
+    detail kept: "slow every 8 steps")."""
+    since = " since the job's start" if a.evidence.get("persistent") else ""
+    seen = int(a.evidence.get("steps_seen", 0))
+    rest = a.summary.partition(" step(s)")[2]
+    if result.higher_is_better:
+        what = f"{value_col} {result.added(a):+.4g} against its peers"
+    else:
+        what = f"{value_col} +{100 * result.slowdown(a):.1f} % over the typical rank's"
+    return f"{a.cause} at {_named(a.suspect, rows)}{since}: {what}, seen in {seen} window(s){rest}"
 
 
 def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str) -> None:
@@ -100,14 +118,18 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
     found, iso, n_ranks = result.anomalies, rows.iso, len(np.unique(rows.rank))
     n_tr = sum(result.transients.values())
     top = sorted(result.transients.items(), key=lambda kv: -kv[1])[:5]
+    caption = (
+        f"{n_anomalies(len(found))} in {n_ranks} ranks; "
+        f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
+        + (": " + ", ".join(f"{_named(k, rows)} ×{v}" for k, v in top) if top else "")
+    )
+    if not found:  # no empty frame: the caption says it all
+        console.print(caption, highlight=False)
+        return
     table = Table(
         "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "seen in",
         "slowdown" if phase_of(value_col) is None else f"added to {value_col}",
-        caption=(
-            f"{n_anomalies(len(found))} in {n_ranks} ranks; "
-            f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
-            + (": " + ", ".join(f"{_named(k, rows)} ×{v}" for k, v in top) if top else "")
-        ),
+        caption=caption,
     )  # fmt: skip
     for a in found:
         table.add_row(

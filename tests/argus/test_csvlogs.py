@@ -185,6 +185,10 @@ def test_a_log_with_worker_labels_and_day_first_local_times_is_read_and_named_by
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert [(o["rank"], o["labels"], o["severity"]) for o in out] == [(7, ["worker-8"], "page")]
+    # the log's own words: its label, its column, what the rank adds (no engine statistic)
+    assert out[0]["suspect_label"] == "worker-8" and out[0]["suspect"] == "rank:7"
+    assert out[0]["summary"].startswith("unknown at worker-8: step_ms +"), out[0]["summary"]
+    assert "_z=" not in out[0]["summary"] and "rank:" not in out[0]["summary"]
     assert out[0]["start"].startswith("2026-03-14T09:0") and out[0]["start"].endswith("Z")
     notes = " ".join(res.stderr.split())
     assert "16 ranks numbered in natural order (worker-1 = 0, worker-2 = 1, worker-3 = 2" in notes
@@ -193,6 +197,20 @@ def test_a_log_with_worker_labels_and_day_first_local_times_is_read_and_named_by
     assert rows.labels[9] == "worker-10" and rows.hosts[7] == "node-0" and rows.label(15) == "worker-16"
     table = CliRunner().invoke(app, [*args, "--time-format", "%d/%m/%Y %H:%M:%S.%f"]).stdout
     assert "worker-8" in table and "rank:7" not in table
+
+
+def test_cli_table_says_nothing_found_without_an_empty_frame(tmp_path: Path) -> None:
+    path = tmp_path / "quiet.csv"
+    rng = np.random.default_rng(3)
+    rows = ["rank,step,step_ms"]
+    rows += [f"{r},{s},{100.0 * np.exp(rng.normal(0, 0.01)):.3f}" for s in range(200) for r in range(8)]
+    path.write_text("\n".join(rows) + "\n")
+    res = CliRunner().invoke(
+        app, ["diagnose", "--steps-csv", str(path), "--step-col", "step", "--value-col", "step_ms"]
+    )
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip().startswith("0 anomalies in 8 ranks;"), res.stdout
+    assert "┏" not in res.stdout and "start (step)" not in res.stdout
 
 
 def test_cli_json_never_prints_infinity(tmp_path: Path) -> None:
