@@ -14,7 +14,7 @@ from argus.schemas.causes import MASKED_COMPUTE_STRAGGLER, ONE_OFF_CAUSES
 from ._baselines import _settle
 from ._config import DiagnoserConfig
 from ._finding import Finding
-from ._routing import _confirmed_open, _group_index
+from ._routing import _confirmed_open, _group_index, group_change, remembered
 from ._state import _SILENT, JobState
 from .changepoint import ChangeState, RankResiduals, track
 from .common_cause import cause_findings
@@ -94,6 +94,14 @@ def with_changes(
     # a rank of ranks that changed together is that cause's, not an episode of its own (a
     # log without hosts: two hosts flapping were 92 anomalies, one per rank per flap)
     together = {r for f in changes if len(f.ranks) > 1 for r in f.ranks}
+    # and while their closed change is remembered (:func:`remembered`): a flapping group's ranks
+    # stand out a few steps before its change opens again, and that is the group back
+    together.update(
+        r
+        for e in state.closed.values()
+        if group_change(e) and sf.step - e.last_seen <= remembered(e, cfg)
+        for r in e.ranks
+    )
     findings = [
         f
         for f in findings

@@ -12,7 +12,7 @@ from argus.schemas.causes import COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER
 
 from ._config import DiagnoserConfig
 from ._finding import Finding
-from ._state import Episode, JobState
+from ._state import _SILENT, Episode, JobState
 from .common_cause import CHANGE_FIGURE
 
 _GROUP_KINDS = ("host", "link", "ranks")
@@ -105,14 +105,19 @@ def _split(
 
 
 def grows(e: Episode, f: Finding, cfg: DiagnoserConfig) -> bool:
-    """Whether change finding ``f`` is episode ``e``'s fault, seen whole: ``e``'s ranks
-    among its own, its change begun within ``cp_onset_within`` steps of ``e``'s onset (the
-    first member's change opened a few steps before the others')."""
+    """Whether change finding ``f`` is episode ``e``'s fault, seen whole or from another
+    side: at least half of ``e``'s ranks among its own, its change begun within
+    ``cp_onset_within`` steps of ``e``'s onset (the first member's change opened a few
+    steps before the others'; a member's change on noisy samples closes for a step and
+    opens again, and the group is seen without it: four workers slowed together were two
+    anomalies, ``ranks:5-6,9`` and ``rank:2``)."""
     onset = f.evidence.get("change_onset")
+    shared = len(set(e.ranks) & set(f.ranks))
     return (
         f.decided_by == CHANGE_FIGURE
         and onset is not None
-        and set(e.ranks) <= set(f.ranks)
+        and shared > 0
+        and 2 * shared >= len(e.ranks)
         and abs(e.onset - onset) <= cfg.cp_onset_within
     )
 
@@ -134,3 +139,18 @@ def grown_from(
 
 def _as_rank(f: Finding, r: int) -> Finding:
     return dataclasses.replace(f, suspect_kind="rank", suspect=f"rank:{r}", ranks=(r,))
+
+
+def group_change(e: Episode) -> bool:
+    """Whether an episode is the change of several ranks together (one cause)."""
+    return e.change_onset >= 0 and len(e.ranks) > 1
+
+
+def remembered(e: Episode, cfg: DiagnoserConfig) -> int:
+    """Steps a closed episode is remembered: ``recur_within``; a baseline (silent) or the
+    change of a group as long as it lasted, if longer: a slower rank or speed group goes unflagged while other ranks
+    slow down (a fault of a few, a shared stretch), and is still the baseline when they
+    are back."""
+    if e.reported == _SILENT or group_change(e):  # (a group flapping slowly, too)
+        return max(cfg.recur_within, e.last_seen - e.onset + 1)
+    return cfg.recur_within

@@ -152,15 +152,29 @@ def _small_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
     return np.where(size <= 3, peers, np.where(size <= _SMALL_GROUP, med[gi.inverse], ref))
 
 
-def residuals(res: RankResiduals) -> np.ndarray:
+def residuals(res: RankResiduals, off: np.ndarray | None = None) -> np.ndarray:
     """Each rank's residual (len(SERIES), n): the log of its own work over its peers' on
-    each series (NaN where there is none)."""
+    each series (NaN where there is none). With ``off`` (len(SERIES), n), the ranks' known
+    levels against their peers (their baselines), the peers' reference is taken from their
+    work less those levels: a step's reference then does not depend on which ranks
+    reported in it nor on which of two speed groups its median fell in (a log sampled at
+    random times: a rank's residual jumped by the groups' gap from step to step), in groups
+    of four ranks or more. The levels' own fast side is added back: the baselines follow the residuals, and a
+    reference on the fast side of the peers would otherwise lift them all a little every
+    step, and a rank whose change is open (its baseline held) would drift from its peers."""
     r = np.full((len(SERIES), len(res.lw)), np.nan)
     if len(res.lw) < 2:
         return r
     for i, (on, keys) in enumerate(((True, res.group), (res.replicas, res.dp))):
         if on:
-            r[i] = res.lw - _peer_ref(res.lw, GroupIndex.of(keys))
+            gi = GroupIndex.of(keys)
+            if off is None:
+                r[i] = res.lw - _peer_ref(res.lw, gi)
+                continue
+            # (not in a group of two or three: the peers' mean is each rank's reference, and
+            # the levels' first swings, learned from a warm-up step, would feed back into it)
+            o = np.where(gi.sizes[gi.inverse] > 3, off[i], 0.0)
+            r[i] = res.lw - _peer_ref(res.lw - o, gi) - _low_ref(o, gi)[gi.inverse]
     return r
 
 
@@ -495,7 +509,10 @@ def _noise(
     v1, v2 = out
     # block means: noise of several kinds (a rank's own, its replica's wander) is no AR(1),
     # and one fitted from lags 1 and 2 misses most of the slow kind's long-run variance
-    bsum = st.bsum[:, idx] + np.where(ok, r, 0.0)
+    # each sample Winsorized as the differences are (about its baseline): one spike in a
+    # block of 16 moved its mean by a twentieth and the long-run sigma with it for a hundred
+    base = st.base[:, idx]
+    bsum = st.bsum[:, idx] + np.where(ok, base + np.clip(r - base, -cap, cap), 0.0)
     closes = ok & ((n + 1) % _BLOCK == 0)
     mean = bsum / _BLOCK
     blocks = (n + 1) // _BLOCK  # blocks closed with this one
@@ -598,7 +615,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     ac = st.ac  # once a step: the noise model's autocorrelation, for every rank
     base = st.base[:, idx]
     own_sig = np.sqrt(st.v1[:, idx] / (2.0 * (1.0 - ac[:, idx])))
-    r = residuals(res)
+    r = residuals(res, base)
     ok = np.isfinite(r)
     rho_all, typ_ac = _rho(st, cfg, ac)
     sig, k, c, h, lr = _scales(st, idx, cfg, rho_all)

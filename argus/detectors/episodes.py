@@ -43,9 +43,20 @@ from ._baselines import (
 from ._config import DiagnoserConfig
 from ._cross_stage import _DEEP_KINDS
 from ._finding import Finding, anomaly_id
-from ._routing import _GROUP_KINDS, _absorb, _family, _group_index, _route, _split, grown_from, grows
+from ._routing import (
+    _GROUP_KINDS,
+    _absorb,
+    _family,
+    _group_index,
+    _route,
+    _split,
+    group_change,
+    grown_from,
+    grows,
+    remembered,
+)
 from ._state import _SILENT, LEVEL_SIGHTINGS, Episode, JobState
-from .common_cause import CHANGE_FIGURE
+from .common_cause import CHANGE_FIGURE, ranks_label
 from .cost import gpu_hours, step_ms_added
 from .deepen import Deepening
 from .iteration import IterationVerdict
@@ -208,13 +219,23 @@ def _change_key(state: JobState, f: Finding, cfg: DiagnoserConfig) -> str:
 
 def _grow(e: Episode, f: Finding, cfg: DiagnoserConfig) -> None:
     """A change of more ranks that began with an episode's is that fault seen whole
-    (:func:`grows`): the episode takes its ranks and its name (its anomaly keeps the id it
-    was first sent with)."""
-    if len(f.ranks) <= len(e.ranks) or not grows(e, f, cfg):
+    (:func:`grows`): the episode takes its ranks and its name, or the name of all their
+    ranks where it saw only some of them (its anomaly keeps the id it was first sent with)."""
+    if not grows(e, f, cfg):
+        return
+    whole = sorted(set(e.ranks) | set(f.ranks))
+    if set(whole) == set(f.ranks):  # its name (a host, a replica) holds them all
+        kind, name = f.suspect_kind, f.suspect
+    elif len(whole) > len(e.ranks) or e.suspect_kind == "ranks":  # (a sighting added ranks)
+        kind, name = "ranks", "ranks:" + ranks_label(whole)
+    else:  # a host seen without some of its ranks is still the host
+        return
+    if name == e.suspect:  # (a host named by two of its ranks, seen whole now)
+        e.ranks = whole[: cfg.max_listed]
         return
     if e.emitted and not e.named:
         e.named = e.suspect
-    e.suspect_kind, e.suspect, e.ranks = f.suspect_kind, f.suspect, list(f.ranks)[: cfg.max_listed]
+    e.suspect_kind, e.suspect, e.ranks = kind, name, whole[: cfg.max_listed]
 
 
 def _open(f: Finding, step: int) -> Episode:
@@ -356,22 +377,20 @@ def _recurring(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> E
     ``recur_within`` steps and within twice the last stretch. Forgets what closed too long
     ago."""
     for k, was in list(state.closed.items()):
-        if e.onset - was.last_seen > _remembered(was, cfg):
+        if e.onset - was.last_seen > remembered(was, cfg):
             del state.closed[k]
+    if key not in state.closed and group_change(e):  # a group back with some of its ranks
+        key = next((k for k, was in state.closed.items() if group_change(was) and _most(e, was)), key)
     old = state.closed.get(key)
     if old is None or e.onset - old.last_seen > 2 * (old.last_seen - old.onset + 1):
         return None
     return state.closed.pop(key)
 
 
-def _remembered(e: Episode, cfg: DiagnoserConfig) -> int:
-    """Steps a closed episode is remembered: ``recur_within``; a baseline (silent) as long as
-    it lasted, if longer: a slower rank or speed group goes unflagged while other ranks
-    slow down (a fault of a few, a shared stretch), and is still the baseline when they
-    are back."""
-    if e.reported == _SILENT:
-        return max(cfg.recur_within, e.last_seen - e.onset + 1)
-    return cfg.recur_within
+def _most(e: Episode, was: Episode) -> bool:
+    """Whether most of ``e``'s ranks are ``was``'s (a flapping group's ranks do not all
+    open their changes again each time)."""
+    return 2 * len(set(e.ranks) & set(was.ranks)) > len(e.ranks)
 
 
 def _continue(old: Episode, e: Episode, cfg: DiagnoserConfig) -> Episode:
