@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from argus.schemas import StepFindings
 from argus.schemas.causes import MASKED_COMPUTE_STRAGGLER, ONE_OFF_CAUSES
 
@@ -15,7 +13,7 @@ from ._baselines import _settle
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._routing import _confirmed_open, _group_index, group_change, remembered
-from ._state import _SILENT, JobState
+from ._state import _SILENT, Episode, JobState
 from .changepoint import ChangeState, RankResiduals, track
 from .common_cause import cause_findings
 from .iteration import IterationVerdict, attribute, is_global_step, iteration_level, update_baseline
@@ -75,19 +73,7 @@ def with_changes(
         track(state.changes, res, sf.step, cfg)
     ch = state.changes
     if sf.n_ranks < cfg.small_job and ch.n_ranks:
-        learned: np.ndarray = np.asarray(ch.n[0] >= cfg.cp_learn)
-        opened: np.ndarray = np.asarray((ch.onset >= 0).any(axis=0))
-
-        def own_past_agrees(f: Finding) -> bool:
-            # a masked straggler is told by its peers' wait, not by its own work
-            if f.level != "cross_rank" or f.suspect_kind != "rank" or f.cause in _NOT_OWN_WORK:
-                return True
-            if not f.ranks:  # (a hostile finding: the temporal stage's own checks have it)
-                return True
-            r = f.ranks[0]
-            return not 0 <= r < ch.n_ranks or not learned[r] or bool(opened[r])
-
-        findings = [f for f in findings if own_past_agrees(f)]
+        findings = [f for f in findings if not own_past_silent(ch, f, cfg)]
     # a whole stage slower than the others is the stage's finding (the layout's), not its ranks'
     stages = {f.suspect for f in findings if f.suspect_kind == "stage"}
     changes = [f for f in cause_findings(ch, res, cfg) if f.suspect not in stages]
@@ -112,6 +98,17 @@ def with_changes(
 
 _NOT_OWN_WORK = ONE_OFF_CAUSES | {MASKED_COMPUTE_STRAGGLER}
 """Causes of a rank finding its own work's change points do not speak for."""
+
+
+def own_past_silent(ch: ChangeState, f: Finding | Episode, cfg: DiagnoserConfig) -> bool:
+    """Whether a rank's finding (or episode) of its peers is one its own past does not
+    bear out: its change points have learned it and show no change (a masked straggler is
+    told by its peers' wait, not by its own work; a one-off is no change)."""
+    if f.level != "cross_rank" or f.suspect_kind != "rank" or f.cause in _NOT_OWN_WORK:
+        return False
+    if not f.ranks:  # (a hostile finding: the temporal stage's own checks have it)
+        return False
+    return ch.silent(f.ranks[0], cfg.cp_learn)
 
 
 def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationVerdict) -> bool:

@@ -317,6 +317,13 @@ class ChangeState:
         self.period = np.concatenate((self.period, np.full((3, n - old), -1, np.int64)), axis=1)
         self.spike_size = np.concatenate((self.spike_size, np.zeros(n - old)))
 
+    def silent(self, rank: int, learn: int) -> bool:
+        """Whether ``rank``'s own past shows no change: it is tracked, has seen ``learn``
+        samples, and nothing is open on it (a change, a rhythm)."""
+        if not 0 <= rank < self.n_ranks or self.n[0, rank] < learn:
+            return False
+        return not bool((self.onset[:, rank] >= 0).any()) and self.period[0, rank] < 0
+
     def open_ranks(self) -> np.ndarray:
         """Ranks with a change open on any series, or slow every k-th step."""
         return np.flatnonzero((self.onset >= 0).any(axis=0) | (self.period[0] >= 0))

@@ -43,6 +43,7 @@ from ._baselines import (
 from ._config import DiagnoserConfig
 from ._cross_stage import _DEEP_KINDS
 from ._finding import Finding, anomaly_id
+from ._job_level import own_past_silent
 from ._routing import (
     _GROUP_KINDS,
     _absorb,
@@ -324,6 +325,8 @@ def _confirm(
     streak = streak_length(state) if e.suspect_kind in STREAK_KINDS else 0
     n_ranks = max(state.n_ranks, sf.n_ranks)
     e.severity = _severity(e, cfg, _page_hits(cfg, n_ranks, e.level, streak), sf.step_ms, streak)
+    if e.severity == "page" and _unwitnessed(state, e, cfg):
+        e.severity = "warn"
     _drop_before_onset(e)
     e.detected_ns = sf.end_ns
     e.reported = sf.step
@@ -367,8 +370,18 @@ def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfi
     streak = streak_length(state) if e.suspect_kind in STREAK_KINDS else 0
     if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level, streak), sf.step_ms, streak) != "page":
         return None
+    if _unwitnessed(state, e, cfg):
+        return None
     e.severity, e.reported = "page", sf.step
     return _anomaly(state, e)
+
+
+def _unwitnessed(state: JobState, e: Episode, cfg: DiagnoserConfig) -> bool:
+    """Whether a rank's fault, found by its peers, has no second witness for a page: where
+    change points follow each rank, its own past shows no change (heavy-tailed noise near
+    a unit root runs a rank far from its peers for a few steps now and then, and each run
+    paged; a fault's own change opens within a few steps and the warning becomes a page)."""
+    return e.change_onset < 0 and own_past_silent(state.changes, e, cfg)
 
 
 def _recurring(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> Episode | None:
