@@ -56,6 +56,13 @@ def diagnose(
     t_col = time_col or step_col or ""
     with exit_on_error(ValueError):  # diagnose_log's ValueError: the CSV's values
         rows = read_series(steps_csv, rank_col, t_col, value_col, host_col, time_format)
+        if step_col is not None and rows.iso:
+            fail(f"--step-col {step_col} holds times, not step numbers: pass it as --time-col {step_col}")
+        if step_col is not None and len(rows.t) and not np.all(np.mod(rows.t, 1) == 0):
+            fail(
+                f"--step-col {step_col} holds numbers that are not whole steps (e.g. {float(rows.t[rows.t % 1 != 0][0])}):"
+                f" if they are times, pass it as --time-col {step_col}"
+            )
         result = diagnose_log(
             rows.rank, rows.t, rows.value, by_time=time_col is not None, metric=value_col,
             higher_is_better=higher_is_better, job=steps_csv.stem or "log", hosts=rows.hosts,
@@ -105,10 +112,12 @@ def _summary(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) ->
     since = " since the job's start" if a.evidence.get("persistent") else ""
     seen = int(a.evidence.get("steps_seen", 0))
     rest = a.summary.partition(" step(s)")[2]
+    against = "its usual level" if a.suspect_kind == "job" else "its peers"
+    f = result.slowdown(a)
     if result.higher_is_better:
-        what = f"{value_col} {result.added(a):+.4g} against its peers"
+        what = f"{value_col} {result.added(a):+.4g} (-{100 * f / (1 + f):.1f} %) against {against}"
     else:
-        what = f"{value_col} +{100 * result.slowdown(a):.1f} % over the typical rank's"
+        what = f"{value_col} +{100 * f:.1f} % against {against}"
     return f"{a.cause} at {_named(a.suspect, rows)}{since}: {what}, seen in {seen} window(s){rest}"
 
 
@@ -122,6 +131,7 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
         f"{n_anomalies(len(found))} in {n_ranks} ranks; "
         f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
         + (": " + ", ".join(f"{_named(k, rows)} ×{v}" for k, v in top) if top else "")
+        + (", …" if len(result.transients) > len(top) else "")
     )
     if not found:  # no empty frame: the caption says it all
         console.print(caption, highlight=False)

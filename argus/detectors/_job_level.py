@@ -16,7 +16,14 @@ from ._routing import _confirmed_open, _group_index, group_change, remembered
 from ._state import _SILENT, Episode, JobState
 from .changepoint import ChangeState, RankResiduals, track
 from .common_cause import cause_findings
-from .iteration import IterationVerdict, attribute, is_global_step, iteration_level, update_baseline
+from .iteration import (
+    IterationVerdict,
+    attribute,
+    follow_pace,
+    is_global_step,
+    iteration_level,
+    update_baseline,
+)
 
 
 def job_level(
@@ -130,10 +137,14 @@ def _follow_baseline(
     its ring (where a share of steps is slow on every rank, that is the job's pace), but an
     anomalous one not into the phase reference a rise is attributed against. A job-wide
     change that lasted ``iter_adopt_steps`` is taken in as the job's new level (a schedule or
-    data change, a permanent loss): its anomaly closes as the baseline catches up."""
+    data change, a permanent loss): its anomaly closes as the baseline catches up. While
+    a rank's or group's fault stands, the baseline follows the job's pace
+    (:func:`follow_pace`)."""
     emitted = [e for e in state.episodes.values() if e.emitted and e.reported != _SILENT]  # not baselines
     adopting = any(e.level == "iteration" and sf.step - e.onset >= cfg.iter_adopt_steps for e in emitted)
     if adopting or not emitted:
         update_baseline(
             state.iteration, verdict, sf.step, sf.job_median, cfg, phases=adopting or not verdict.anomalous
         )
+    elif all(e.level != "iteration" for e in emitted) and sf.step >= cfg.warmup_steps:
+        follow_pace(state.iteration, sf.job_median)

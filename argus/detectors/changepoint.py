@@ -155,13 +155,14 @@ def _small_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
 def residuals(res: RankResiduals, off: np.ndarray | None = None) -> np.ndarray:
     """Each rank's residual (len(SERIES), n): the log of its own work over its peers' on
     each series (NaN where there is none). With ``off`` (len(SERIES), n), the ranks' known
-    levels against their peers (their baselines), the peers' reference is taken from their
-    work less those levels: a step's reference then does not depend on which ranks
-    reported in it nor on which of two speed groups its median fell in (a log sampled at
-    random times: a rank's residual jumped by the groups' gap from step to step), in groups
-    of four ranks or more. The levels' own fast side is added back: the baselines follow the residuals, and a
-    reference on the fast side of the peers would otherwise lift them all a little every
-    step, and a rank whose change is open (its baseline held) would drift from its peers."""
+    levels against their peers (their baselines), the reference of a group of four to
+    ``FEW`` ranks is taken from their work less those levels: a step's reference then does
+    not depend on which ranks reported in it nor on which of two speed groups its median
+    fell in (a log sampled at random times: a rank's residual jumped by the groups' gap from
+    step to step). The levels' own fast side is added back: the baselines follow the
+    residuals, and a reference on the fast side of the peers would otherwise lift them all
+    a little every step, and a rank whose change is open (its baseline held) would drift
+    from its peers."""
     r = np.full((len(SERIES), len(res.lw)), np.nan)
     if len(res.lw) < 2:
         return r
@@ -172,8 +173,11 @@ def residuals(res: RankResiduals, off: np.ndarray | None = None) -> np.ndarray:
                 r[i] = res.lw - _peer_ref(res.lw, gi)
                 continue
             # (not in a group of two or three: the peers' mean is each rank's reference, and
-            # the levels' first swings, learned from a warm-up step, would feed back into it)
-            o = np.where(gi.sizes[gi.inverse] > 3, off[i], 0.0)
+            # the levels' first swings, learned from a warm-up step, would feed back into it;
+            # nor in one of more than FEW: a host slow since the start, a quarter of its
+            # replica, back to its peers' pace dragged the replica's fast side down with it)
+            size = gi.sizes[gi.inverse]
+            o = np.where((size > 3) & (size <= FEW), off[i], 0.0)
             r[i] = res.lw - _peer_ref(res.lw - o, gi) - _low_ref(o, gi)[gi.inverse]
     return r
 

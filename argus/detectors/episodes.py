@@ -75,8 +75,10 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
     if e.persistent:
         ev["persistent"] = 1.0
     since = " since the job's start" if e.persistent else ""
+    # ranks of a job of one group flagged together: named by their ranks (its id keeps "ranks")
+    suspect = "ranks:" + ranks_label(sorted(e.ranks)) if e.suspect == "ranks" and e.ranks else e.suspect
     summary = (
-        f"{e.cause} at {e.suspect}{since}: decided by {e.decided_by}="
+        f"{e.cause} at {suspect}{since}: decided by {e.decided_by}="
         f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {e.hits} step(s)"
     )
     if ev.get("period_steps"):
@@ -91,7 +93,7 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
         end_step=e.last_seen,
         level=e.level,
         suspect_kind=e.suspect_kind,
-        suspect=e.suspect,
+        suspect=suspect,
         ranks=tuple(e.ranks),
         cause=e.cause,
         score=float(min(max(e.score, 0.0), 1e9)),
@@ -262,7 +264,11 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> fl
     if f.score >= e.score or not e.emitted:
         e.score = max(e.score, f.score)
         e.evidence.update(f.evidence)
-        e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+        # a confirmed group of ranks grows by their own changes (_grow), not by the ranks a
+        # step flagged with it: a healthy rank's spike while its group was slow was named
+        # (a host's flagged ranks are its own)
+        if not e.emitted or e.suspect_kind != "ranks" or f.decided_by == CHANGE_FIGURE:
+            e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
     if f.ranks and f.ranks[0] in sf.peers:
         e.peers = list(sf.peers[f.ranks[0]])
     return added
@@ -325,7 +331,7 @@ def _confirm(
     streak = streak_length(state) if e.suspect_kind in STREAK_KINDS else 0
     n_ranks = max(state.n_ranks, sf.n_ranks)
     e.severity = _severity(e, cfg, _page_hits(cfg, n_ranks, e.level, streak), sf.step_ms, streak)
-    if e.severity == "page" and _unwitnessed(state, e, cfg):
+    if e.severity == "page" and _page_withheld(state, e, cfg):
         e.severity = "warn"
     _drop_before_onset(e)
     e.detected_ns = sf.end_ns
@@ -370,17 +376,21 @@ def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfi
     streak = streak_length(state) if e.suspect_kind in STREAK_KINDS else 0
     if _severity(e, cfg, _page_hits(cfg, state.n_ranks, e.level, streak), sf.step_ms, streak) != "page":
         return None
-    if _unwitnessed(state, e, cfg):
+    if _page_withheld(state, e, cfg):
         return None
     e.severity, e.reported = "page", sf.step
     return _anomaly(state, e)
 
 
-def _unwitnessed(state: JobState, e: Episode, cfg: DiagnoserConfig) -> bool:
-    """Whether a rank's fault, found by its peers, has no second witness for a page: where
-    change points follow each rank, its own past shows no change (heavy-tailed noise near
-    a unit root runs a rank far from its peers for a few steps now and then, and each run
-    paged; a fault's own change opens within a few steps and the warning becomes a page)."""
+def _page_withheld(state: JobState, e: Episode, cfg: DiagnoserConfig) -> bool:
+    """Whether a fault that would page stays a warning: a rank's, found by its peers, with
+    no second witness (where change points follow each rank, its own past shows no change:
+    heavy-tailed noise near a unit root runs a rank far from its peers for a few steps now
+    and then, and each run paged; a fault's own change opens within a few steps and the
+    warning becomes a page), or the whole job slow on every k-th step (its schedule: an
+    evaluation, a checkpoint every so many steps; worth a look, not a night's sleep)."""
+    if e.level == "iteration" and "period_steps" in e.evidence:
+        return True
     return e.change_onset < 0 and own_past_silent(state.changes, e, cfg)
 
 

@@ -372,3 +372,40 @@ def test_change_points_from_the_command_line_find_a_host_among_offset_workers(tm
     ]
     without = json.loads(CliRunner().invoke(app, [*args, "--no-change-points"]).stdout)
     assert [a["suspect"] for a in without] != ["node-2"]
+
+
+def test_a_time_column_given_as_the_step_column_is_refused_with_the_flag_to_use(tmp_path: Path) -> None:
+    """(A new user's log: ISO times passed as --step-col gave "0 anomalies" and exit 0.)"""
+    iso, epoch = tmp_path / "iso.csv", tmp_path / "epoch.csv"
+    iso.write_text(
+        "rank,ts,v\n" + "".join(f"{r},2026-01-01T00:{s:02d}:0{r},100\n" for s in range(30) for r in range(4))
+    )
+    epoch.write_text(
+        "rank,t,v\n" + "".join(f"{r},{1.7e9 + 10.5 * s + r / 3},100\n" for s in range(30) for r in range(4))
+    )
+    for path, col in ((iso, "ts"), (epoch, "t")):
+        res = CliRunner().invoke(
+            app, ["diagnose", "--steps-csv", str(path), "--step-col", col, "--value-col", "v"]
+        )
+        text = " ".join(res.output.split())
+        assert res.exit_code == 2 and f"pass it as --time-col {col}" in text, text
+
+
+def test_a_job_drifting_through_a_hosts_fault_is_not_paged_once_the_fault_ends() -> None:
+    """(A new user's log: the job's steps drifted 8 % over steps 480-680 while four workers
+    of node-b were 12 % slower over 500-639; the whole job was paged from 647 on, against
+    the step time from before the fault.)"""
+    rng = np.random.default_rng(2)
+    rank, step, value, hosts = [], [], [], {}
+    for s in range(800):
+        drift = 1.0 + 0.08 * min(max((s - 480) / 200, 0), 1)
+        for r in range(16):
+            v = 420 * drift * rng.gamma(1 / 0.03**2, 0.03**2)
+            v *= 1.12 if 10 <= r <= 13 and 500 <= s < 640 else 1.0
+            rank.append(r), step.append(s), value.append(v)
+            hosts[r] = f"node-{r // 8}"
+    res = diagnose_log(np.array(rank), np.array(step, float), np.array(value), by_time=False, hosts=hosts)
+    assert [a.suspect for a in res.anomalies] == ["node-1"], [
+        (a.suspect, a.start_step) for a in res.anomalies
+    ]
+    assert abs(res.anomalies[0].start_step - 500) <= 3 and abs(res.anomalies[0].end_step - 639) <= 5
