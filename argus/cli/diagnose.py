@@ -58,9 +58,10 @@ def diagnose(
         rows = read_series(steps_csv, rank_col, t_col, value_col, host_col, time_format)
         if step_col is not None and rows.iso:
             fail(f"--step-col {step_col} holds times, not step numbers: pass it as --time-col {step_col}")
-        if step_col is not None and len(rows.t) and not np.all(np.mod(rows.t, 1) == 0):
+        split = rows.t[rows.t % 1 != 0] if step_col is not None else rows.t[:0]
+        if len(split):
             fail(
-                f"--step-col {step_col} holds numbers that are not whole steps (e.g. {float(rows.t[rows.t % 1 != 0][0])}):"
+                f"--step-col {step_col} holds numbers that are not whole steps (e.g. {float(split[0])}):"
                 f" if they are times, pass it as --time-col {step_col}"
             )
         result = diagnose_log(

@@ -148,9 +148,9 @@ def group_change(e: Episode) -> bool:
 
 def remembered(e: Episode, cfg: DiagnoserConfig) -> int:
     """Steps a closed episode is remembered: ``recur_within``; a baseline (silent) or the
-    change of a group as long as it lasted, if longer: a slower rank or speed group goes unflagged while other ranks
-    slow down (a fault of a few, a shared stretch), and is still the baseline when they
-    are back."""
-    if e.reported == _SILENT or group_change(e):  # (a group flapping slowly, too)
+    change of a group as long as it lasted, if longer: a slower rank or speed group goes
+    unflagged while other ranks slow down (a fault of a few, a shared stretch), and is
+    still the baseline when they are back; a group flapping slowly is still that group."""
+    if e.reported == _SILENT or group_change(e):
         return max(cfg.recur_within, e.last_seen - e.onset + 1)
     return cfg.recur_within

@@ -169,15 +169,15 @@ def residuals(res: RankResiduals, off: np.ndarray | None = None) -> np.ndarray:
     for i, (on, keys) in enumerate(((True, res.group), (res.replicas, res.dp))):
         if on:
             gi = GroupIndex.of(keys)
-            if off is None:
-                r[i] = res.lw - _peer_ref(res.lw, gi)
-                continue
             # (not in a group of two or three: the peers' mean is each rank's reference, and
             # the levels' first swings, learned from a warm-up step, would feed back into it;
             # nor in one of more than FEW: a host slow since the start, a quarter of its
             # replica, back to its peers' pace dragged the replica's fast side down with it)
-            size = gi.sizes[gi.inverse]
-            o = np.where((size > 3) & (size <= FEW), off[i], 0.0)
+            fits = (gi.sizes > 3) & (gi.sizes <= FEW)
+            if off is None or not fits.any():  # (a large job's groups: nothing to correct)
+                r[i] = res.lw - _peer_ref(res.lw, gi)
+                continue
+            o = np.where(fits[gi.inverse], off[i], 0.0)
             r[i] = res.lw - _peer_ref(res.lw - o, gi) - _low_ref(o, gi)[gi.inverse]
     return r
 

@@ -182,7 +182,7 @@ def follow_pace(state: IterationState, job_median: np.ndarray) -> None:
     """While a rank's or group's fault holds the step time up (the baseline stands still),
     the baseline still follows the job's pace: its ring, phase reference and work
     reference scaled by the typical rank's work (EW, as the reference follows it). A job
-    whose steps drifted 6 % through a host's fault was paged as a whole once the fault
+    whose steps drifted 8 % through a host's fault was paged as a whole once the fault
     ended, against the step time from before it."""
     work = job_work_ms(job_median)
     if state.n == 0 or state.work_ref_ms <= 0 or not np.isfinite(work) or work <= 0:
