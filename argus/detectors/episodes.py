@@ -121,6 +121,7 @@ def sightings(
     out: list[Anomaly] = []
     groups = _group_index(state)
     seen: set[str] = set()
+    opened = {int(r) for r in state.changes.open_ranks()} if cfg.change_points else None
     routed = [g for f in findings for g in _split(f, groups, state, cfg)]
     for f in sorted(routed, key=lambda f: f.suspect_kind not in _GROUP_KINDS):
         key, e = _episode_of(state, f, groups, sf, cfg)
@@ -136,7 +137,7 @@ def sightings(
         if _faint(e, f, sf, cfg):
             continue
         seen.add(key)
-        added = _sight(e, f, sf, cfg)
+        added = _sight(e, f, sf, cfg, opened)
         if f.decided_by == CHANGE_FIGURE:
             _sight_change(e, f, added, sf)
         if not e.emitted and (
@@ -248,10 +249,12 @@ def _open(f: Finding, step: int) -> Episode:
     )  # fmt: skip
 
 
-def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> float:
+def _sight(
+    e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig, opened: set[int] | None
+) -> float:
     """One sighting of an episode in step ``sf``: its window, sightings, cost, and (when this
     one scores as high, or it is not confirmed yet) its evidence and ranks; the step time
-    it added."""
+    it added. ``opened``: the ranks whose own change is open (None without change points)."""
     added = step_ms_added(f.step_ms_added, sf.step_ms)
     e.last_seen = sf.step
     e.idle = 0
@@ -264,14 +267,22 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig) -> fl
     if f.score >= e.score or not e.emitted:
         e.score = max(e.score, f.score)
         e.evidence.update(f.evidence)
-        # a confirmed group of ranks grows by their own changes (_grow), not by the ranks a
-        # step flagged with it: a healthy rank's spike while its group was slow was named
-        # (a host's flagged ranks are its own)
-        if not e.emitted or e.suspect_kind != "ranks" or f.decided_by == CHANGE_FIGURE:
-            e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+        e.ranks = sorted(set(e.ranks) | set(_members(e, f, opened)))[: cfg.max_listed]
     if f.ranks and f.ranks[0] in sf.peers:
         e.peers = list(sf.peers[f.ranks[0]])
     return added
+
+
+def _members(e: Episode, f: Finding, opened: set[int] | None) -> list[int]:
+    """The ranks a sighting adds to its episode: a confirmed group grows by its ranks' own
+    changes, not by the ranks a step flagged with it (a healthy rank's spike while its group
+    was slow was named; a healthy worker of a drifting host was named beside the slowed
+    four); without change points a host's or link's flagged ranks are its own."""
+    if not e.emitted or f.decided_by == CHANGE_FIGURE or e.suspect_kind not in _GROUP_KINDS:
+        return list(f.ranks)
+    if opened is not None:
+        return [r for r in f.ranks if r in opened]
+    return [] if e.suspect_kind == "ranks" else list(f.ranks)
 
 
 def _sight_change(e: Episode, f: Finding, added: float, sf: StepFindings) -> None:
