@@ -303,7 +303,10 @@ def _flickered(e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
     """Whether a confirmed fault is its ranks' baseline seen again: they stood out in
     ``baseline_rate`` of the steps before it opened (:func:`_prior_rate`), and it adds at
     most ``flicker_max_frac`` of a step (a rank that stood out now and then was never that
-    much slower: a slowdown of half a step or more is news)."""
-    if e.prior_rate < cfg.baseline_rate or e.hits <= 0:
+    much slower: a slowdown of half a step or more is news). Not where its own past shows
+    a change (its own baseline holds the times it stood out: a change from it is news, and
+    in a synchronous job the step it measures against has grown with the fault: a rank of
+    16 slowed 2.2x added 0.35 of that step and was silent for 267 steps)."""
+    if e.prior_rate < cfg.baseline_rate or e.hits <= 0 or e.change_onset >= 0:
         return False
     return e.added_ms_sum / e.hits <= cfg.flicker_max_frac * sf.step_ms
