@@ -1,0 +1,45 @@
+"""Small jobs (4-16 ranks) live, from the noise space's draws (issue 32): faults the
+engine missed outright because a few ranks' step is everyone's step."""
+
+from __future__ import annotations
+
+from argus.detectors import JobDiagnoser
+from argus.producers.simulator import draw_job
+from argus.schemas import Anomaly
+
+
+def _live(seed: int) -> list[Anomaly]:
+    job = draw_job(seed, faulty=True)
+    sim = job.simulator()
+    diag = JobDiagnoser(sim.job, 0)
+    final = {a.id: a for s in sim.run(job.steps) for a in diag.step(s.batch).anomalies}
+    final.update((a.id, a) for a in diag.flush())
+    return sorted(final.values(), key=lambda a: a.start_step)
+
+
+def test_a_rank_that_stood_out_now_and_then_slowed_2x_is_paged() -> None:
+    """Rank 14 of 16 stood out in 42 % of the steps before (an offset of ~6 % among AR 0.85
+    noise), then ran 2.2x slower over steps 1060-1326. Its wait made every rank's step 2.2x
+    longer, so the 290 ms it added were 0.35 of that step, under the half a step a baseline
+    seen again may add: the fault was taken for its baseline and stayed silent throughout.
+    Its own past's change says otherwise."""
+    job = draw_job(8_000_285, faulty=True)
+    (fault,) = job.faults
+    assert list(fault.ranks) == [14] and fault.magnitude > 2
+    found = [(a.suspect, a.start_step, a.end_step, a.severity) for a in _live(8_000_285)]
+    mine = [f for f in found if f[0] == "rank:14"]
+    assert len(mine) == 1, found
+    (_, start, end, severity) = mine[0]
+    assert abs(start - 1060) <= 3 and abs(end - 1326) <= 5 and severity == "page", found
+
+
+def test_half_of_a_four_rank_job_slow_every_other_step_is_found() -> None:
+    """Ranks 1 and 3 of 4 ran 3.5x slower on every other step over steps 200-270. The
+    median of four is the mean of the middle two, half a slow rank's: every step they were
+    slow in looked like everyone's (an evaluation), and no rank was tracked there."""
+    job = draw_job(8_000_037, faulty=True)
+    (fault,) = job.faults
+    assert sorted(fault.ranks) == [1, 3] and fault.period == 2
+    found = [(sorted(a.ranks), a.start_step, a.end_step) for a in _live(8_000_037)]
+    assert [f for f in found if f[0] == [1, 3]] == [([1, 3], 200, 270)], found
+    assert all(f[0] == [1, 3] for f in found), found
