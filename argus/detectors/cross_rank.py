@@ -216,11 +216,9 @@ def cross_rank(batch: StepBatch, config: DiagnoserConfig | None = None) -> Cross
 
 
 def _typical(x: np.ndarray) -> np.ndarray:
-    """Per row, the lower median over ranks (of an even count the lower of the middle two:
-    their mean is half a slow rank's where half the job is slow, and two of four workers
-    slowed 3.5x made every step they were slow in look like everyone's)."""
-    k = (x.shape[1] - 1) // 2
-    return np.asarray(np.partition(x, k, axis=1)[:, k])
+    """Per row, the median over ranks; of two ranks the lower (the mean of two would be half
+    a late rank's, and that rank alone would make the step look like everyone's)."""
+    return np.asarray(x.min(axis=1) if x.shape[1] == 2 else np.median(x, axis=1))
 
 
 def _job_levels(xs: np.ndarray, step_ms: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
