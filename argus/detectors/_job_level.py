@@ -14,7 +14,7 @@ from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._routing import _confirmed_open, _group_index, group_change, remembered
 from ._state import _SILENT, Episode, JobState
-from .changepoint import ChangeState, RankResiduals, track
+from .changepoint import ChangeState, RankResiduals, stirring, track
 from .common_cause import cause_findings
 from .iteration import (
     IterationVerdict,
@@ -53,10 +53,13 @@ def job_level(
         findings = [f for f in findings if f.level != "cross_rank" or _confirmed_open(state, f, groups)]
     # an evaluation or a checkpoint is a few global steps; the whole job slow for longer is news
     sustained = state.global_run > 2 * cfg.min_steps
-    if step >= cfg.warmup_steps and (sustained or not glob) and not _explained(state, findings, verdict):
-        job = attribute(verdict, cfg)
-        if job is not None:
-            findings.append(job)
+    if (
+        step >= cfg.warmup_steps
+        and (sustained or not glob)
+        and (job := attribute(verdict, cfg)) is not None
+        and not _explained(state, findings, verdict, cfg)
+    ):
+        findings.append(job)
     if not glob:
         _follow_baseline(state, sf, verdict, cfg)
     return verdict, findings, glob
@@ -107,27 +110,35 @@ _NOT_OWN_WORK = ONE_OFF_CAUSES | {MASKED_COMPUTE_STRAGGLER}
 """Causes of a rank finding its own work's change points do not speak for."""
 
 
-def own_past_silent(ch: ChangeState, f: Finding | Episode, cfg: DiagnoserConfig) -> bool:
+def own_past_silent(
+    ch: ChangeState, f: Finding | Episode, cfg: DiagnoserConfig, kinds: tuple[str, ...] = ("rank",)
+) -> bool:
     """Whether a rank's finding (or episode) of its peers is one its own past does not
     bear out: its change points have learned it and show no change (a masked straggler is
-    told by its peers' wait, not by its own work; a one-off is no change)."""
-    if f.level != "cross_rank" or f.suspect_kind != "rank" or f.cause in _NOT_OWN_WORK:
+    told by its peers' wait, not by its own work; a one-off is no change). With ``kinds``
+    holding ``ranks``, the same for ranks found together: none of theirs shows a change."""
+    if f.level != "cross_rank" or f.suspect_kind not in kinds or f.cause in _NOT_OWN_WORK:
         return False
     if not f.ranks:  # (a hostile finding: the temporal stage's own checks have it)
         return False
-    return ch.silent(f.ranks[0], cfg.cp_learn)
+    return all(ch.silent(r, cfg.cp_learn) for r in f.ranks)
 
 
-def _explained(state: JobState, findings: Sequence[Finding], verdict: IterationVerdict) -> bool:
-    """Whether the job's rise is the ranks' doing: a confirmed straggler is open, or one of
-    this step's rank findings adds most of the rise (the step waits for its slowest rank)."""
+def _explained(
+    state: JobState, findings: Sequence[Finding], verdict: IterationVerdict, cfg: DiagnoserConfig
+) -> bool:
+    """Whether the job's rise is the ranks' doing: a confirmed straggler is open, one of
+    this step's rank findings adds most of the rise (the step waits for its slowest rank),
+    or a rank's own change is open or building (:func:`changepoint.stirring`)."""
     if any(
         e.emitted and e.reported != _SILENT and e.level != "iteration" and e.cause not in ONE_OFF_CAUSES
         for e in state.episodes.values()
     ):
         return True
     rise = verdict.step_ms - verdict.base_ms
-    return any(f.step_ms_added >= 0.8 * rise for f in findings)
+    if any(f.step_ms_added >= 0.8 * rise for f in findings):
+        return True
+    return cfg.change_points and stirring(state.changes, cfg)
 
 
 def _follow_baseline(

@@ -121,6 +121,7 @@ def sightings(
     out: list[Anomaly] = []
     groups = _group_index(state)
     seen: set[str] = set()
+    was = {k for k, e in state.episodes.items() if e.emitted}
     opened = {int(r) for r in state.changes.open_ranks()} if cfg.change_points else None
     routed = [g for f in findings for g in _split(f, groups, state, cfg)]
     for f in sorted(routed, key=lambda f: f.suspect_kind not in _GROUP_KINDS):
@@ -154,7 +155,68 @@ def sightings(
         elif e.emitted and sf.step - e.reported >= cfg.update_every:  # a live window and cost
             e.reported = sf.step
             out.append(_anomaly(state, e))
-    return out, seen
+    return _together(state, out, was, sf.step, cfg), seen
+
+
+def _together(
+    state: JobState, out: list[Anomaly], was: set[str], step: int, cfg: DiagnoserConfig
+) -> list[Anomaly]:
+    """Ranks' episodes confirmed in ``step`` that began within ``cp_onset_within`` steps of
+    an open confirmed one of theirs (or of each other) with a size within
+    ``cp_size_ratio``, sighted in the same steps, are one cause: they join the first one
+    sent, which takes the name of all their ranks (keeping its id). A log without hosts
+    saw 32 ranks of four hosts slow on every fourth step as 31 anomalies of one rank and
+    one of the ranks: they stood out in the same steps from the same step on."""
+    new = [k for k, e in state.episodes.items() if k not in was and e.emitted and _joinable(k, e)]
+    if not new:
+        return out
+    heads = [k for k, e in state.episodes.items() if k in was and e.emitted and _joinable(k, e)]
+    joined: dict[str, list[str]] = {}
+    for k in sorted(new, key=lambda k: state.episodes[k].onset):
+        e = state.episodes[k]
+        head = next((h for h in [*heads, *joined] if _same_cause(state.episodes[h], e, cfg)), None)
+        if head is None:
+            joined[k] = []
+        else:
+            joined.setdefault(head, []).append(k)
+    gone: set[str] = set()
+    sent: list[Anomaly] = []
+    for head, members in joined.items():
+        if not members:
+            continue
+        h = state.episodes[head]
+        whole = sorted({r for k in [head, *members] for r in state.episodes[k].ranks})
+        gone.add(anomaly_id(state.job, state.run, h.cause, h.named or h.suspect, h.onset))
+        for k in members:
+            m = state.episodes.pop(k)
+            gone.add(anomaly_id(state.job, state.run, m.cause, m.named or m.suspect, m.onset))
+            if head not in was:  # (a sent anomaly keeps its window's start: its id)
+                h.onset = min(h.onset, m.onset)
+            h.hits = max(h.hits, m.hits)
+        if head in was and not h.named:
+            h.named = h.suspect
+        h.suspect_kind, h.suspect, h.ranks = "ranks", "ranks:" + ranks_label(whole), whole[: cfg.max_listed]
+        h.reported = step
+        sent.append(_anomaly(state, h))
+    if not sent:
+        return out
+    return [a for a in out if a.id not in gone] + sent
+
+
+def _joinable(key: str, e: Episode) -> bool:
+    """A rank's or ranks' sent episode of its own (not a change from a baseline, nor silent)."""
+    return e.suspect_kind in ("rank", "ranks") and not key.endswith("|change") and e.reported != _SILENT
+
+
+def _same_cause(a: Episode, b: Episode, cfg: DiagnoserConfig) -> bool:
+    """Whether two episodes are one cause (:func:`_together`)."""
+    if _family(a.cause) != _family(b.cause) or abs(a.onset - b.onset) > cfg.cp_onset_within:
+        return False
+    shared = len(set(a.hits_at) & set(b.hits_at))
+    if 2 * shared < min(len(a.hits_at), len(b.hits_at)) or a.hits <= 0 or b.hits <= 0:
+        return False
+    lo, hi = sorted((a.added_ms_sum / a.hits, b.added_ms_sum / b.hits))
+    return lo > 0 and hi <= cfg.cp_size_ratio * lo
 
 
 def _episode_of(
@@ -249,9 +311,7 @@ def _open(f: Finding, step: int) -> Episode:
     )  # fmt: skip
 
 
-def _sight(
-    e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig, opened: set[int] | None
-) -> float:
+def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig, opened: set[int] | None) -> float:
     """One sighting of an episode in step ``sf``: its window, sightings, cost, and (when this
     one scores as high, or it is not confirmed yet) its evidence and ranks; the step time
     it added. ``opened``: the ranks whose own change is open (None without change points)."""
@@ -394,15 +454,17 @@ def _escalate(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfi
 
 
 def _page_withheld(state: JobState, e: Episode, cfg: DiagnoserConfig) -> bool:
-    """Whether a fault that would page stays a warning: a rank's, found by its peers, with
-    no second witness (where change points follow each rank, its own past shows no change:
+    """Whether a fault that would page stays a warning: a rank's (or ranks'), found by its
+    peers, with no second witness (where change points follow each rank, its own past shows no change:
     heavy-tailed noise near a unit root runs a rank far from its peers for a few steps now
     and then, and each run paged; a fault's own change opens within a few steps and the
     warning becomes a page), or the whole job slow on every k-th step (its schedule: an
     evaluation, a checkpoint every so many steps; worth a look, not a night's sleep)."""
     if e.level == "iteration" and "period_steps" in e.evidence:
         return True
-    return e.change_onset < 0 and own_past_silent(state.changes, e, cfg)
+    if e.change_onset >= 0:
+        return False
+    return own_past_silent(state.changes, e, cfg, kinds=("rank", "ranks"))
 
 
 def _recurring(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> Episode | None:

@@ -104,3 +104,34 @@ def test_a_speed_group_hidden_while_others_slow_is_still_the_baseline_after() ->
     found = [(a.suspect, a.start_step, a.end_step) for a in res.anomalies]
     assert [f[0] for f in found] == ["ranks:0-1,4,9,13"], found
     assert all(abs(f[1] - 573) <= 5 and abs(f[2] - 722) <= 30 for f in found), found
+
+
+def _space_log(seed: int) -> tuple[list[tuple[str, int, int]], object]:
+    from argus.producers.simulator import draw_job
+
+    job = draw_job(seed, faulty=True)
+    log = job.log()
+    res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time, job=job.name)
+    return [(a.suspect, a.start_step, a.end_step) for a in res.anomalies], job
+
+
+def test_a_short_sawtooth_in_a_log_sampled_by_time_is_found() -> None:
+    """Rank 5 of 8 in a sawtooth up to 1.86x for 38 steps, a sample every ~9 steps: four
+    samples at +40 % each added a clipped step to its test less the reference and never
+    reached the threshold; a shift that large now opens in about three."""
+    found, job = _space_log(8_000_266)
+    (fault,) = job.faults
+    assert list(fault.ranks) == [5] and fault.shape == "sawtooth"
+    assert [f[0] for f in found] == ["rank:5"], found
+
+
+def test_hosts_slow_every_fourth_step_in_a_log_without_hosts_are_not_32_anomalies() -> None:
+    """32 ranks of four hosts 2.85x slower on every fourth step (a log of 1,024 ranks
+    without a host column): each rank's sightings confirmed in the same step, 31 anomalies
+    of one rank beside one of the ranks. Ranks confirmed together that began together and
+    stood out in the same steps are one cause."""
+    found, job = _space_log(8_000_096)
+    every_k = next(f for f in job.faults if f.shape == "every_k")
+    mine = [f for f in found if f[0] != "rank:138"]
+    assert 1 <= len(mine) <= 2, found
+    assert all(abs(f[1] - every_k.first_step) <= 8 for f in mine), found
