@@ -204,8 +204,8 @@ def _together(
 
 
 def _joinable(key: str, e: Episode) -> bool:
-    """A rank's or ranks' sent episode of its own (not a change from a baseline, nor silent)."""
-    return e.suspect_kind in ("rank", "ranks") and not key.endswith("|change") and e.reported != _SILENT
+    """A rank's or ranks' sent episode (not silent: a baseline)."""
+    return e.suspect_kind in ("rank", "ranks") and e.reported != _SILENT
 
 
 def _same_cause(a: Episode, b: Episode, cfg: DiagnoserConfig) -> bool:
@@ -268,14 +268,14 @@ def _episode_of(
 
 def _change_key(state: JobState, f: Finding, cfg: DiagnoserConfig) -> str:
     """The episode of a change from a baseline: the open change of some of the same ranks
-    that began with it (its first member's change opened a few steps before the others'),
-    else the finding's own."""
+    that began with it (its first member's change opened a few steps before the others', or
+    a group's change they joined, :func:`_together`), else the finding's own."""
     onset = f.evidence.get("change_onset")
     if f.decided_by == CHANGE_FIGURE and onset is not None:
         members = set(f.ranks)
         for k, o in state.episodes.items():
             if (
-                k.endswith("|change")
+                (k.endswith("|change") or (o.emitted and o.suspect_kind == "ranks" and o.change_onset >= 0))
                 and members & set(o.ranks)
                 and abs(o.onset - onset) <= cfg.cp_onset_within
             ):

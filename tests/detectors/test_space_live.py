@@ -1,5 +1,5 @@
-"""Small jobs (4-16 ranks) live, from the noise space's draws (issue 32): faults the
-engine missed outright."""
+"""Jobs of the noise space live (issue 32): faults of small jobs the engine missed
+outright, and one fault in many anomalies."""
 
 from __future__ import annotations
 
@@ -41,3 +41,11 @@ def test_a_job_rise_that_two_slowed_workers_make_is_theirs() -> None:
     late = [f for f in found if f[2] > 100]
     assert [(k, r) for k, r, _ in late] == [("ranks", [4, 6])], found
     assert abs(late[0][2] - 611) <= 3, found
+
+
+def test_hosts_whose_ranks_were_baselines_are_one_anomaly_when_they_slow() -> None:
+    """Four hosts of a 1,024-rank job 1.33x slower from step 253, their ranks silent
+    baselines of their replicas since the start: the change of their stage (``pp:0``) was
+    one anomaly and 21 more, one per rank whose change from its baseline opened with it."""
+    found = [(a.suspect, a.start_step) for a in _live(8_000_157) if 245 <= a.start_step <= 300]
+    assert len(found) == 1 and abs(found[0][1] - 253) <= 3, found
