@@ -145,7 +145,8 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
     for a in found:
         table.add_row(
             _named(a.suspect, rows),
-            ",".join(rows.label(r) for r in a.ranks[:8]) + (f",… ({len(a.ranks)})" if len(a.ranks) > 8 else ""),
+            ",".join(rows.label(r) for r in a.ranks[:8])
+            + (f",… ({len(a.ranks)})" if len(a.ranks) > 8 else ""),
             as_written(result.start(a), iso),
             as_written(result.end(a), iso),
             a.cause,
