@@ -149,7 +149,7 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
             + (f",… ({len(a.ranks)})" if len(a.ranks) > 8 else ""),
             as_written(result.start(a), iso),
             as_written(result.end(a), iso),
-            a.cause,
+            a.cause + (f", every {k:.0f} steps" if (k := a.evidence.get("period_steps")) else ""),
             a.severity,
             f"{_finite(a.score) or 0:.1f}",
             f"{int(a.evidence.get('steps_seen', 0))}",

@@ -412,3 +412,42 @@ def test_a_job_drifting_through_a_hosts_fault_is_not_paged_once_the_fault_ends(s
     ]
     assert abs(res.anomalies[0].start_step - 500) <= 3 and abs(res.anomalies[0].end_step - 639) <= 5
     assert res.anomalies[0].ranks == (10, 11, 12, 13)
+
+
+def _two_hosts(seed: int, faults: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, str]]:
+    """12 workers on two hosts, 900 iterations of ~0.84 s: 3 % AR(0.6) jitter, a shared
+    drift, 2-3x one-step spikes, every 200th iteration 3x on all, workers 3 and 7 7 %
+    slower all along; with ``faults`` host 1 1.15x over 400-520 and worker 1 1.6x on every
+    fifth iteration over 650-800 (a new user's log)."""
+    rng = np.random.default_rng(seed)
+    lvl, drift = np.zeros(12), 0.0
+    rank, step, value = [], [], []
+    for it in range(1, 901):
+        drift = 0.9 * drift + rng.normal(0, 0.003)
+        lvl = 0.6 * lvl + rng.normal(0, 0.024, 12)
+        v = 0.842 * np.exp(lvl + drift)
+        v[[3, 7]] *= 1.07
+        spike = rng.random(12) < 0.002
+        v[spike] *= rng.uniform(2, 3, int(spike.sum()))
+        v *= 3.0 if it % 200 == 0 else 1.0
+        if faults and 400 <= it <= 520:
+            v[6:] *= 1.15
+        if faults and 650 <= it <= 800 and it % 5 == 0:
+            v[1] *= 1.6
+        rank.extend(range(12)), step.extend([it] * 12), value.extend(v.tolist())
+    return np.array(rank), np.array(step, float), np.array(value), {r: f"host{'AB'[r // 6]}" for r in range(12)}
+
+
+def test_a_worker_slow_every_fifth_step_is_one_anomaly_beside_a_slow_host() -> None:
+    """(A new user's log: the worker slow on every fifth step was two anomalies of one
+    fault, compute_straggler over 650-785 from its own past's rhythm and unknown over 675-795
+    from its peers: the rhythm's phase was never set, and a log of step times has none.)"""
+    rank, step, value, hosts = _two_hosts(20240917, faults=True)
+    res = diagnose_log(rank, step, value, by_time=False, hosts=hosts)
+    found = [(a.suspect, a.cause, a.start_step, a.end_step) for a in res.anomalies]
+    assert [f[:2] for f in found] == [("hostB", UNKNOWN), ("rank:1", UNKNOWN)], found
+    assert abs(found[0][2] - 400) <= 3 and abs(found[0][3] - 520) <= 8, found
+    assert abs(found[1][2] - 650) <= 5 and abs(found[1][3] - 800) <= 10, found
+    assert res.anomalies[1].evidence.get("period_steps") == 5
+    quiet = diagnose_log(*_two_hosts(20240917, faults=False)[:3], by_time=False, hosts=hosts)
+    assert quiet.anomalies == [], [(a.suspect, a.start_step) for a in quiet.anomalies]
