@@ -167,10 +167,10 @@ def _together(
     sent, which takes the name of all their ranks (keeping its id). A log without hosts
     saw 32 ranks of four hosts slow on every fourth step as 31 anomalies of one rank and
     one of the ranks: they stood out in the same steps from the same step on."""
-    new = [k for k, e in state.episodes.items() if k not in was and e.emitted and _joinable(k, e)]
+    new = [k for k, e in state.episodes.items() if k not in was and e.emitted and _joinable(e)]
     if not new:
         return out
-    heads = [k for k, e in state.episodes.items() if k in was and e.emitted and _joinable(k, e)]
+    heads = [k for k, e in state.episodes.items() if k in was and e.emitted and _joinable(e)]
     joined: dict[str, list[str]] = {}
     for k in sorted(new, key=lambda k: state.episodes[k].onset):
         e = state.episodes[k]
@@ -203,7 +203,7 @@ def _together(
     return [a for a in out if a.id not in gone] + sent
 
 
-def _joinable(key: str, e: Episode) -> bool:
+def _joinable(e: Episode) -> bool:
     """A rank's or ranks' sent episode (not silent: a baseline)."""
     return e.suspect_kind in ("rank", "ranks") and e.reported != _SILENT
 
