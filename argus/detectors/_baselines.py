@@ -103,9 +103,10 @@ def _decaying(at: Sequence[float]) -> bool:
 
 def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0, streak: int = 0) -> str:
     """page: an incident a person should act on now, seen in ``page_hits`` steps, or adding
-    ``page_cost_frac`` of a ``step_ms`` step per sighting once confirmed (or a change
-    point's; not for a rank or host of a job whose noise runs ``streak`` sightings, longer than a
-    confirmation takes: its large shocks run that long too); warn: worth a look, never a
+    ``page_cost_frac`` of a ``step_ms`` step per sighting once confirmed, or a change
+    point's (neither for a rank or host of a job whose noise runs ``streak`` sightings,
+    longer than a confirmation takes: its large shocks run that long too, and a rank's own
+    change opened on them in a few steps and paged, six times in one quiet job); warn: worth a look, never a
     page (a straggler since the start, a one-off stall, a layout or workload imbalance), or
     not yet one (a small fault seen in fewer steps: noise that runs in streaks confirms a
     few steps and ends)."""
@@ -118,7 +119,7 @@ def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float =
         and e.hits >= cfg.min_steps
         and e.added_ms_sum / e.hits >= cfg.page_cost_frac * step_ms
     )
-    return "page" if e.hits >= page_hits or costly or e.change_onset >= 0 else "warn"
+    return "page" if e.hits >= page_hits or costly or (e.change_onset >= 0 and not streaky) else "warn"
 
 
 def _page_hits(cfg: DiagnoserConfig, n_ranks: int, level: str, streak: int = 0) -> int:

@@ -607,6 +607,24 @@ def _calibrate(
         st.checks[i] = b + 1
 
 
+def _to_the_pack(st: ChangeState, base: np.ndarray, level: np.ndarray, cfg: DiagnoserConfig) -> np.ndarray:
+    """Per series and rank: whether a rise is a rank coming back to its peers, no change: its
+    baseline lay far on the fast side of theirs (under their lower fence, Q1 - 1.5 IQR, of
+    the learned ranks' baselines) and the level it would open at (``base + level``, its size
+    added) is within their upper fence. A rank faster than its peers while they warmed up learned that as its
+    baseline, and its return to their pace opened a change, paged and held open for the rest
+    of the job (three ranks of a quiet job of 1,024); a job waits for its slowest rank, so a
+    rank that joins the pack costs it nothing."""
+    out = np.zeros(base.shape, dtype=bool)
+    for i in range(len(SERIES)):
+        learned = (st.n[i] >= cfg.cp_learn) & (st.onset[i] < 0)
+        if int(learned.sum()) < _POOL_MIN:
+            continue
+        q1, q3 = np.percentile(st.base[i, learned], [25, 75])
+        out[i] = (base[i] < q1 - 1.5 * (q3 - q1)) & (base[i] + level[i] <= q3 + 1.5 * (q3 - q1))
+    return out
+
+
 def stirring(st: ChangeState, cfg: DiagnoserConfig) -> bool:
     """Whether some rank's own past shows a change, open or building (its opening sum at
     half its threshold or more): the job's step waits for its slowest rank, so a rise of it
@@ -693,7 +711,8 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     peak = np.where(building, np.where(fresh, ew, np.maximum(st.peak[:, idx], ew)), 0.0)
     st.ew[:, idx], st.peak[:, idx] = ew, peak
     fading = (ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC)
-    opens = closed_now & (s_new >= h) & ~fading
+    back = closed_now & (s_new >= h) & _to_the_pack(st, base, s_sum / np.maximum(s_cnt, 1.0), cfg)
+    opens = closed_now & (s_new >= h) & ~fading & ~back
     _calibrate(st, idx, dc, ready, (onset >= 0) | opens, lr, step)
     onset = np.where(opens, np.where(s2_new > 0, s2_from, s_from), onset)
     size = np.where(opens, s_sum / np.maximum(s_cnt, 1.0), size)
@@ -717,7 +736,8 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     following = quiet & ~learning & (np.abs(d) <= 2 * sig)
     a = np.where(learning, 1.0 / (n + 1.0), np.where(following, cfg.cp_alpha, 0.0))
     lim = np.where(n >= 4, 3 * own_sig, np.inf)
-    new_base = base + a * np.clip(d, -lim, lim)
+    new_base = np.where(back, base + ew, base + a * np.clip(d, -lim, lim))  # its recent level
+    s_new = np.where(back, 0.0, s_new)
     v1, v2 = _noise(st, idx, r, ok, n, cfg, ~quiet & ok)
     # write back
     st.n[:, idx] = n + ok

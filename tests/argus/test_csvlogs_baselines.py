@@ -135,3 +135,35 @@ def test_hosts_slow_every_fourth_step_in_a_log_without_hosts_are_not_32_anomalie
     mine = [f for f in found if f[0] != "rank:138"]
     assert 1 <= len(mine) <= 2, found
     assert all(abs(f[1] - every_k.first_step) <= 8 for f in mine), found
+
+
+def _warmup_log(seed: int, late: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """128 ranks, 400 steps of ~500 ms with 3 % noise, every rank 2.2x slower over a 30-step
+    warm-up but ranks 17 and 90, done warming up from step 5 (their first samples as fast
+    as the others' last); rank 17 ``late`` times slower from step 250."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(400)
+    warm = 1.0 + 1.2 * np.exp(-steps / 10.0) * (steps < 30)
+    ranks, times, values = [], [], []
+    for r in range(128):
+        w = np.where(steps < 5, warm, 1.0) if r in (17, 90) else warm
+        v = 500.0 * w * np.exp(rng.normal(0, 0.03, len(steps)))
+        if r == 17:
+            v = v * np.where(steps >= 250, late, 1.0)
+        ranks.append(np.full(len(steps), r))
+        times.append(steps)
+        values.append(v)
+    return np.concatenate(ranks), np.concatenate(times), np.concatenate(values)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_ranks_done_warming_up_first_are_not_slow_when_the_others_catch_up(seed: int) -> None:
+    res = diagnose_log(*_warmup_log(seed), by_time=False, job="early-warm")
+    assert [(a.suspect, a.severity) for a in res.anomalies] == [], res.anomalies
+
+
+def test_a_rank_done_warming_up_first_still_pages_when_it_slows_later() -> None:
+    res = diagnose_log(*_warmup_log(1, late=1.3), by_time=False, job="early-warm-fault")
+    assert [(a.suspect, a.severity, a.start_step) for a in res.anomalies] == [("rank:17", "page", 250)], (
+        res.anomalies
+    )
