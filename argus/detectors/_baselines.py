@@ -176,7 +176,8 @@ uneven sequence lengths) or a link since the start is still reported (a warning)
 
 def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
     """Whether a fault seen from about the job's start is its baseline: since the start
-    (:func:`_persistent`) and one of a speed group (two more suspects slow since the start),
+    (:func:`_persistent`) and one of a speed group (two more suspects slow since the start,
+    or ranks named together, three or more),
     or, in a job of fewer than ``small_job`` ranks, a static offset (it adds at most
     ``baseline_max_frac`` of a step) first seen within twice the sightings a confirmation
     takes (noise hides a small offset among few peers now and then; among many, a rank as
@@ -194,7 +195,10 @@ def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig)
         and o.hits >= 2  # seen again, not one blip of the warm-up
         and o.onset - state.first_step <= cfg.persistent_within
     )
-    return e.persistent and since_start >= 2
+    # ranks named together are suspects of their own (a log without hosts names a speed
+    # group of 200 ranks as one: a warning "since the start" on three quiet jobs)
+    together = len(e.ranks) - 1 if e.suspect_kind == "ranks" else 0
+    return e.persistent and since_start + together >= 2
 
 
 def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, change: Episode | None = None) -> bool:

@@ -512,10 +512,17 @@ def _noise(
     # weighed 1.6 times more in the lag-2 mean square, twice: a fault's onset raised the
     # autocorrelation they give from 0.6 to 0.85 before its change opened)
     cap = np.where(n >= 5, 4 * np.sqrt(v1), np.inf)
+    # a jump (a level shift: a flapping fault's every edge) is one capped lag-1 difference
+    # but two capped lag-2 ones, and took the autocorrelation to its bound (0.8 to 0.95 on
+    # one rank's first edges, its sigma 2.5 times, and the fault's later stretches went
+    # unfound): in the two lag-2 differences across it the jump weighs (1 + ac) / 2 each
+    jump = (np.abs(np.nan_to_num(d1)) > cap) | ((n >= 3) & (np.abs(prev - prev2) > cap))
+    ac = np.where(v1 > 0, np.clip(v2 / np.where(v1 > 0, v1, 1.0) - 1.0, 0.0, _MAX_AC), 0.0)
+    cap2 = np.where(jump, np.sqrt((1.0 + ac) / 2.0), 1.0) * cap
     out = []
-    for v, dd, need in ((v1, d1, 1), (v2, d2, 2)):
+    for v, dd, need, cp in ((v1, d1, 1, cap), (v2, d2, 2, cap2)):
         seen = np.maximum(n - need, 0)  # differences seen before this one
-        w = np.minimum(np.abs(np.where(np.isfinite(dd), dd, 0.0)), cap)
+        w = np.minimum(np.abs(np.where(np.isfinite(dd), dd, 0.0)), cp)
         a = np.where(np.isfinite(dd), np.where(seen < cfg.cp_learn, 1.0 / (seen + 1.0), cfg.cp_alpha), 0.0)
         out.append(v + a * (w * w - v))
     v1, v2 = out

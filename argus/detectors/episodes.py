@@ -388,9 +388,11 @@ def _confirm(
         e = state.episodes[key] = _continue(old, e, cfg)
         e.reported = sf.step
         return _anomaly(state, e)
-    e.emitted = True
     # since the start from its first sighting: a log's missing samples leave gaps there
     e.persistent = _persistent(e, state, cfg)
+    if _own_past_learning(state, e, sf, cfg):
+        return None
+    e.emitted = True
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
     if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
         (_static(state, e, sf, cfg) or _flickered(e, sf, cfg))
@@ -411,6 +413,20 @@ def _confirm(
         e.deepen_left = cfg.deepen_steps + 1
         _deepen(e, deepen)
     return _anomaly(state, e)
+
+
+def _own_past_learning(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
+    """Whether a small job's rank or ranks slow since the start wait for their own past:
+    their change points are still learning their baseline, and once learned they tell a
+    speed group (silent: its findings stop, :func:`_job_level.with_changes`) from a change.
+    Sent at once, a worker 3x slower than its peers from the start was a warning "since the
+    start" until its baseline was learned (seven quiet small jobs)."""
+    if not (cfg.change_points and e.persistent and sf.n_ranks < cfg.small_job):
+        return False
+    if e.suspect_kind not in ("rank", "ranks") or e.cause not in _BASELINE_CAUSES:
+        return False
+    ch = state.changes
+    return any(not 0 <= r < ch.n_ranks or ch.n[0, r] < cfg.cp_learn for r in e.ranks)
 
 
 def _onset(e: Episode) -> int:

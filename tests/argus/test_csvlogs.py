@@ -435,7 +435,12 @@ def _two_hosts(seed: int, faults: bool) -> tuple[np.ndarray, np.ndarray, np.ndar
         if faults and 650 <= it <= 800 and it % 5 == 0:
             v[1] *= 1.6
         rank.extend(range(12)), step.extend([it] * 12), value.extend(v.tolist())
-    return np.array(rank), np.array(step, float), np.array(value), {r: f"host{'AB'[r // 6]}" for r in range(12)}
+    return (
+        np.array(rank),
+        np.array(step, float),
+        np.array(value),
+        {r: f"host{'AB'[r // 6]}" for r in range(12)},
+    )
 
 
 def test_a_worker_slow_every_fifth_step_is_one_anomaly_beside_a_slow_host() -> None:

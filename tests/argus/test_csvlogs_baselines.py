@@ -167,3 +167,38 @@ def test_a_rank_done_warming_up_first_still_pages_when_it_slows_later() -> None:
     assert [(a.suspect, a.severity, a.start_step) for a in res.anomalies] == [("rank:17", "page", 250)], (
         res.anomalies
     )
+
+
+def _kinds_log(
+    n_ranks: int, slow: set[int], factor: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n_ranks`` ranks, 300 steps of ~400 ms with 3 % AR(0.5) noise; the ``slow`` ranks
+    ``factor`` times slower all along (another GPU kind)."""
+    rng = np.random.default_rng(seed)
+    ranks, steps, values = [], [], []
+    for r in range(n_ranks):
+        level, v = 0.0, np.empty(300)
+        for s in range(300):
+            level = 0.5 * level + rng.normal(0, 0.026)
+            v[s] = 400.0 * (factor if r in slow else 1.0) * np.exp(level)
+        ranks.append(np.full(300, r))
+        steps.append(np.arange(300))
+        values.append(v)
+    return np.concatenate(ranks), np.concatenate(steps), np.concatenate(values)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_speed_group_of_scattered_ranks_in_a_log_without_hosts_is_the_baseline(seed: int) -> None:
+    """40 of 256 ranks, scattered, 1.3x slower from the first step: named together as one
+    group, they were one suspect and a warning "since the start"; a group is a speed group."""
+    slow = set(np.random.default_rng(seed).choice(256, 40, replace=False).tolist())
+    res = diagnose_log(*_kinds_log(256, slow, 1.3, seed), by_time=False, job="kinds")
+    assert [(a.suspect, a.severity) for a in res.anomalies] == [], res.anomalies
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_small_jobs_worker_far_slower_from_the_start_is_its_baseline(seed: int) -> None:
+    """One of six workers 3x slower from the first step: it was a warning "since the start"
+    until its own past had learned it (24 samples), then silent; now it waits for that."""
+    res = diagnose_log(*_kinds_log(6, {4}, 3.0, seed), by_time=False, job="small-kinds")
+    assert [(a.suspect, a.severity) for a in res.anomalies] == [], res.anomalies

@@ -379,3 +379,28 @@ def test_noise_of_two_kinds_is_checked_by_the_job_and_opens_nothing(seed: int) -
     _, opened = ar_ranks(seed, rho=0.0, df=30, jitter=1e-4, effect=two_kinds(0.3))
     first = [t for t, r, _ in opened if r == 5]
     assert first and 200 <= first[0] <= 240
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_flapping_faults_edges_do_not_make_its_rank_look_autocorrelated(seed: int) -> None:
+    """One of six ranks 1.35x slower in stretches of 10 steps on and 10 off for 400 steps
+    (noise: 1 % SD, autocorrelation 0.3). Each edge is one capped lag-1 difference but two
+    capped lag-2 ones: the rank's autocorrelation went to its bound (0.95) and its sigma ten
+    times, and after its first stretch nothing of the fault opened again. An edge weighs in
+    the lag-2 mean square as an AR(1) of the rank's autocorrelation would have it."""
+    rng = np.random.default_rng(seed)
+    n, rho = 6, 0.3
+    own = np.zeros(n)
+    st = ChangeState()
+    opened = []
+    for t in range(600):
+        own = rho * own + np.sqrt(1 - rho**2) * 0.01 * rng.standard_normal(n)
+        lw = np.log(300.0) + own
+        if 100 <= t < 500 and (t - 100) // 10 % 2 == 0:
+            lw[3] += 0.3
+        res = RankResiduals(
+            np.arange(n), lw, np.zeros(n, np.int8), 300.0, np.array(["h"] * n), np.arange(n), np.zeros(n)
+        )
+        opened += [t for r, _ in track(st, res, t, d.DiagnoserConfig()).opened if r == 3]
+    assert st.ac[0, 3] < 0.7 and st.sig[0, 3] < 0.05, (st.ac[0, 3], st.sig[0, 3])
+    assert len(opened) >= 3 and opened[0] <= 105, opened
