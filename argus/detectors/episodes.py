@@ -474,10 +474,7 @@ def _page_withheld(state: JobState, e: Episode, cfg: DiagnoserConfig) -> bool:
     peers, with no second witness (where change points follow each rank, its own past shows no change:
     heavy-tailed noise near a unit root runs a rank far from its peers for a few steps now
     and then, and each run paged; a fault's own change opens within a few steps and the
-    warning becomes a page), or the whole job slow on every k-th step (its schedule: an
-    evaluation, a checkpoint every so many steps; worth a look, not a night's sleep)."""
-    if e.level == "iteration" and "period_steps" in e.evidence:
-        return True
+    warning becomes a page)."""
     if e.change_onset >= 0:
         return False
     return own_past_silent(state.changes, e, cfg, kinds=("rank", "ranks"))
@@ -609,9 +606,11 @@ def _rhythm(state: JobState, key: str, e: Episode, sf: StepFindings) -> bool:
     ones of its key (gaps of at least three steps, at most ``_MAX_PERIOD``, within a step of
     each other): a rank or group slow on every k-th step, each a blip that alone is a
     transient. If so the episode takes them in: its onset the first, its sightings theirs,
-    its period in the evidence (one anomaly over the whole span)."""
-    if e.hits != 1 or e.cause in ONE_OFF_CAUSES:
-        return False
+    its period in the evidence (one anomaly over the whole span). The whole job slow on
+    every k-th step is its schedule (an evaluation, a checkpoint every so many steps): its
+    blips stay transients, counted, no anomaly (a warning on four quiet jobs' logs)."""
+    if e.hits != 1 or e.cause in ONE_OFF_CAUSES or e.level == "iteration":
+        return False  # the whole job slow every k-th step is its schedule: transients
     at = [*state.blips.get(key, [])[-_RHYTHM:], sf.step]
     if len(at) <= _RHYTHM:
         return False

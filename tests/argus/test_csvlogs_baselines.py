@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from argus.csvlogs import diagnose_log
+from argus.producers.simulator import draw_job
 
 
 def _log(late_fault: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -202,3 +203,17 @@ def test_a_small_jobs_worker_far_slower_from_the_start_is_its_baseline(seed: int
     until its own past had learned it (24 samples), then silent; now it waits for that."""
     res = diagnose_log(*_kinds_log(6, {4}, 3.0, seed), by_time=False, job="small-kinds")
     assert [(a.suspect, a.severity) for a in res.anomalies] == [], res.anomalies
+
+
+@pytest.mark.parametrize("seed", [7_000_115, 7_000_133])
+def test_a_jobs_evaluation_every_k_steps_is_its_schedule_not_an_anomaly(seed: int) -> None:
+    """Quiet jobs of the noise space, 5-7 workers each writing its step time every ~9 steps
+    (the mean since its last sample), the whole job 2-5x slower on one step every so many
+    (an unannotated evaluation): the job slow on every k-th window was a warning "slow every
+    21 (33) steps"; it is the job's schedule, counted as transients, no anomaly."""
+    job = draw_job(seed, faulty=False)
+    assert job.path == "csv_time" and job.background.eval_every > 0
+    log = job.log()
+    res = diagnose_log(log.rank, log.t, log.value, by_time=True)
+    assert res.anomalies == [], [(a.suspect, a.start_step, a.summary) for a in res.anomalies]
+    assert res.transients.get("job", 0) > 0, res.transients
