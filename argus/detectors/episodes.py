@@ -416,14 +416,25 @@ def _confirm(
 
 
 def _own_past_learning(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
-    """Whether a small job's rank or ranks slow since the start wait for their own past:
-    their change points are still learning their baseline, and once learned they tell a
+    """Whether a small job's ranks slow together since the start wait for their own past:
+    their change points are still learning their baselines, and once learned they tell a
     speed group (silent: its findings stop, :func:`_job_level.with_changes`) from a change.
-    Sent at once, a worker 3x slower than its peers from the start was a warning "since the
-    start" until its baseline was learned (seven quiet small jobs)."""
+    Sent at once, two workers 3x slower than their peers from the start were a warning
+    "since the start" until their baselines were learned. One rank far slower from the
+    start alone is still a warning at once (a 3-rank DDP job's rank slowed 60 ms)."""
     if not (cfg.change_points and e.persistent and sf.n_ranks < cfg.small_job):
         return False
     if e.suspect_kind not in ("rank", "ranks") or e.cause not in _BASELINE_CAUSES:
+        return False
+    peers = any(  # other ranks slow with it since the start: a speed group, maybe
+        o is not e
+        and o.cause == e.cause
+        and o.suspect_kind in ("rank", "ranks")
+        and o.hits >= 2
+        and o.onset - state.first_step <= cfg.persistent_within
+        for o in state.episodes.values()
+    )
+    if len(e.ranks) < 2 and not peers:
         return False
     ch = state.changes
     return any(not 0 <= r < ch.n_ranks or ch.n[0, r] < cfg.cp_learn for r in e.ranks)

@@ -198,11 +198,14 @@ def test_a_speed_group_of_scattered_ranks_in_a_log_without_hosts_is_the_baseline
 
 
 @pytest.mark.parametrize("seed", [3, 4])
-def test_a_small_jobs_worker_far_slower_from_the_start_is_its_baseline(seed: int) -> None:
-    """One of six workers 3x slower from the first step: it was a warning "since the start"
-    until its own past had learned it (24 samples), then silent; now it waits for that."""
-    res = diagnose_log(*_kinds_log(6, {4}, 3.0, seed), by_time=False, job="small-kinds")
+def test_a_small_jobs_workers_far_slower_from_the_start_are_its_baseline(seed: int) -> None:
+    """Two of six workers 3x slower from the first step (another GPU kind): they were a
+    warning "since the start" until their own past had learned them (24 samples), then
+    silent; now they wait for that. One worker alone so slow is still a warning."""
+    res = diagnose_log(*_kinds_log(6, {1, 4}, 3.0, seed), by_time=False, job="small-kinds")
     assert [(a.suspect, a.severity) for a in res.anomalies] == [], res.anomalies
+    res = diagnose_log(*_kinds_log(6, {4}, 3.0, seed), by_time=False, job="small-kind")
+    assert [(a.suspect, a.severity) for a in res.anomalies] == [("rank:4", "warn")], res.anomalies
 
 
 @pytest.mark.parametrize("seed", [7_000_115, 7_000_133])
