@@ -174,6 +174,19 @@ _BASELINE_CAUSES = frozenset({COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER, UNKNO
 uneven sequence lengths) or a link since the start is still reported (a warning)."""
 
 
+def slow_with_it(state: JobState, e: Episode, cfg: DiagnoserConfig) -> int:
+    """Other suspects of ``e``'s cause slow since about the job's start (a speed group's
+    members): seen again, not one blip of the warm-up."""
+    return sum(
+        1
+        for o in state.episodes.values()
+        if o is not e
+        and o.cause == e.cause
+        and o.hits >= 2
+        and o.onset - state.first_step <= cfg.persistent_within
+    )
+
+
 def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
     """Whether a fault seen from about the job's start is its baseline: since the start
     (:func:`_persistent`) and one of a speed group (two more suspects slow since the start,
@@ -187,14 +200,7 @@ def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig)
     modest = e.hits > 0 and e.added_ms_sum / e.hits <= cfg.baseline_max_frac * sf.step_ms
     if early and modest and state.n_ranks < cfg.small_job:
         return True
-    since_start = sum(
-        1
-        for o in state.episodes.values()
-        if o is not e
-        and o.cause == e.cause
-        and o.hits >= 2  # seen again, not one blip of the warm-up
-        and o.onset - state.first_step <= cfg.persistent_within
-    )
+    since_start = slow_with_it(state, e, cfg)
     # ranks named together are suspects of their own (a log without hosts names a speed
     # group of 200 ranks as one: a warning "since the start" on three quiet jobs)
     together = len(e.ranks) - 1 if e.suspect_kind == "ranks" else 0

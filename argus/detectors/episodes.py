@@ -38,6 +38,7 @@ from ._baselines import (
     _sightings_needed,
     _splits_noise,
     _static,
+    slow_with_it,
     streak_length,
 )
 from ._config import DiagnoserConfig
@@ -426,15 +427,7 @@ def _own_past_learning(state: JobState, e: Episode, sf: StepFindings, cfg: Diagn
         return False
     if e.suspect_kind not in ("rank", "ranks") or e.cause not in _BASELINE_CAUSES:
         return False
-    peers = any(  # other ranks slow with it since the start: a speed group, maybe
-        o is not e
-        and o.cause == e.cause
-        and o.suspect_kind in ("rank", "ranks")
-        and o.hits >= 2
-        and o.onset - state.first_step <= cfg.persistent_within
-        for o in state.episodes.values()
-    )
-    if len(e.ranks) < 2 and not peers:
+    if len(e.ranks) < 2 and not slow_with_it(state, e, cfg):  # alone: no speed group
         return False
     ch = state.changes
     return any(not 0 <= r < ch.n_ranks or ch.n[0, r] < cfg.cp_learn for r in e.ranks)
