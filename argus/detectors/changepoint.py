@@ -489,6 +489,7 @@ def _noise(
     n: np.ndarray,
     cfg: DiagnoserConfig,
     evidence: np.ndarray,
+    ac: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
     """The noise model of each rank's residual from its differences: ``v1`` and ``v2``, the
     EW mean squares of ``r`` minus the residual one and two samples before (both Winsorized
@@ -503,7 +504,8 @@ def _noise(
     several kinds (a rank's own, its replica's wander: no AR(1)) is the block means': ``vb``
     from the differences of consecutive blocks' means, but not across a block in which
     ``evidence`` built (a change open or building: a fault's onset in a difference of block
-    means is no noise). Returns the new ``v1``, ``v2``."""
+    means is no noise); ``ac``: each rank's autocorrelation (:attr:`ChangeState.ac`) as the
+    step began. Returns the new ``v1``, ``v2``."""
     v1, v2 = st.v1[:, idx], st.v2[:, idx]
     prev, prev2 = st.prev[:, idx], st.prev2[:, idx]
     d1 = np.where(ok & (n >= 1), r - prev, np.nan)
@@ -517,7 +519,6 @@ def _noise(
     # one rank's first edges, its sigma 2.5 times, and the fault's later stretches went
     # unfound): in the two lag-2 differences across it the jump weighs (1 + ac) / 2 each
     jump = (np.abs(np.nan_to_num(d1)) > cap) | ((n >= 3) & (np.abs(prev - prev2) > cap))
-    ac = np.where(v1 > 0, np.clip(v2 / np.where(v1 > 0, v1, 1.0) - 1.0, 0.0, _MAX_AC), 0.0)
     cap2 = np.where(jump, np.sqrt((1.0 + ac) / 2.0), 1.0) * cap
     out = []
     for v, dd, need, cp in ((v1, d1, 1, cap), (v2, d2, 2, cap2)):
@@ -718,8 +719,12 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     peak = np.where(building, np.where(fresh, ew, np.maximum(st.peak[:, idx], ew)), 0.0)
     st.ew[:, idx], st.peak[:, idx] = ew, peak
     fading = (ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC)
-    back = closed_now & (s_new >= h) & _to_the_pack(st, base, s_sum / np.maximum(s_cnt, 1.0), cfg)
-    opens = closed_now & (s_new >= h) & ~fading & ~back
+    due = closed_now & (s_new >= h)
+    # (the peers' fences only on a step where some change would open)
+    back = (
+        due & _to_the_pack(st, base, s_sum / np.maximum(s_cnt, 1.0), cfg) if due.any() else np.zeros_like(due)
+    )
+    opens = due & ~fading & ~back
     _calibrate(st, idx, dc, ready, (onset >= 0) | opens, lr, step)
     onset = np.where(opens, np.where(s2_new > 0, s2_from, s_from), onset)
     size = np.where(opens, s_sum / np.maximum(s_cnt, 1.0), size)
@@ -745,7 +750,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     lim = np.where(n >= 4, 3 * own_sig, np.inf)
     new_base = np.where(back, base + ew, base + a * np.clip(d, -lim, lim))  # its recent level
     s_new = np.where(back, 0.0, s_new)
-    v1, v2 = _noise(st, idx, r, ok, n, cfg, ~quiet & ok)
+    v1, v2 = _noise(st, idx, r, ok, n, cfg, ~quiet & ok, ac[:, idx])
     # write back
     st.n[:, idx] = n + ok
     st.base[:, idx], st.v1[:, idx], st.v2[:, idx] = new_base, v1, v2
