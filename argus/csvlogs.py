@@ -25,8 +25,9 @@ _RATE_NAME = re.compile(r"(per_?s(ec(ond)?)?|/s|_ps|throughput|tflops|mfu|_s_per
 @dataclass(frozen=True)
 class LogDiagnosis:
     """What the engine found in a log: the anomalies (windows as window indexes, costs in
-    the log's own unit), the start label of every window, the transients per suspect, and
-    notes for the reader (a log too short to call anything)."""
+    the log's own unit), the start label of every window, the transients per suspect (and
+    the windows of the last few), and notes for the reader (a log too short to call
+    anything)."""
 
     anomalies: list[Anomaly]
     labels: np.ndarray
@@ -34,6 +35,7 @@ class LogDiagnosis:
     scale: float = 1.0
     notes: tuple[str, ...] = ()
     higher_is_better: bool = False
+    transient_at: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
 
     def slowdown(self, a: Anomaly) -> float:
         """What the suspect adds to a typical step, as a fraction of it (unit-free)."""
@@ -50,11 +52,15 @@ class LogDiagnosis:
 
     def start(self, a: Anomaly) -> float:
         """The anomaly's first window, in the log's time or step unit."""
-        return float(self.labels[min(a.start_step, len(self.labels) - 1)])
+        return self.label(a.start_step)
 
     def end(self, a: Anomaly) -> float:
         """The anomaly's last window, in the log's time or step unit."""
-        return float(self.labels[min(a.end_step, len(self.labels) - 1)])
+        return self.label(a.end_step)
+
+    def label(self, window: int) -> float:
+        """A window index in the log's time or step unit."""
+        return float(self.labels[min(max(window, 0), len(self.labels) - 1)])
 
 
 def diagnose_log(
@@ -101,4 +107,7 @@ def diagnose_log(
             "fast; pass --higher-is-better if higher is better",
         )
     higher = bool(options.get("higher_is_better", False))
-    return LogDiagnosis(out, log.labels, dict(diag.state.transients), scale, notes, higher)
+    state = diag.state
+    return LogDiagnosis(
+        out, log.labels, dict(state.transients), scale, notes, higher, dict(state.transient_at)
+    )

@@ -41,7 +41,9 @@ def diagnose(
         None, "--host-col", help="column naming each rank's host (default: a column called host, node, ...)"
     ),
     higher_is_better: bool = typer.Option(False, "--higher-is-better", help="the value is a throughput"),
-    as_json: bool = typer.Option(False, "--json", help="print a JSON list of anomalies"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print the anomalies and transients as JSON ({anomalies, transients})"
+    ),
     change_points: bool = typer.Option(
         True,
         "--change-points/--no-change-points",
@@ -72,10 +74,16 @@ def diagnose(
     for note in (*rows.notes, *result.notes):
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if as_json:
-        out = [_as_json(a, result, rows, value_col) for a in result.anomalies]
+        out = {
+            "anomalies": [_as_json(a, result, rows, value_col) for a in result.anomalies],
+            "transients": _transients_json(result, rows),
+        }
         sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
         return
-    _print_table(result, rows, value_col, "time" if time_col else "step")
+    unit = "time" if time_col else "step"
+    _print_table(result, rows, value_col, unit)
+    for line in _transient_lines(result, rows, unit):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
 def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) -> dict[str, Any]:
@@ -94,12 +102,13 @@ def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) ->
         "suspect": a.suspect,
         "suspect_kind": a.suspect_kind,
         "ranks": list(a.ranks),
-        "start": as_written(result.start(a), iso) if iso else _number(result.start(a)),
-        "end": as_written(result.end(a), iso) if iso else _number(result.end(a)),
+        "start": _label(result, a.start_step, iso),
+        "end": _label(result, a.end_step, iso),
         "class": a.cause,
         "severity": a.severity,
         "score": _finite(a.score),
         "windows": int(a.evidence.get("steps_seen", 0)),
+        "period_steps": int(k) if (k := a.evidence.get("period_steps")) else None,
         "added": _finite(result.added(a)),
         "slowdown": _finite(round(result.slowdown(a), 4)),
         "summary": _summary(a, result, rows, value_col),
@@ -114,6 +123,8 @@ def _summary(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) ->
     seen = int(a.evidence.get("steps_seen", 0))
     rest = a.summary.partition(" step(s)")[2]
     against = "its usual level" if a.suspect_kind == "job" else "its peers"
+    if a.evidence.get("period_steps"):  # what a slow step adds, seen in its slow steps
+        against += " on each slow step"
     f = result.slowdown(a)
     if result.higher_is_better:
         what = f"{value_col} {result.added(a):+.4g} (-{100 * f / (1 + f):.1f} %) against {against}"
@@ -124,15 +135,12 @@ def _summary(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) ->
 
 def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str) -> None:
     """The anomalies as a table (ranks by the log's own labels when it has them), the
-    transients counted in its caption."""
+    transients counted in its caption (listed below it: :func:`_transient_lines`)."""
     found, iso, n_ranks = result.anomalies, rows.iso, len(np.unique(rows.rank))
     n_tr = sum(result.transients.values())
-    top = sorted(result.transients.items(), key=lambda kv: -kv[1])[:5]
     caption = (
         f"{n_anomalies(len(found))} in {n_ranks} ranks; "
         f"{n_tr} transient blip(s) on {len(result.transients)} suspect(s), never an anomaly"
-        + (": " + ", ".join(f"{_named(k, rows)} ×{v}" for k, v in top) if top else "")
-        + (", …" if len(result.transients) > len(top) else "")
     )
     if not found:  # no empty frame: the caption says it all
         console.print(caption, highlight=False)
@@ -157,6 +165,53 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
         )
     # piped: the whole table, however wide (a terminal keeps its own width)
     (console if console.is_terminal else Console(width=max(console.width, 250))).print(table)
+
+
+_LISTED = 10
+"""Transients' suspects listed under the table, the most frequent first."""
+
+
+def _transients_by_count(result: LogDiagnosis) -> list[tuple[str, int]]:
+    return sorted(result.transients.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _transient_lines(result: LogDiagnosis, rows: LogRows, unit: str) -> list[str]:
+    """The transients' suspects, the most frequent first, each with the windows of its last
+    few blips in the log's own steps or times (one line each, so a narrow terminal does not
+    break them)."""
+    if not result.transients:
+        return []
+    top = _transients_by_count(result)
+    names = [_named(k, rows) for k, _ in top[:_LISTED]]
+    width = max(len(n) for n in names)
+    out = [f"transients (seen too briefly to be an anomaly), the {unit}s of the last few:"]
+    for name, (k, n) in zip(names, top, strict=False):
+        at = [_window(result, w, rows.iso) for w in result.transient_at.get(k, [])]
+        more = "…, " if n > len(at) else ""
+        out.append(f"  {name:<{width}}  ×{n:<3} {more}{', '.join(at)}")
+    if len(top) > _LISTED:
+        out.append(f"  … and {len(top) - _LISTED} more suspect(s) (--json lists all)")
+    return out
+
+
+def _transients_json(result: LogDiagnosis, rows: LogRows) -> list[dict[str, Any]]:
+    """The transients of ``--json``: per suspect, how many, and the windows (first, last)
+    of the last few, as :func:`_as_json` writes a window."""
+    out = []
+    for k, n in _transients_by_count(result):
+        at = [[_label(result, w, rows.iso) for w in ab] for ab in result.transient_at.get(k, [])]
+        label = {"suspect_label": _named(k, rows)} if rows.labels else {}
+        out.append({"suspect": k, **label, "count": n, "at": at})
+    return out
+
+
+def _label(result: LogDiagnosis, window: int, iso: bool) -> str | float | int:
+    return as_written(result.label(window), iso) if iso else _number(result.label(window))
+
+
+def _window(result: LogDiagnosis, w: tuple[int, int], iso: bool) -> str:
+    a, b = (as_written(result.label(x), iso) for x in w)
+    return a if a == b else f"{a}–{b}"
 
 
 def _named(suspect: str, rows: LogRows) -> str:

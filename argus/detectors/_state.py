@@ -56,6 +56,9 @@ LEVEL_SIGHTINGS = 32
 baseline's level is their median, and a median of few of a noisy rank's sightings moves
 by a good part of its spread (a change from it is then the rank's own noise)."""
 
+TRANSIENTS_KEPT = 8
+"""Transients of a suspect whose steps the state keeps (``JobState.transient_at``)."""
+
 _SILENT = 10**15
 """``reported`` of a persistent episode: never sent."""
 
@@ -93,7 +96,8 @@ class JobState:
     ``iteration``: the step-time baseline; ``episodes``: open suspects by
     ``cause|suspect``; ``last_step``: the last step diagnosed; ``first_step``: the first
     step past the warm-up; ``transients``: per suspect, the sightings that never became
-    an anomaly (one-step blips), at most ``max_open`` suspects; ``closed``: anomalies closed
+    an anomaly (one-step blips), at most ``max_open`` suspects, and ``transient_at`` the first
+    and last step of each suspect's last ``TRANSIENTS_KEPT`` of them; ``closed``: anomalies closed
     lately, which the same fault confirmed again continues (:func:`_recurring`);
     ``global_run``: how many steps in a row every rank has been far slower than usual;
     ``fast_run``: how many steps in a row the job has been far faster than ``fast_ref``, its
@@ -114,6 +118,7 @@ class JobState:
     last_step: int = -1
     first_step: int = -1
     transients: dict[str, int] = field(default_factory=dict)
+    transient_at: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     closed: dict[str, Episode] = field(default_factory=dict)
     steps: int = 0
     last_end_ns: int = 0
@@ -160,6 +165,7 @@ class JobState:
             "fast_ref": self.fast_ref,
             "settled": self.settled,
             "transients": dict(self.transients),
+            "transient_at": {k: [list(w) for w in v] for k, v in self.transient_at.items()},
             "closed": {k: asdict(e) for k, e in self.closed.items()},
             "changes": self.changes.to_dict(),
             "flagged": {str(r): n for r, n in self.flagged.items()},
@@ -196,6 +202,9 @@ class JobState:
             fast_ref=float(data.get("fast_ref", 0.0)),
             settled=bool(data.get("settled", False)),
             transients={str(k): int(v) for k, v in data.get("transients", {}).items()},
+            transient_at={
+                str(k): [(int(a), int(b)) for a, b in v] for k, v in data.get("transient_at", {}).items()
+            },
             closed={k: _episode(v) for k, v in data.get("closed", {}).items()},
             changes=ChangeState.from_dict(data.get("changes")),
             flagged={int(r): int(n) for r, n in data.get("flagged", {}).items()},

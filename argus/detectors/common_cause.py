@@ -141,6 +141,8 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
         np.where(st.onset[:, ranks] >= 0, st.size[:, ranks], -np.inf).max(axis=0),
         st.spike_size[ranks] / np.maximum(per[1], 1),
     )
+    # what it adds on a step it is slow in: every step of a shift, a periodic rank's spikes
+    slow = np.where(shift, size, st.spike_size[ranks])
     sig = np.where(st.onset[:, ranks] >= 0, st.sig[:, ranks], np.inf).min(axis=0)
     sig = np.where(shift, sig, st.sig[0, ranks])
     period = np.where(shift, 0, per[1])
@@ -161,7 +163,7 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
         cause = _BY_PHASE.get(phase, COMPUTE_STRAGGLER)
         if phase == "unaccounted_ms" and res.untimed:
             cause = UNKNOWN
-        sz = float(np.median(size[c]))
+        sz = float(np.median(slow[c]))
         added = float(np.expm1(max(sz, 0.0)) * res.work_ms)
         ev = {
             CHANGE_FIGURE: round(float(np.expm1(sz)), 4),

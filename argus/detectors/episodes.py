@@ -57,7 +57,7 @@ from ._routing import (
     grows,
     remembered,
 )
-from ._state import _SILENT, LEVEL_SIGHTINGS, Episode, JobState
+from ._state import _SILENT, LEVEL_SIGHTINGS, TRANSIENTS_KEPT, Episode, JobState
 from .common_cause import CHANGE_FIGURE, ranks_label
 from .cost import gpu_hours, step_ms_added
 from .deepen import Deepening
@@ -125,12 +125,12 @@ def sightings(
     was = {k for k, e in state.episodes.items() if e.emitted}
     opened = {int(r) for r in state.changes.open_ranks()} if cfg.change_points else None
     routed = [g for f in findings for g in _split(f, groups, state, cfg)]
-    for f in sorted(routed, key=lambda f: f.suspect_kind not in _GROUP_KINDS):
+    for f in sorted(routed, key=_sighting_order):
         key, e = _episode_of(state, f, groups, sf, cfg)
         if f.suspect_kind == "ranks" and e.hits and 2 * len(set(f.ranks) & set(e.ranks)) < len(f.ranks):
             continue  # other ranks of the group than before: noise moving about, not one fault
         if key in seen:  # a second finding of the same episode in this step
-            e.ranks = sorted(set(e.ranks) | set(f.ranks))[: cfg.max_listed]
+            e.ranks = sorted(set(e.ranks) | set(_members(e, f, opened)))[: cfg.max_listed]
             if f.decided_by == CHANGE_FIGURE:
                 _sight_change(e, f, step_ms_added(f.step_ms_added, sf.step_ms), sf)
                 if not e.emitted and (a := _confirm(state, key, e, sf, cfg, deepen)) is not None:
@@ -334,6 +334,14 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig, opene
     return added
 
 
+def _sighting_order(f: Finding) -> tuple[bool, bool]:
+    """Group findings first, so that their ranks' findings add to them; of an episode's
+    findings in one step its change's first: what the step adds is the change's figure,
+    against the ranks' own past, not a z-score's against its peers (a host's worker slower
+    all along made its host's fault that much larger)."""
+    return f.suspect_kind not in _GROUP_KINDS, f.decided_by != CHANGE_FIGURE
+
+
 def _members(e: Episode, f: Finding, opened: set[int] | None) -> list[int]:
     """The ranks a sighting adds to its episode: a confirmed group grows by its ranks' own
     changes, not by the ranks a step flagged with it (a healthy rank's spike while its group
@@ -348,12 +356,15 @@ def _members(e: Episode, f: Finding, opened: set[int] | None) -> list[int]:
 
 def _sight_change(e: Episode, f: Finding, added: float, sf: StepFindings) -> None:
     """A change point sighted: the episode's fault began at the change's onset, and was
-    there on every step since (the evidence of a change is their sum)."""
+    there on every step since (the evidence of a change is their sum); a rank slow every
+    k-th step was there on every k-th step since (its sightings are its slow steps, what
+    it adds their excess, as a z-score's sightings of it are)."""
     onset = int(f.evidence.get("change_onset", sf.step))
-    if "period_steps" in f.evidence:  # slow every k-th step: said in its summary
-        e.evidence["period_steps"] = f.evidence["period_steps"]
+    k = int(f.evidence.get("period_steps", 0))
+    if k:  # slow every k-th step: said in its summary
+        e.evidence["period_steps"] = float(k)
     e.change_onset = onset if e.change_onset < 0 else min(e.change_onset, onset)
-    steps = sf.step - e.change_onset + 1
+    steps = (sf.step - e.change_onset) // max(k, 1) + 1
     if not e.emitted and steps > e.hits:
         more = steps - e.hits
         e.hits = steps
@@ -639,7 +650,7 @@ def _close(state: JobState, key: str, e: Episode, cfg: DiagnoserConfig) -> list[
     if e.suspect_kind in STREAK_KINDS and short:
         state.streaks = [*state.streaks[-(STREAKS - 1) :], e.hits]
     if not e.emitted:
-        _count_transient(state, e.suspect, cfg)
+        _count_transient(state, e, cfg)
         if e.hits <= 2:
             if key not in state.blips and len(state.blips) >= cfg.max_open:  # the stalest goes
                 del state.blips[min(state.blips, key=lambda k: state.blips[k][-1])]
@@ -661,9 +672,12 @@ def _cap_closed(state: JobState, cfg: DiagnoserConfig) -> None:
         del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
 
 
-def _count_transient(state: JobState, suspect: str, cfg: DiagnoserConfig) -> None:
-    if suspect in state.transients or len(state.transients) < cfg.max_open:
-        state.transients[suspect] = state.transients.get(suspect, 0) + 1
+def _count_transient(state: JobState, e: Episode, cfg: DiagnoserConfig) -> None:
+    """An unconfirmed episode closed: one more transient of its suspect, its steps kept."""
+    if e.suspect in state.transients or len(state.transients) < cfg.max_open:
+        state.transients[e.suspect] = state.transients.get(e.suspect, 0) + 1
+        at = state.transient_at.get(e.suspect, [])
+        state.transient_at[e.suspect] = [*at[1 - TRANSIENTS_KEPT :], (e.onset, e.last_seen)]
 
 
 def forget_stale(state: JobState, cfg: DiagnoserConfig) -> None:
