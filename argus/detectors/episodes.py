@@ -24,20 +24,18 @@ from argus.schemas.causes import ONE_OFF_CAUSES
 
 from ._baselines import (
     _BASELINE_CAUSES,
-    _BASELINE_KINDS,
     STREAK_KINDS,
     STREAKS,
     _beyond_baseline,
     _beyond_level,
     _confirmed,
-    _flickered,
     _page_hits,
     _persistent,
     _prior_rate,
     _severity,
     _sightings_needed,
     _splits_noise,
-    _static,
+    is_baseline,
     slow_with_it,
     streak_length,
 )
@@ -244,7 +242,8 @@ def _episode_of(
             f.decided_by == CHANGE_FIGURE
             # hysteresis: an open change goes on down to halfway between the two levels
             or (
-                sf.residuals is None  # with them on, a change from a baseline is theirs
+                # with them on, a change from a baseline is theirs (a link's is not a rank's)
+                (sf.residuals is None or f.suspect_kind == "link")
                 and _beyond_baseline(old, f, sf, state.episodes.get(f"{f.key}|change"))
             )
         )
@@ -406,11 +405,7 @@ def _confirm(
         return None
     e.emitted = True
     e.onset = min(_onset(e), e.change_onset) if e.change_onset >= 0 else _onset(e)
-    if (  # a baseline: silent; a change from it opens its own episode (_episode_of)
-        (_static(state, e, sf, cfg) or _flickered(e, sf, cfg))
-        and e.suspect_kind in _BASELINE_KINDS
-        and e.cause in _BASELINE_CAUSES
-    ):
+    if is_baseline(state, e, sf, cfg):  # silent; a change from it opens its own episode (_episode_of)
         e.reported = _SILENT
         return None
     streak = streak_length(state) if e.suspect_kind in STREAK_KINDS else 0

@@ -62,3 +62,29 @@ def test_shocks_no_longer_than_a_streaky_jobs_own_runs_do_not_page() -> None:
     found = _live(7_000_074, faulty=False)
     pages = [(a.suspect, a.start_step, a.end_step) for a in found if a.severity == "page"]
     assert len(pages) <= 2 and all(end - start >= 40 for _, start, end in pages), pages
+
+
+def test_links_a_speed_group_slows_since_the_start_are_its_baseline() -> None:
+    """A 1,024-rank job with 46 % of its ranks 3.9x slower all along (a speed group, their
+    episodes silent baselines): the peers that wait for them in their point-to-point calls
+    raised 23 links "since the job's start", warnings no one needed. Links slow since the
+    start three or more at once are the baseline too; the job's one fault (three hosts
+    1.23x over 456-506) is still one page."""
+    found = _live(8_000_008)
+    assert not [a.suspect for a in found if a.cause == "link_degradation"], found
+    fault = [(a.suspect, a.start_step, a.end_step, a.severity) for a in found if a.start_step > 100]
+    assert len(fault) == 1 and abs(fault[0][1] - 456) <= 3 and fault[0][3] == "page", fault
+
+
+def test_one_link_slow_since_the_start_is_still_a_warning() -> None:
+    """A link degraded from the job's start (2.5x on the pair 9<->17 of a 64-rank job), the
+    only one: a fault of the start, not a speed group's waits: a warning, since the start."""
+    from argus.producers.simulator import ClusterSimulator, Fault, Layout
+
+    fault = Fault("link_degradation", 0, 200, (9, 17), magnitude=2.5)
+    sim = ClusterSimulator(Layout(dp=8, tp=4, pp=2), seed=11, job="t", faults=[fault])
+    diag = JobDiagnoser("t")
+    final = {a.id: a for s in sim.run(200) for a in diag.step(s.batch).anomalies}
+    final.update((a.id, a) for a in diag.flush())
+    found = [(a.cause, a.severity, bool(a.evidence.get("persistent"))) for a in final.values()]
+    assert found == [("link_degradation", "warn", True)], found
