@@ -71,7 +71,8 @@ class DiagnoserConfig:
     A CUSUM with reference ``max(cp_k * sigma, cp_min_shift / 2)`` and each step's deviation
     clipped at ``max(cp_clip * sigma, cp_fast_shift)`` (sigma: the long-run one, widened by
     the autocorrelation) opens a change at ``max(cp_h * sigma, cp_min_evidence)``: a shift of
-    ``cp_fast_shift`` or more in about three steps, one of ``cp_min_shift`` or less never; it
+    ``cp_fast_shift`` or more in about three steps (in a job of fewer than ``small_job`` ranks
+    one of ``cp_small_shift`` or more adds that much a step), one of ``cp_min_shift`` or less never; it
     ends after about ``cp_end_steps`` steps back below half its size (its size follows it
     with weight ``cp_size_alpha``). Changes whose onsets are within ``cp_onset_within``
     steps and whose sizes are within a factor ``cp_size_ratio`` are one cause
@@ -143,6 +144,7 @@ class DiagnoserConfig:
     cp_k: float = 0.75
     cp_clip: float = 2.5
     cp_fast_shift: float = 0.15
+    cp_small_shift: float = 0.2
     cp_h: float = 16.0
     cp_min_shift: float = 0.08
     cp_min_evidence: float = 0.5

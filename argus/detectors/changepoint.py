@@ -70,6 +70,8 @@ _FADE_ALPHA = 0.5
 """Weight of the last deviation in its recent level (:func:`track`'s fading test)."""
 _FADE = 0.75
 """A building change whose recent level fell under this share of its peak is fading."""
+_FALLEN = 0.5
+"""A building change whose last deviation fell under this share of its peak waits."""
 _FADE_AC = 0.5
 """...where the rank's noise is this autocorrelated or more (a shock of it dies away)."""
 _POOL = 32
@@ -691,12 +693,12 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     closed_now = ready & (onset < 0)
     # the opening CUSUM
     dc = np.clip(u, -c, c)
-    # in a small job, where the own past leads, a shift of cp_fast_shift or more adds that
+    # in a small job, where the own past leads, a shift of cp_small_shift or more adds that
     # much a step and opens in about three (a 1.86x sawtooth of 38 steps, four samples of a
     # log sampled by time, went unfound); among many ranks heavy tails near a unit root
     # paged three more times so
     fast = (
-        np.minimum(np.maximum(u, -c), np.maximum(c, cfg.cp_fast_shift + k))
+        np.minimum(np.maximum(u, -c), np.maximum(c, cfg.cp_small_shift + k))
         if len(cols) < cfg.small_job
         else dc
     )
@@ -718,7 +720,12 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     ew = np.where(building, np.where(fresh, lvl, st.ew[:, idx] + _FADE_ALPHA * (lvl - st.ew[:, idx])), 0.0)
     peak = np.where(building, np.where(fresh, ew, np.maximum(st.peak[:, idx], ew)), 0.0)
     st.ew[:, idx], st.peak[:, idx] = ew, peak
-    fading = (ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC)
+    # (and whatever the noise model's autocorrelation, a last deviation under half the
+    # peak: two samples of a t(1.5) shock, 1.5x and 1.8x, then 1.2x and 1.07x, opened a
+    # change in a small job, the noise model's autocorrelation under the gate)
+    fading = ((ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC)) | (
+        lvl < _FALLEN * peak
+    )
     due = closed_now & (s_new >= h)
     # (the peers' fences only on a step where some change would open)
     back = (

@@ -220,3 +220,29 @@ def test_a_jobs_evaluation_every_k_steps_is_its_schedule_not_an_anomaly(seed: in
     res = diagnose_log(log.rank, log.t, log.value, by_time=True)
     assert res.anomalies == [], [(a.suspect, a.start_step, a.summary) for a in res.anomalies]
     assert res.transients.get("job", 0) > 0, res.transients
+
+
+@pytest.mark.parametrize(
+    ("seed", "rank", "shape"), [(8_000_264, 1, "step"), (8_000_215, 10, "sawtooth"), (8_000_181, 9, "ramp")]
+)
+def test_a_short_large_fault_in_a_small_jobs_log_opens_in_three_samples(
+    seed: int, rank: int, shape: str
+) -> None:
+    """Small jobs' logs sampled by time, one rank slowed 1.3-1.9x for 4-6 samples (the last
+    four of one log at 1.6-1.9x): a sample added at most 0.15 to its test, four of them
+    under its threshold of 0.5; in a small job, where the own past leads, a shift of 0.2 or
+    more now adds that much a sample and opens in three."""
+    found, job = _space_log(seed)
+    fault = next(f for f in job.faults if f.shape == shape)
+    assert list(fault.ranks) == [rank]
+    assert f"rank:{rank}" in [f[0] for f in found], found
+
+
+def test_a_heavy_tailed_shock_falling_back_does_not_open_a_change() -> None:
+    """A small job's noise of t(1.5) near AR 0.66: rank 0 1.5x and 1.8x for two samples,
+    then 1.2x and 1.07x (no fault there). The noise model's autocorrelation lay under the
+    fading test's gate, and the two samples opened a change: a page of four steps. A
+    building change whose last deviation fell under half its peak waits; the job's fault
+    (rank 5 flapping 1.41x) is still found."""
+    found, _ = _space_log(8_000_086)
+    assert [f[0] for f in found] == ["rank:5"], found
