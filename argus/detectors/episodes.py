@@ -71,6 +71,8 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
     steps = max(e.hits, 1)
     ev = dict(e.evidence)
     ev["steps_seen"] = float(e.hits)
+    if "period_steps" not in ev and (k := _beat(e.hits_at)):
+        ev["period_steps"] = float(k)
     if e.persistent:
         ev["persistent"] = 1.0
     since = " since the job's start" if e.persistent else ""
@@ -103,6 +105,19 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
         detected_ns=e.detected_ns,
         severity=e.severity,
     )
+
+
+def _beat(at: Sequence[int]) -> int:
+    """The period of sightings that came every k-th step (3 to ``_MAX_PERIOD``, within a
+    step, as :func:`_rhythm` takes them), over the last eight an episode keeps: a fault slow
+    every k-th step confirmed as it came, without a rhythm of blips or change points to name
+    its period (a job of more ranks than they test). 0 when they did not."""
+    if len(at) < _RHYTHM + 2:
+        return 0
+    gaps = np.diff(at)
+    if gaps.min() < 3 or gaps.max() - gaps.min() > 1 or gaps.max() > _MAX_PERIOD:
+        return 0
+    return int(np.median(gaps))
 
 
 def sightings(

@@ -505,3 +505,15 @@ def test_a_periodic_fault_is_told_by_its_slow_steps_and_a_host_against_its_own_p
         first = out["transients"][0]
         line = next(ln for ln in table.splitlines() if ln.strip().startswith(first["suspect"] + " "))
         assert f"×{first['count']}" in line and str(first["at"][-1][0]) in line, line
+
+
+def test_a_periodic_fault_found_without_change_points_is_labelled_with_its_period(tmp_path: Path) -> None:
+    """Without change points (a job of more ranks than they test) the cross-rank engine
+    confirms a rank slow on every 4th step as it comes, no rhythm of blips before it: the
+    anomaly said nothing of its period (a new user's "every 4 steps" only with them on)."""
+    log = three_hosts_log(tmp_path / "steps.csv", 3)
+    args = ["diagnose", "--steps-csv", str(log), "--step-col", "step", "--value-col", "step_ms"]
+    out = json.loads(CliRunner().invoke(app, [*args, "--json", "--no-change-points"]).stdout)
+    one = next(a for a in out["anomalies"] if a["suspect"] == "rank:1")
+    assert one["period_steps"] == 4 and "slow every 4 steps" in one["summary"], one
+    assert all(a["period_steps"] is None for a in out["anomalies"] if a["suspect"] != "rank:1"), out
