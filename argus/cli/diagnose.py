@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from argus.producers.csvlogs import LogRows, as_written, phase_of, read_series
 
@@ -106,7 +108,7 @@ def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) ->
         "end": _label(result, a.end_step, iso),
         "class": a.cause,
         "severity": a.severity,
-        "score": _finite(a.score),
+        "score": _finite(round(a.score, 2)),
         "windows": int(a.evidence.get("steps_seen", 0)),
         "period_steps": int(k) if (k := a.evidence.get("period_steps")) else None,
         "added": _finite(result.added(a)),
@@ -145,26 +147,45 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
     if not found:  # no empty frame: the caption says it all
         console.print(caption, highlight=False)
         return
+    # ISO times all of one day: the day in the caption, the cells the time of day (two whole
+    # ISO times truncated at 80 columns to "2026-11-23T…")
+    at = {as_written(x, iso) for a in found for x in (result.start(a), result.end(a))}
+    day = next(iter(at))[:11] if iso and len({t[:11] for t in at}) == 1 else ""
+    when = "UTC" if day else unit
+    caption = f"{day[:10]} (UTC): {caption}" if day else caption
+    fit = max(len(t) for t in at) - (len(day) + 1 if day else 0)
     table = Table(
-        "suspect", "ranks", f"start ({unit})", f"end ({unit})", "class", "severity", "score", "seen in",
-        "slowdown" if phase_of(value_col) is None else f"added to {value_col}",
+        *(Column(h, overflow="fold") for h in ("suspect", "ranks")),
+        *(Column(f"{h} ({when})", min_width=fit, no_wrap=True) for h in ("start", "end")),
+        *(Column(h, overflow="fold") for h in ("class", "severity", "score", "seen in")),
+        Column("slowdown" if phase_of(value_col) is None else f"added to {value_col}", overflow="fold"),
         caption=caption,
-    )  # fmt: skip
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        collapse_padding=True,
+        pad_edge=False,
+        show_edge=False,
+    )
     for a in found:
         table.add_row(
             _named(a.suspect, rows),
             ",".join(rows.label(r) for r in a.ranks[:8])
             + (f",… ({len(a.ranks)})" if len(a.ranks) > 8 else ""),
-            as_written(result.start(a), iso),
-            as_written(result.end(a), iso),
+            *(
+                as_written(x, iso).removeprefix(day).removesuffix("Z" if day else "")
+                for x in (result.start(a), result.end(a))
+            ),
             a.cause + (f", every {k:.0f} steps" if (k := a.evidence.get("period_steps")) else ""),
             a.severity,
             f"{_finite(a.score) or 0:.1f}",
             f"{int(a.evidence.get('steps_seen', 0))}",
             f"+{100 * result.slowdown(a):.1f} %",
         )
-    # piped: the whole table, however wide (a terminal keeps its own width)
-    (console if console.is_terminal else Console(width=max(console.width, 250))).print(table)
+    # piped: the whole table, however wide, unless COLUMNS says how wide (a terminal keeps
+    # its own width)
+    wide = console.is_terminal or "COLUMNS" in os.environ
+    (console if wide else Console(width=max(console.width, 250))).print(table)
 
 
 _LISTED = 10
@@ -196,12 +217,13 @@ def _transient_lines(result: LogDiagnosis, rows: LogRows, unit: str) -> list[str
 
 def _transients_json(result: LogDiagnosis, rows: LogRows) -> list[dict[str, Any]]:
     """The transients of ``--json``: per suspect, how many, and the windows (first, last)
-    of the last few, as :func:`_as_json` writes a window."""
+    of the last eight at most, as :func:`_as_json` writes a window."""
     out = []
     for k, n in _transients_by_count(result):
         at = [[_label(result, w, rows.iso) for w in ab] for ab in result.transient_at.get(k, [])]
         label = {"suspect_label": _named(k, rows)} if rows.labels else {}
-        out.append({"suspect": k, **label, "count": n, "at": at})
+        kind = k.partition(":")[0]
+        out.append({"suspect": k, "suspect_kind": kind, **label, "count": n, "at": at})
     return out
 
 
@@ -210,8 +232,12 @@ def _label(result: LogDiagnosis, window: int, iso: bool) -> str | float | int:
 
 
 def _window(result: LogDiagnosis, w: tuple[int, int], iso: bool) -> str:
+    """A transient's window, its end's time of day alone when it ends the day it began
+    (``2026-11-23T01:50:00Z–01:50:20Z``)."""
     a, b = (as_written(result.label(x), iso) for x in w)
-    return a if a == b else f"{a}–{b}"
+    if a == b:
+        return a
+    return f"{a}–{b[11:]}" if iso and a[:11] == b[:11] else f"{a}–{b}"
 
 
 def _named(suspect: str, rows: LogRows) -> str:

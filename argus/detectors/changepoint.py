@@ -71,7 +71,7 @@ _FADE_ALPHA = 0.5
 _FADE = 0.75
 """A building change whose recent level fell under this share of its peak is fading."""
 _FALLEN = 0.5
-"""A building change whose last deviation fell under this share of its peak waits."""
+"""A building change whose last deviation fell under this share of its run's mean waits."""
 _FADE_AC = 0.5
 """...where the rank's noise is this autocorrelated or more (a shock of it dies away)."""
 _POOL = 32
@@ -721,10 +721,12 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     peak = np.where(building, np.where(fresh, ew, np.maximum(st.peak[:, idx], ew)), 0.0)
     st.ew[:, idx], st.peak[:, idx] = ew, peak
     # (and whatever the noise model's autocorrelation, a last deviation under half the
-    # peak: two samples of a t(1.5) shock, 1.5x and 1.8x, then 1.2x and 1.07x, opened a
-    # change in a small job, the noise model's autocorrelation under the gate)
+    # run's mean: two samples of a t(1.5) shock, 1.5x and 1.8x, then 1.2x and 1.07x, opened
+    # a change in a small job, the noise model's autocorrelation under the gate; the mean,
+    # not the peak, as one spike within a shift, 2.1x amid 1.35x, held a GPU straggler's
+    # change shut to its end)
     fading = ((ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC)) | (
-        lvl < _FALLEN * peak
+        lvl < _FALLEN * s_sum / np.maximum(s_cnt, 1.0)
     )
     due = closed_now & (s_new >= h)
     # (the peers' fences only on a step where some change would open)

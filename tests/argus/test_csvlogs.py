@@ -158,7 +158,46 @@ def test_cli_prints_an_iso_log_s_times_as_iso(tmp_path: Path) -> None:
     start = datetime.fromisoformat(out[0]["start"])
     assert out[0]["start"].endswith("Z") and 110 <= start.timestamp() - 1_795_392_000 <= 130, out
     table = CliRunner().invoke(app, args).stdout
-    assert out[0]["start"] in table and "1795392" not in table
+    day, _, time = out[0]["start"].removesuffix("Z").partition("T")
+    assert f"{day} (UTC)" in table and time in table and "1795392" not in table, table
+
+
+def test_a_piped_table_keeps_to_columns_and_a_transient_s_end_on_its_day_is_its_time(
+    tmp_path: Path,
+) -> None:
+    """(A new user's trial: piped at 80 columns the table was drawn 250 wide, and each
+    transient printed two whole ISO times, lines of 270 characters.) With ``COLUMNS`` set a
+    piped table keeps to it; a transient's window ending the day it began prints its end's
+    time of day; ``--json`` names each transient's kind."""
+    import os
+    import subprocess
+    import sys
+
+    log = write_log(tmp_path / "iso.csv", iso=True)
+    rows = log.read_text().splitlines()
+    for i in (40, 100, 101, 160):  # blips of three ranks, 3x (one of two samples)
+        ts, rank, host, value, step = rows[i].split(",")
+        rows[i] = ",".join([ts, rank, host, f"{3 * float(value):.3f}", step])
+    log.write_text("\n".join(rows) + "\n")
+    args = ["diagnose", "--steps-csv", str(log), "--time-col", "ts", "--value-col", "step_ms"]
+    env = {**os.environ, "COLUMNS": "80"}
+    run = [sys.executable, "-m", "argus.cli", *args]
+    out = subprocess.run(run, capture_output=True, text=True, env=env, timeout=180, check=True).stdout
+    lines = out.splitlines()
+    table = lines[: next(i for i, ln in enumerate(lines) if ln.startswith("transients"))]
+    assert "rank:7" in out and max(len(ln) for ln in table) <= 80, out
+    assert "00:02:" in out and "2026-11-23 (UTC)" in out, out  # the start whole, its day once
+    windows = [w for ln in lines if "×" in ln for w in ln.split("×")[1].split()[1:] if "–" in w]
+    assert windows, out
+    for w in windows:
+        a, b = w.rstrip(",").split("–")
+        assert a.startswith("2026-11-23T") and b[:2].isdigit() and "T" not in b and b.endswith("Z"), w
+    js = json.loads(
+        subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, check=True).stdout
+    )
+    assert js["transients"] and all(
+        t["suspect_kind"] == t["suspect"].partition(":")[0] for t in js["transients"]
+    )
 
 
 def test_a_log_with_worker_labels_and_day_first_local_times_is_read_and_named_by_its_labels(
