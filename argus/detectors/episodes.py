@@ -56,7 +56,8 @@ from ._routing import (
     remembered,
 )
 from ._state import _SILENT, LEVEL_SIGHTINGS, TRANSIENTS_KEPT, Episode, JobState
-from .common_cause import CHANGE_FIGURE, ranks_label
+from .changepoint import RankResiduals
+from .common_cause import CHANGE_FIGURE, layout_group, ranks_label
 from .cost import gpu_hours, step_ms_added
 from .deepen import Deepening
 from .iteration import IterationVerdict
@@ -169,26 +170,27 @@ def sightings(
         elif e.emitted and sf.step - e.reported >= cfg.update_every:  # a live window and cost
             e.reported = sf.step
             out.append(_anomaly(state, e))
-    return _together(state, out, was, sf.step, cfg), seen
+    return _together(state, out, was, sf, cfg), seen
 
 
 def _together(
-    state: JobState, out: list[Anomaly], was: set[str], step: int, cfg: DiagnoserConfig
+    state: JobState, out: list[Anomaly], was: set[str], sf: StepFindings, cfg: DiagnoserConfig
 ) -> list[Anomaly]:
-    """Ranks' episodes confirmed in ``step`` that began within ``cp_onset_within`` steps of
-    an open confirmed one of theirs (or of each other) with a size within
-    ``cp_size_ratio``, sighted in the same steps, are one cause: they join the first one
-    sent, which takes the name of all their ranks (keeping its id). A log without hosts
-    saw 32 ranks of four hosts slow on every fourth step as 31 anomalies of one rank and
-    one of the ranks: they stood out in the same steps from the same step on."""
+    """Ranks' episodes confirmed in step ``sf`` that are one cause with an open confirmed
+    one of theirs, or with each other (:func:`_same_cause`), join the first one sent, which
+    takes the name of all their ranks (keeping its id): the smallest group of the layout
+    that holds them, else their ranks. A log without hosts saw 32 ranks of four hosts slow
+    on every fourth step as 31 anomalies of one rank and one of the ranks: they stood out
+    in the same steps from the same step on."""
     new = [k for k, e in state.episodes.items() if k not in was and e.emitted and _joinable(e)]
     if not new:
         return out
+    step, res = sf.step, sf.residuals
     heads = [k for k, e in state.episodes.items() if k in was and e.emitted and _joinable(e)]
     joined: dict[str, list[str]] = {}
     for k in sorted(new, key=lambda k: state.episodes[k].onset):
         e = state.episodes[k]
-        head = next((h for h in [*heads, *joined] if _same_cause(state.episodes[h], e, cfg)), None)
+        head = next((h for h in [*heads, *joined] if _same_cause(state.episodes[h], e, res, cfg)), None)
         if head is None:
             joined[k] = []
         else:
@@ -209,7 +211,9 @@ def _together(
             h.hits = max(h.hits, m.hits)
         if head in was and not h.named:
             h.named = h.suspect
-        h.suspect_kind, h.suspect, h.ranks = "ranks", "ranks:" + ranks_label(whole), whole[: cfg.max_listed]
+        group = layout_group(whole, res, cfg.group_column) if res is not None else None
+        kind, name = group or ("ranks", "ranks:" + ranks_label(whole))
+        h.suspect_kind, h.suspect, h.ranks = kind, name, whole[: cfg.max_listed]
         h.reported = step
         sent.append(_anomaly(state, h))
     if not sent:
@@ -218,18 +222,46 @@ def _together(
 
 
 def _joinable(e: Episode) -> bool:
-    """A rank's or ranks' sent episode (not silent: a baseline)."""
-    return e.suspect_kind in ("rank", "ranks") and e.reported != _SILENT
+    """A rank's, ranks' or host's sent episode (not silent: a baseline)."""
+    return e.suspect_kind in ("rank", "ranks", "host") and e.reported != _SILENT
 
 
-def _same_cause(a: Episode, b: Episode, cfg: DiagnoserConfig) -> bool:
-    """Whether two episodes are one cause (:func:`_together`)."""
-    if _family(a.cause) != _family(b.cause) or abs(a.onset - b.onset) > cfg.cp_onset_within:
+def _same_cause(a: Episode, b: Episode, res: RankResiduals | None, cfg: DiagnoserConfig) -> bool:
+    """Whether two episodes are one cause (:func:`_together`): of one family, sighted in
+    the same steps with sizes within ``cp_size_ratio``, and begun within ``cp_onset_within``
+    steps, or, neither slow since the start and one a group already, all their ranks in one
+    host or replica of the layout, whenever they began (a ramp over the three hosts of a
+    replica crossed the thresholds rank by rank over 30 steps: eight anomalies)."""
+    if _family(a.cause) != _family(b.cause):
         return False
     shared = len(set(a.hits_at) & set(b.hits_at))
     if 2 * shared < min(len(a.hits_at), len(b.hits_at)) or a.hits <= 0 or b.hits <= 0:
         return False
-    lo, hi = sorted((a.added_ms_sum / a.hits, b.added_ms_sum / b.hits))
+    near = abs(a.onset - b.onset) <= cfg.cp_onset_within and "host" not in (a.suspect_kind, b.suspect_kind)
+    if near and _alike(a.added_ms_sum / a.hits, b.added_ms_sum / b.hits, cfg):
+        return True
+    # (one of them a group already: two ranks' noise of one stage of 128 ranks paged so)
+    if a.persistent or b.persistent or res is None or max(len(a.ranks), len(b.ranks)) < 2:
+        return False
+    # (what they add lately, the lower median: a ramp's first ranks were seen small, its
+    # last ones large; a z-score's first sighting after its wait held 3x its level)
+    if not _alike(_lately(a), _lately(b), cfg):
+        return False
+    group = layout_group(sorted(set(a.ranks) | set(b.ranks)), res, cfg.group_column)
+    return group is not None and not group[1].startswith(f"{cfg.group_column}:")
+
+
+_LATELY = 4
+"""Sightings whose lower median is what an episode adds lately (:func:`_same_cause`)."""
+
+
+def _lately(e: Episode) -> float:
+    at = sorted(e.added_at[-_LATELY:])
+    return at[(len(at) - 1) // 2] if at else 0.0
+
+
+def _alike(x: float, y: float, cfg: DiagnoserConfig) -> bool:
+    lo, hi = sorted((x, y))
     return lo > 0 and hi <= cfg.cp_size_ratio * lo
 
 
@@ -284,15 +316,17 @@ def _episode_of(
 def _change_key(state: JobState, f: Finding, cfg: DiagnoserConfig) -> str:
     """The episode of a change from a baseline: the open change of some of the same ranks
     that began with it (its first member's change opened a few steps before the others', or
-    a group's change they joined, :func:`_together`), else the finding's own."""
+    a group's change they joined, :func:`_together`, whenever they began), else the
+    finding's own."""
     onset = f.evidence.get("change_onset")
     if f.decided_by == CHANGE_FIGURE and onset is not None:
         members = set(f.ranks)
         for k, o in state.episodes.items():
+            joined = o.emitted and o.suspect_kind in ("ranks", "host") and o.change_onset >= 0
             if (
-                (k.endswith("|change") or (o.emitted and o.suspect_kind == "ranks" and o.change_onset >= 0))
+                (k.endswith("|change") or joined)
                 and members & set(o.ranks)
-                and abs(o.onset - onset) <= cfg.cp_onset_within
+                and (abs(o.onset - onset) <= cfg.cp_onset_within or (joined and members <= set(o.ranks)))
             ):
                 return k
     return f"{f.key}|change"

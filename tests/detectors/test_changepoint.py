@@ -127,6 +127,29 @@ def test_ranks_slowed_together_on_several_hosts_are_one_anomaly_of_their_replica
     assert abs(a.start_step - 150) <= 3 and abs(a.end_step - 349) <= 5
 
 
+def ramp(ranks: object, first: int, last: int, peak: float) -> Effect:
+    """``ranks`` slower step by step from ``first``, ``peak`` times at ``last``, then back."""
+    sel = np.asarray(ranks)
+
+    def effect(step: int, comp: np.ndarray) -> None:
+        if first <= step <= last:
+            comp[sel] *= 1 + (peak - 1) * (step - first) / (last - first)
+
+    return effect
+
+
+@pytest.mark.parametrize("seed", [6, 7])
+def test_a_ramp_over_a_replica_s_hosts_is_one_anomaly_of_the_replica(seed: int) -> None:
+    """24 ranks of replica 2 (3 of its 4 hosts) slowing by degrees to 1.3x over 200 steps
+    cross the thresholds rank by rank, tens of steps apart: still one anomaly, of their
+    replica (the noise space's ramp over a replica's three hosts was eight)."""
+    ranks = [r for r in range(N) if (r // TP) % DP == 2 and r // (TP * DP) < 3]
+    out = found(job(450, seed=seed, effect=ramp(ranks, 150, 349, 1.3)))
+    (a,) = out
+    assert a.suspect == "dp:2" and set(a.ranks) <= set(ranks) and len(a.ranks) >= 12, a
+    assert 150 <= a.start_step <= 260 and abs(a.end_step - 349) <= 10, a
+
+
 def test_a_rank_slow_every_kth_step_is_one_anomaly_labelled_periodic() -> None:
     def every_7th(step: int, comp: np.ndarray) -> None:
         if 150 <= step < 450 and step % 7 == 3:
