@@ -14,6 +14,7 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Column, Table
 
 from argus.producers.csvlogs import LogRows, as_written, phase_of, read_series
@@ -167,8 +168,8 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
         pad_edge=False,
         show_edge=False,
     )
-    for a in found:
-        table.add_row(
+    cells = [
+        (
             _named(a.suspect, rows),
             ",".join(rows.label(r) for r in a.ranks[:8])
             + (f",… ({len(a.ranks)})" if len(a.ranks) > 8 else ""),
@@ -182,10 +183,28 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
             f"{int(a.evidence.get('steps_seen', 0))}",
             f"+{100 * result.slowdown(a):.1f} %",
         )
+        for a in found
+    ]
+    for row in cells:
+        table.add_row(*row)
     # piped: the whole table, however wide, unless COLUMNS says how wide (a terminal keeps
     # its own width)
     wide = console.is_terminal or "COLUMNS" in os.environ
-    (console if wide else Console(width=max(console.width, 250))).print(table)
+    out = console if wide else Console(width=max(console.width, 250))
+    if Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width:
+        out.print(table)
+        return
+    # narrower than the table: an anomaly in three lines (cells wrapped letter by letter at
+    # 80 columns read "suspec/t", "unkno/wn")
+    last = table.columns[-1].header
+    for name, ranks, start, end, cause, severity, score, seen, figure in cells:
+        out.print(
+            f"{name}: {cause}, {severity}, score {score}", highlight=False, markup=False, soft_wrap=True
+        )
+        out.print(f"  ranks {ranks}", highlight=False, markup=False, soft_wrap=True)
+        span = f"{start} – {end} UTC" if day else f"{unit} {start} – {end}"
+        out.print(f"  {span}, seen in {seen}, {last} {figure}", highlight=False, markup=False)
+    out.print(caption, highlight=False, markup=False)
 
 
 _LISTED = 10
@@ -193,7 +212,12 @@ _LISTED = 10
 
 
 def _transients_by_count(result: LogDiagnosis) -> list[tuple[str, int]]:
-    return sorted(result.transients.items(), key=lambda kv: (-kv[1], kv[0]))
+    """The transients' suspects, the most frequent first, then by when (their last)."""
+    at = result.transient_at
+    return sorted(
+        result.transients.items(),
+        key=lambda kv: (-kv[1], at[kv[0]][-1] if at.get(kv[0]) else (-1, -1), kv[0]),
+    )
 
 
 def _transient_lines(result: LogDiagnosis, rows: LogRows, unit: str) -> list[str]:

@@ -30,7 +30,7 @@ from ._finding import Finding
 from .changepoint import ChangeState, RankResiduals
 from .cross_rank import OWN_WORK
 
-__all__ = ["CHANGE_FIGURE", "cause_findings", "layout_group", "ranks_label"]
+__all__ = ["CHANGE_FIGURE", "cause_findings", "ranks_label", "smallest_group"]
 
 CHANGE_FIGURE = "change_size"
 """The deciding figure of a change-point finding: the shift of the ranks' residual (log
@@ -108,16 +108,15 @@ def _where(ranks: np.ndarray, rows: np.ndarray, res: RankResiduals, group_column
     return "ranks", "ranks:" + ranks_label(sorted(int(r) for r in ranks))
 
 
-def layout_group(ranks: list[int], res: RankResiduals, group_column: str) -> tuple[str, str] | None:
-    """(suspect kind, suspect) of the one host, data-parallel replica or group (pp stage)
-    of the layout that holds all of ``ranks`` this batch holds (None where no one does,
-    or fewer than two of them are in it)."""
+def smallest_group(ranks: list[int], res: RankResiduals, group_column: str) -> tuple[str, str] | None:
+    """(suspect kind, suspect) of the smallest group of the layout that holds the ``ranks``
+    this batch holds, as a change finding is named (a host, a replica, a group, the hosts,
+    else ``ranks:…``); None where fewer than two of them are in it."""
     pos = {int(r): j for j, r in enumerate(res.ranks.tolist())}
     here = [r for r in ranks if r in pos]
     if len(here) < 2:
         return None
-    kind, name = _where(np.asarray(here), np.array([pos[r] for r in here]), res, group_column)
-    return None if name.startswith(("ranks:", "hosts:")) else (kind, name)
+    return _where(np.asarray(here), np.array([pos[r] for r in here]), res, group_column)
 
 
 def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) -> list[Finding]:

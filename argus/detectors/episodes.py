@@ -57,7 +57,7 @@ from ._routing import (
 )
 from ._state import _SILENT, LEVEL_SIGHTINGS, TRANSIENTS_KEPT, Episode, JobState
 from .changepoint import RankResiduals
-from .common_cause import CHANGE_FIGURE, layout_group, ranks_label
+from .common_cause import CHANGE_FIGURE, ranks_label, smallest_group
 from .cost import gpu_hours, step_ms_added
 from .deepen import Deepening
 from .iteration import IterationVerdict
@@ -202,6 +202,9 @@ def _together(
             continue
         h = state.episodes[head]
         whole = sorted({r for k in [head, *members] for r in state.episodes[k].ranks})
+        # (without a layout group, the name of one that held them all already: hosts:a,b,c)
+        widest = max((state.episodes[k] for k in [head, *members]), key=lambda o: len(o.ranks))
+        held = (widest.suspect_kind, widest.suspect) if set(widest.ranks) >= set(whole) else None
         gone.add(anomaly_id(state.job, state.run, h.cause, h.named or h.suspect, h.onset))
         for k in members:
             m = state.episodes.pop(k)
@@ -211,8 +214,12 @@ def _together(
             h.hits = max(h.hits, m.hits)
         if head in was and not h.named:
             h.named = h.suspect
-        group = layout_group(whole, res, cfg.group_column) if res is not None else None
-        kind, name = group or ("ranks", "ranks:" + ranks_label(whole))
+        group = smallest_group(whole, res, cfg.group_column) if res is not None else None
+        if group is not None and group[1].startswith("ranks:"):
+            group = None
+        if held is not None and held[1] == "ranks":  # (a job of one group's ranks: named by them)
+            held = None
+        kind, name = group or held or ("ranks", "ranks:" + ranks_label(whole))
         h.suspect_kind, h.suspect, h.ranks = kind, name, whole[: cfg.max_listed]
         h.reported = step
         sent.append(_anomaly(state, h))
@@ -237,8 +244,15 @@ def _same_cause(a: Episode, b: Episode, res: RankResiduals | None, cfg: Diagnose
     shared = len(set(a.hits_at) & set(b.hits_at))
     if 2 * shared < min(len(a.hits_at), len(b.hits_at)) or a.hits <= 0 or b.hits <= 0:
         return False
-    near = abs(a.onset - b.onset) <= cfg.cp_onset_within and "host" not in (a.suspect_kind, b.suspect_kind)
-    if near and _alike(a.added_ms_sum / a.hits, b.added_ms_sum / b.hits, cfg):
+    near = abs(a.onset - b.onset) <= cfg.cp_onset_within
+    # (hosts slow since the start stay each its own warning: a layout's degraded hosts)
+    steady = "host" in (a.suspect_kind, b.suspect_kind) and (a.persistent or b.persistent)
+    if near and not steady and _alike(a.added_ms_sum / a.hits, b.added_ms_sum / b.hits, cfg):
+        return True
+    # one's ranks among the other's, begun together: one fault seen whole and in part (three
+    # hosts slowed together were their anomaly and two of the hosts' own)
+    ra, rb = set(a.ranks), set(b.ranks)
+    if near and (ra <= rb or rb <= ra) and _alike(_lately(a), _lately(b), cfg):
         return True
     # (one of them a group already: two ranks' noise of one stage of 128 ranks paged so)
     if a.persistent or b.persistent or res is None or max(len(a.ranks), len(b.ranks)) < 2:
@@ -247,8 +261,8 @@ def _same_cause(a: Episode, b: Episode, res: RankResiduals | None, cfg: Diagnose
     # last ones large; a z-score's first sighting after its wait held 3x its level)
     if not _alike(_lately(a), _lately(b), cfg):
         return False
-    group = layout_group(sorted(set(a.ranks) | set(b.ranks)), res, cfg.group_column)
-    return group is not None and not group[1].startswith(f"{cfg.group_column}:")
+    group = smallest_group(sorted(set(a.ranks) | set(b.ranks)), res, cfg.group_column)
+    return group is not None and not group[1].startswith(("ranks:", "hosts:", f"{cfg.group_column}:"))
 
 
 _LATELY = 4

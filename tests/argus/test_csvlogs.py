@@ -162,13 +162,37 @@ def test_cli_prints_an_iso_log_s_times_as_iso(tmp_path: Path) -> None:
     assert f"{day} (UTC)" in table and time in table and "1795392" not in table, table
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_hosts_slowed_together_in_a_log_are_one_anomaly_of_the_hosts(tmp_path: Path, seed: int) -> None:
+    """(A new user's trial: 128 ranks in hosts of 8, three hosts 1.2x slower together for
+    150 steps: three anomalies, two of the hosts' own beside the three hosts', each host's
+    saying +24 %.) Hosts whose ranks slowed at once by as much are one anomaly naming them."""
+    rng = np.random.default_rng(seed)
+    n, steps, hosts = 128, 500, [3, 8, 13]
+    ar = np.zeros(n)
+    rows = []
+    for s in range(steps):
+        ar = 0.5 * ar + rng.normal(0, 0.02, n)
+        v = 5.0 * np.exp(ar) * np.exp(0.03 * rng.standard_normal())
+        if 300 <= s < 450:
+            v[np.isin(np.arange(n) // 8, hosts)] *= 1.2
+        rows += [f"{s},{r},h{r // 8:03d},{v[r]:.4f}" for r in range(n)]
+    log = tmp_path / "steps.csv"
+    log.write_text("step,rank,hostname,iter_time_s\n" + "\n".join(rows) + "\n")
+    args = ["diagnose", "--steps-csv", str(log), "--step-col", "step", "--value-col", "iter_time_s"]
+    (a,) = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["anomalies"]
+    assert a["suspect"] == "hosts:h003,h008,h013" and len(a["ranks"]) == 24, a
+    assert abs(a["start"] - 300) <= 3 and abs(a["end"] - 449) <= 3 and 0.17 <= a["slowdown"] <= 0.23, a
+
+
 def test_a_piped_table_keeps_to_columns_and_a_transient_s_end_on_its_day_is_its_time(
     tmp_path: Path,
 ) -> None:
-    """(A new user's trial: piped at 80 columns the table was drawn 250 wide, and each
-    transient printed two whole ISO times, lines of 270 characters.) With ``COLUMNS`` set a
-    piped table keeps to it; a transient's window ending the day it began prints its end's
-    time of day; ``--json`` names each transient's kind."""
+    """(A new user's trial: piped at 80 columns the table was drawn 250 wide, then its
+    cells wrapped letter by letter, and each transient printed two whole ISO times, lines
+    of 270 characters.) With ``COLUMNS`` set a piped table keeps to it, or becomes three
+    lines an anomaly; a transient's window ending the day it began prints its end's time
+    of day; ``--json`` names each transient's kind."""
     import os
     import subprocess
     import sys
@@ -187,6 +211,7 @@ def test_a_piped_table_keeps_to_columns_and_a_transient_s_end_on_its_day_is_its_
     table = lines[: next(i for i, ln in enumerate(lines) if ln.startswith("transients"))]
     assert "rank:7" in out and max(len(ln) for ln in table) <= 80, out
     assert "00:02:" in out and "2026-11-23 (UTC)" in out, out  # the start whole, its day once
+    assert "rank:7: unknown, page" in out, out  # too wide for 80 columns: three lines an anomaly
     windows = [w for ln in lines if "×" in ln for w in ln.split("×")[1].split()[1:] if "–" in w]
     assert windows, out
     for w in windows:
