@@ -14,7 +14,7 @@ from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._routing import _confirmed_open, _group_index, group_change, remembered
 from ._state import _SILENT, Episode, JobState
-from .changepoint import ChangeState, RankResiduals, stirring, track
+from .changepoint import ChangeState, RankResiduals, job_beat, stirring, track
 from .common_cause import cause_findings
 from .iteration import (
     IterationVerdict,
@@ -48,6 +48,8 @@ def job_level(
     findings = list(sf.findings)
     glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
     state.global_run = state.global_run + 1 if glob else 0
+    if state.global_run == 1 and step >= cfg.warmup_steps:
+        job_beat(state.changes, step)
     if glob:  # no new rank episode; a confirmed one its rank still stands out in goes on
         groups = _group_index(state)
         findings = [f for f in findings if f.level != "cross_rank" or _confirmed_open(state, f, groups)]

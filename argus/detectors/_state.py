@@ -49,6 +49,7 @@ class Episode:
     prior_rate: float = 0.0
     stood_out: float = 0.0  # steps its ranks stood out between the job's settling and its opening
     named: str = ""  # the suspect its anomaly was first sent as (its id's), when it grew since
+    hosts: list[str] = field(default_factory=list)  # its ranks' named hosts, as sighted
 
 
 LEVEL_SIGHTINGS = 32

@@ -223,6 +223,8 @@ _FIELDS = (
 )  # fmt: skip
 _SPIKES = 6
 """Spikes whose regular gaps make a rank slow every k-th step."""
+_BEATS = 2
+"""Gaps of a rank's last spikes at a period that make it beat with it (:func:`shared_rhythm`)."""
 _INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen", "zdirty"})
 
 
@@ -253,7 +255,8 @@ class ChangeState:
     autocorrelation); ``zsum``, ``zcnt``, ``zdirty``: the job's check of the noise models
     (a rank's summed deviations, their count, the step until which it is left out), and
     per series its result ``scale`` after ``checks`` steps. ``phase``: per rank, the
-    own-work phase that rose when its change opened."""
+    own-work phase that rose when its change opened. ``beats``: the first steps of the job's
+    last ``_SPIKES`` global runs (every rank far slower: :func:`job_beat`)."""
 
     n: np.ndarray = field(default_factory=_int_rows)
     base: np.ndarray = field(default_factory=_rows)
@@ -291,6 +294,7 @@ class ChangeState:
     spikes: np.ndarray = field(default_factory=lambda: np.zeros((0, _SPIKES), np.int64))
     period: np.ndarray = field(default_factory=lambda: np.zeros((3, 0), np.int64))
     spike_size: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    beats: np.ndarray = field(default_factory=lambda: np.full(_SPIKES, -1, np.int64))
 
     @property
     def ac(self) -> np.ndarray:
@@ -344,6 +348,7 @@ class ChangeState:
             "spike_size": base64.b64encode(self.spike_size.astype(np.float32).tobytes()).decode(),
             "scale": [float(x) for x in self.scale],
             "checks": [float(x) for x in self.checks],
+            "beats": [int(x) for x in self.beats],
         }
         for name in (*_FIELDS, "phase"):
             a = getattr(self, name)
@@ -355,6 +360,8 @@ class ChangeState:
     def from_dict(cls, data: Any) -> ChangeState:
         """Inverse of :meth:`to_dict`."""
         st = cls()
+        if data and "beats" in data:
+            st.beats = np.asarray(data["beats"], np.int64)[-_SPIKES:]
         n = int(data.get("ranks", 0)) if data else 0
         if not n:
             return st
@@ -474,13 +481,45 @@ def _periodic(
             & (gaps.max(axis=1) <= cfg.cp_max_period)
         )  # fmt: skip
         new = rows[regular & (per[0, rows] < 0)]
+        gap = np.median(np.diff(st.spikes[new], axis=1), axis=1).astype(np.int64)
+        mine = np.array([not shared_rhythm(st, int(k)) for k in gap.tolist()], bool)
+        new, gap = new[mine], gap[mine]
         per[0, new] = st.spikes[new, 0]
-        per[1, new] = np.median(np.diff(st.spikes[new], axis=1), axis=1).astype(np.int64)
+        per[1, new] = gap
         per[2, rows] = np.where(per[0, rows] >= 0, step, per[2, rows])
     live = cols[per[0, cols] >= 0]
     over = live[step - per[2, live] > 2 * per[1, live] + 1]
     per[0, over] = -1
     st.spikes[over] = -1
+
+
+def job_beat(st: ChangeState, step: int) -> None:
+    """The job began a global run at ``step`` (every rank far slower: an evaluation)."""
+    st.beats = np.append(st.beats[1:], step)
+
+
+def _beating(spikes: np.ndarray, period: int) -> np.ndarray:
+    """Per row of spike steps, whether ``_BEATS`` of their gaps are ``period`` (or twice
+    it: a beat missed) within a tenth."""
+    gaps = np.diff(spikes, axis=-1)
+    tol = max(1.0, period / 10)
+    near = (spikes[..., :-1] >= 0) & ((np.abs(gaps - period) <= tol) | (np.abs(gaps - 2 * period) <= 2 * tol))
+    return np.asarray(near.sum(axis=-1) >= _BEATS)
+
+
+def shared_rhythm(st: ChangeState, period: int) -> bool:
+    """Whether slow every ``period`` steps is the job's schedule (an evaluation every so
+    many steps), not a fault: the whole job was (its global runs), or half its ranks or
+    more are, each at its own phase. In a log whose workers' clocks drift apart, each
+    rank's evaluation falls in other windows than its peers' and stands out of them: the
+    job's first few, still together, and later every rank's own; one rank's or a few's
+    rhythm is a fault."""
+    seen = st.n[0] > 0
+    if not seen.any() or period < 3:
+        return False
+    if _beating(st.beats, period):
+        return True
+    return 2 * int(_beating(st.spikes[seen], period).sum()) >= int(seen.sum())
 
 
 def _noise(

@@ -13,6 +13,7 @@ has nothing else).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from ._finding import Finding
 from .changepoint import ChangeState, RankResiduals
 from .cross_rank import OWN_WORK
 
-__all__ = ["CHANGE_FIGURE", "cause_findings", "ranks_label", "smallest_group"]
+__all__ = ["CHANGE_FIGURE", "cause_findings", "named_hosts", "ranks_label", "smallest_group"]
 
 CHANGE_FIGURE = "change_size"
 """The deciding figure of a change-point finding: the shift of the ranks' residual (log
@@ -65,25 +66,31 @@ def ranks_label(ranks: list[int]) -> str:
     return ",".join(out)
 
 
-def _clusters(onset: np.ndarray, size: np.ndarray, cfg: DiagnoserConfig) -> list[np.ndarray]:
+def _clusters(
+    onset: np.ndarray, size: np.ndarray, period: np.ndarray, cfg: DiagnoserConfig
+) -> list[np.ndarray]:
     """Indexes of changes that are one cause: by onset, each joining the first cluster
     whose last change opened at most ``cp_onset_within`` steps before it (and its first at
     most twice that: ranks of one fault seen every few seconds open a step or two apart,
-    four workers over seven steps) with a size within ``cp_size_ratio`` of the first's."""
+    four workers over seven steps) with a size within ``cp_size_ratio`` of the first's, and
+    of its shape: a sustained shift (``period`` 0) or slow every k-th step within a step of
+    its k (a rank slow every sixth step and a host's ramp crossing its thresholds in the
+    same steps were one suspect)."""
     order = np.lexsort((-size, onset))
-    heads: list[tuple[int, float]] = []
+    heads: list[tuple[int, float, int]] = []
     last: list[int] = []
     members: list[list[int]] = []
     for i in order.tolist():
-        for c, (o, sz) in enumerate(heads):
+        for c, (o, sz, k) in enumerate(heads):
             lo, hi = sorted((abs(float(size[i])), abs(sz)))
             near = onset[i] - last[c] <= cfg.cp_onset_within and onset[i] - o <= 2 * cfg.cp_onset_within
-            if near and hi <= cfg.cp_size_ratio * max(lo, 1e-9):
+            shape = (k == 0) == (period[i] == 0) and abs(k - int(period[i])) <= 1
+            if near and shape and hi <= cfg.cp_size_ratio * max(lo, 1e-9):
                 members[c].append(i)
                 last[c] = int(onset[i])
                 break
         else:
-            heads.append((int(onset[i]), float(size[i])))
+            heads.append((int(onset[i]), float(size[i]), int(period[i])))
             last.append(int(onset[i]))
             members.append([i])
     return [np.array(m) for m in members]
@@ -106,6 +113,12 @@ def _where(ranks: np.ndarray, rows: np.ndarray, res: RankResiduals, group_column
     if named and len(hosts) <= _MAX_HOSTS_NAMED:
         return "ranks", "hosts:" + ",".join(sorted(hosts))
     return "ranks", "ranks:" + ranks_label(sorted(int(r) for r in ranks))
+
+
+def named_hosts(ranks: Sequence[int], res: RankResiduals) -> set[str]:
+    """The hosts of those of ``ranks`` in this step that name one (not ``rank-N``)."""
+    rows = np.flatnonzero(np.isin(res.ranks, ranks))
+    return {str(h) for h, r in zip(res.hosts[rows], res.ranks[rows], strict=True) if h != f"rank-{int(r)}"}
 
 
 def smallest_group(ranks: list[int], res: RankResiduals, group_column: str) -> tuple[str, str] | None:
@@ -161,7 +174,7 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
     back: np.ndarray = np.asarray((np.where(st.onset[:, ranks] >= 0, st.t[:, ranks], np.inf) > 0).all(axis=0))
     back = np.where(shift, back, per[2] != st.seen[0, ranks])  # periodic: sighted on its spikes
     out = []
-    for c in _clusters(on, size, cfg):
+    for c in _clusters(on, size, period, cfg):
         if back[c].all():
             continue
         members, mrows = ranks[c], rows[c]

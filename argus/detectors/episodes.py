@@ -56,8 +56,8 @@ from ._routing import (
     remembered,
 )
 from ._state import _SILENT, LEVEL_SIGHTINGS, TRANSIENTS_KEPT, Episode, JobState
-from .changepoint import RankResiduals
-from .common_cause import CHANGE_FIGURE, ranks_label, smallest_group
+from .changepoint import RankResiduals, shared_rhythm
+from .common_cause import CHANGE_FIGURE, named_hosts, ranks_label, smallest_group
 from .cost import gpu_hours, step_ms_added
 from .deepen import Deepening
 from .iteration import IterationVerdict
@@ -201,9 +201,10 @@ def _together(
         if not members:
             continue
         h = state.episodes[head]
-        whole = sorted({r for k in [head, *members] for r in state.episodes[k].ranks})
+        eps = [state.episodes[k] for k in [head, *members]]
+        whole = sorted({r for o in eps for r in o.ranks})
         # (without a layout group, the name of one that held them all already: hosts:a,b,c)
-        widest = max((state.episodes[k] for k in [head, *members]), key=lambda o: len(o.ranks))
+        widest = max(eps, key=lambda o: len(o.ranks))
         held = (widest.suspect_kind, widest.suspect) if set(widest.ranks) >= set(whole) else None
         gone.add(anomaly_id(state.job, state.run, h.cause, h.named or h.suspect, h.onset))
         for k in members:
@@ -212,9 +213,10 @@ def _together(
             if head not in was:  # (a sent anomaly keeps its window's start: its id)
                 h.onset = min(h.onset, m.onset)
             h.hits = max(h.hits, m.hits)
+            h.hosts = sorted(set(h.hosts) | set(m.hosts))[:_HOSTS_KEPT]
         if head in was and not h.named:
             h.named = h.suspect
-        group = smallest_group(whole, res, cfg.group_column) if res is not None else None
+        group = _layout_group(eps, whole, res, cfg)
         if group is not None and group[1].startswith("ranks:"):
             group = None
         if held is not None and held[1] == "ranks":  # (a job of one group's ranks: named by them)
@@ -241,7 +243,8 @@ def _same_cause(a: Episode, b: Episode, res: RankResiduals | None, cfg: Diagnose
     replica crossed the thresholds rank by rank over 30 steps: eight anomalies)."""
     if _family(a.cause) != _family(b.cause):
         return False
-    shared = len(set(a.hits_at) & set(b.hits_at))
+    # (within a step: a time-sampled log's workers fall in neighbouring windows)
+    shared = len({s + d for s in a.hits_at for d in (-1, 0, 1)} & set(b.hits_at))
     if 2 * shared < min(len(a.hits_at), len(b.hits_at)) or a.hits <= 0 or b.hits <= 0:
         return False
     near = abs(a.onset - b.onset) <= cfg.cp_onset_within
@@ -254,17 +257,42 @@ def _same_cause(a: Episode, b: Episode, res: RankResiduals | None, cfg: Diagnose
     ra, rb = set(a.ranks), set(b.ranks)
     if near and (ra <= rb or rb <= ra) and _alike(_lately(a), _lately(b), cfg):
         return True
-    # (one of them a group already: two ranks' noise of one stage of 128 ranks paged so)
-    if a.persistent or b.persistent or res is None or max(len(a.ranks), len(b.ranks)) < 2:
+    if a.persistent or b.persistent or res is None:
         return False
-    # (what they add lately, the lower median: a ramp's first ranks were seen small, its
-    # last ones large; a z-score's first sighting after its wait held 3x its level)
-    if not _alike(_lately(a), _lately(b), cfg):
+    # (what they add lately, the lower median, within twice the ratio's: a ramp's first
+    # ranks were seen small, its last ones large, a rank confirmed at its first sightings
+    # of it at a third of the others' level; a z-score's first sighting after its wait held
+    # 3x its level)
+    if not _alike(_lately(a), _lately(b), cfg, cfg.cp_size_ratio**2):
         return False
-    group = smallest_group(sorted(set(a.ranks) | set(b.ranks)), res, cfg.group_column)
-    return group is not None and not group[1].startswith(("ranks:", "hosts:", f"{cfg.group_column}:"))
+    group = _layout_group([a, b], sorted(ra | rb), res, cfg)
+    if group is None or group[1].startswith(("ranks:", "hosts:", f"{cfg.group_column}:")):
+        return False
+    # (two single ranks of one host, or one a group already: two ranks' noise of one stage
+    # of 128 ranks paged so)
+    return group[0] == "host" or max(len(ra), len(rb)) >= 2
 
 
+def _layout_group(
+    eps: list[Episode], whole: list[int], res: RankResiduals | None, cfg: DiagnoserConfig
+) -> tuple[str, str] | None:
+    """The smallest group of the layout holding the ``whole`` ranks of episodes ``eps``
+    (:func:`common_cause.smallest_group`); where some of them are not in this step (a
+    time-sampled log's window holds a rank's sample or not), their one host when the
+    episodes' sighted hosts are one."""
+    if res is None:
+        return None
+    group = smallest_group(whole, res, cfg.group_column)
+    if np.isin(whole, res.ranks).all():
+        return group
+    hosts = {h for e in eps for h in e.hosts}
+    if len(hosts) == 1 and all(e.hosts for e in eps):
+        return "host", hosts.pop()
+    return group
+
+
+_HOSTS_KEPT = 8
+"""Named hosts an episode keeps of its ranks (:func:`_layout_group`)."""
 _LATELY = 4
 """Sightings whose lower median is what an episode adds lately (:func:`_same_cause`)."""
 
@@ -274,9 +302,9 @@ def _lately(e: Episode) -> float:
     return at[(len(at) - 1) // 2] if at else 0.0
 
 
-def _alike(x: float, y: float, cfg: DiagnoserConfig) -> bool:
+def _alike(x: float, y: float, cfg: DiagnoserConfig, ratio: float = 0.0) -> bool:
     lo, hi = sorted((x, y))
-    return lo > 0 and hi <= cfg.cp_size_ratio * lo
+    return lo > 0 and hi <= (ratio or cfg.cp_size_ratio) * lo
 
 
 def _episode_of(
@@ -393,6 +421,8 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig, opene
         e.ranks = sorted(set(e.ranks) | set(_members(e, f, opened)))[: cfg.max_listed]
     if f.ranks and f.ranks[0] in sf.peers:
         e.peers = list(sf.peers[f.ranks[0]])
+    if sf.residuals is not None and len(e.hosts) < _HOSTS_KEPT:
+        e.hosts = sorted(set(e.hosts) | named_hosts(f.ranks, sf.residuals))[:_HOSTS_KEPT]
     return added
 
 
@@ -689,6 +719,8 @@ def _rhythm(state: JobState, key: str, e: Episode, sf: StepFindings) -> bool:
         return False
     gaps = np.diff(at)
     if gaps.min() < 3 or gaps.max() > _MAX_PERIOD or gaps.max() - gaps.min() > 1:
+        return False
+    if shared_rhythm(state.changes, int(np.median(gaps))):  # the schedule, clocks drifting
         return False
     e.onset, e.hits, e.hits_at = at[0], len(at), at
     e.added_ms_sum *= len(at)

@@ -581,3 +581,56 @@ def test_a_periodic_fault_found_without_change_points_is_labelled_with_its_perio
     one = next(a for a in out["anomalies"] if a["suspect"] == "rank:1")
     assert one["period_steps"] == 4 and "slow every 4 steps" in one["summary"], one
     assert all(a["period_steps"] is None for a in out["anomalies"] if a["suspect"] != "rank:1"), out
+
+
+def _drifting_log(path: Path, seed: int, *, faulty: bool) -> Path:
+    """12 workers on 3 hosts, 800 steps of ~420 ms (AR(0.7) noise of 3 %), worker 5 5 %
+    slower all along, an evaluation every 50 steps at 3x, 8 one-step spikes; each worker's
+    clock the sum of its own steps, so they drift apart (no collective holds them in
+    step). ``faulty``: gpu-node-1's four workers ramp to 1.3x over steps 250-350 and hold
+    to 420, and worker 10 is 1.6x on every 6th step over 300-419."""
+    rng = np.random.default_rng(seed)
+    w, steps = 12, 800
+    ar = np.zeros((w, steps))
+    e = rng.normal(0, 0.03 * np.sqrt(1 - 0.49), (w, steps))
+    for s in range(steps):
+        ar[:, s] = (0.7 * ar[:, s - 1] if s else 0.0) + e[:, s]
+    f = 1 + ar
+    f[5] *= 1.05
+    f[:, ::50] *= 3.0
+    for s in rng.choice(steps, 8, replace=False):
+        f[rng.integers(w), s] *= rng.uniform(1.5, 2.4)
+    if faulty:
+        ramp = np.clip((np.arange(steps) - 250) / 100, 0, 1) * 0.3
+        ramp[420:] = 0
+        f[4:8] *= 1 + ramp
+        f[10, 300:420:6] *= 1.6
+    ms = 420.0 * f
+    clock = np.datetime64("2026-11-02T09:00:00") + np.cumsum(ms, axis=1).astype("timedelta64[ms]")
+    rows = [
+        f"{clock[r, s]}Z,worker-{r:02d},gpu-node-{r // 4},{ms[r, s]:.1f}"
+        for s in range(steps)
+        for r in range(w)
+    ]
+    path.write_text("time,worker,host,step_ms\n" + "\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_schedule_in_a_log_whose_workers_clocks_drift_is_no_anomaly(tmp_path: Path, seed: int) -> None:
+    """(A new user's trial: workers' clocks each the sum of their own steps, an evaluation
+    every 50 steps at 3x: each worker's evaluation fell in other time windows than its
+    peers', and 3-6 anomalies paged "slow every 52 steps" on a quiet log; a host's ramp and
+    a worker slow every 6th step were 6-9 anomalies.) Half the ranks or more slow every k-th
+    step, each at its own phase, is the job's schedule; a fault beside it is one anomaly
+    each, the periodic one not joined with the ramp begun in the same steps."""
+    args = ["diagnose", "--rank-col", "worker", "--time-col", "time", "--value-col", "step_ms", "--json"]
+    quiet = _drifting_log(tmp_path / "quiet.csv", seed, faulty=False)
+    out = json.loads(CliRunner().invoke(app, [*args, "--steps-csv", str(quiet)]).stdout)
+    assert out["anomalies"] == [], out["anomalies"]
+    faulty = _drifting_log(tmp_path / "faulty.csv", seed, faulty=True)
+    found = json.loads(CliRunner().invoke(app, [*args, "--steps-csv", str(faulty)]).stdout)["anomalies"]
+    by = {a["suspect"]: a for a in found}
+    assert set(by) == {"gpu-node-1", "rank:10"}, found
+    assert by["gpu-node-1"]["ranks"] == [4, 5, 6, 7] and by["gpu-node-1"]["period_steps"] is None
+    assert 5 <= by["rank:10"]["period_steps"] <= 7 and by["rank:10"]["ranks"] == [10]

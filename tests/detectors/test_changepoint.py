@@ -11,7 +11,7 @@ import pytest
 
 from argus import detectors as d
 from argus.csvlogs import diagnose_log
-from argus.detectors.changepoint import ChangeState, step_residuals, track
+from argus.detectors.changepoint import ChangeState, job_beat, shared_rhythm, step_residuals, track
 from argus.producers.csvlogs import log_batches
 from argus.schemas import Anomaly, RankResiduals, StepBatch, decode, encode
 from tests.helpers.workers import offset_workers
@@ -245,9 +245,13 @@ def test_change_state_round_trips_and_tracks_only_the_ranks_it_saw() -> None:
     st = ChangeState()
     for b in batches[5:]:
         track(st, step_residuals(b), b.step, d.DiagnoserConfig())
+    for step in (50, 101, 150):
+        job_beat(st, step)
     back = ChangeState.from_dict(st.to_dict())
     assert back.n_ranks == N and np.array_equal(back.n, st.n)
     assert np.allclose(back.base, st.base, atol=1e-6) and np.array_equal(back.onset, st.onset)
+    assert back.beats.tolist() == [-1, -1, -1, 50, 101, 150] and shared_rhythm(back, 50)
+    assert not shared_rhythm(back, 30)
 
 
 def test_findings_carry_the_residuals_over_the_wire_and_give_the_same_anomalies() -> None:
