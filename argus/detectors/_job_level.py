@@ -113,17 +113,22 @@ _NOT_OWN_WORK = ONE_OFF_CAUSES | {MASKED_COMPUTE_STRAGGLER}
 
 
 def own_past_silent(
-    ch: ChangeState, f: Finding | Episode, cfg: DiagnoserConfig, kinds: tuple[str, ...] = ("rank",)
+    ch: ChangeState,
+    f: Finding | Episode,
+    cfg: DiagnoserConfig,
+    kinds: tuple[str, ...] = ("rank",),
+    learning: bool = False,
 ) -> bool:
     """Whether a rank's finding (or episode) of its peers is one its own past does not
     bear out: its change points have learned it and show no change (a masked straggler is
-    told by its peers' wait, not by its own work; a one-off is no change). With ``kinds``
-    holding ``ranks``, the same for ranks found together: none of theirs shows a change."""
+    told by its peers' wait, not by its own work; a one-off is no change), or, with
+    ``learning``, are still learning it (no change known yet). With ``kinds`` holding
+    ``ranks``, the same for ranks found together: none of theirs shows a change."""
     if f.level != "cross_rank" or f.suspect_kind not in kinds or f.cause in _NOT_OWN_WORK:
         return False
     if not f.ranks:  # (a hostile finding: the temporal stage's own checks have it)
         return False
-    return all(ch.silent(r, cfg.cp_learn) for r in f.ranks)
+    return all(ch.silent(r, cfg.cp_learn) or (learning and ch.learning(r, cfg.cp_learn)) for r in f.ranks)
 
 
 def _explained(

@@ -335,6 +335,10 @@ class ChangeState:
             return False
         return not bool((self.onset[:, rank] >= 0).any()) and self.period[0, rank] < 0
 
+    def learning(self, rank: int, learn: int) -> bool:
+        """Whether ``rank``'s own baseline is not learned yet (fewer than ``learn`` samples)."""
+        return not 0 <= rank < self.n_ranks or bool(self.n[0, rank] < learn)
+
     def open_ranks(self) -> np.ndarray:
         """Ranks with a change open on any series, or slow every k-th step."""
         return np.flatnonzero((self.onset >= 0).any(axis=0) | (self.period[0] >= 0))

@@ -246,3 +246,16 @@ def test_a_heavy_tailed_shock_falling_back_does_not_open_a_change() -> None:
     (rank 5 flapping 1.41x) is still found."""
     found, _ = _space_log(8_000_086)
     assert [f[0] for f in found] == ["rank:5"], found
+
+
+def test_a_small_jobs_worker_slower_all_along_does_not_page_while_its_own_past_learns() -> None:
+    """A job of the noise space: 11 workers, one of two in a speed group 1.19x slower than
+    its peers all along (jitter 4.7 %), crossing their line in about half the steps: first
+    seen seven steps past the warm-up, it was not "since the start" and paged over steps
+    12-27, before its own change points had learned it. In a small job its own past leads:
+    a warning at most; the job's fault (three workers 1.18x from step 187) still pages."""
+    job = draw_job(8_000_105, faulty=True)
+    log = job.log()
+    res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time)
+    found = [(a.suspect, a.severity) for a in res.anomalies]
+    assert ("ranks:0,6,9", "page") in found and ("rank:10", "page") not in found, found
