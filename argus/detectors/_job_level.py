@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from argus.schemas import StepFindings
 from argus.schemas.causes import MASKED_COMPUTE_STRAGGLER, ONE_OFF_CAUSES
 
@@ -46,7 +48,7 @@ def job_level(
     if step >= cfg.warmup_steps:
         state.steps += 1
     findings = list(sf.findings)
-    glob = is_global_step(state.iteration, sf.job_median, cfg.global_ratio)
+    glob = _every_rank_slow(state, sf, cfg)
     state.global_run = state.global_run + 1 if glob else 0
     if state.global_run == 1 and step >= cfg.warmup_steps:
         job_beat(state.changes, step)
@@ -65,6 +67,25 @@ def job_level(
     if not glob:
         _follow_baseline(state, sf, verdict, cfg)
     return verdict, findings, glob
+
+
+def _every_rank_slow(state: JobState, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
+    """Whether the step is global (:func:`iteration.is_global_step`): the typical rank's
+    work, and where the ranks' own works travel the fast quarter's too, ``global_ratio``
+    times its reference or more. The typical rank of a small job is half its ranks: two of
+    four workers 3.5x slower on every other step made those steps global, where no rank
+    can stand out, and the fault went unseen."""
+    if not is_global_step(state.iteration, sf.job_median, cfg.global_ratio):
+        return False
+    res = sf.residuals
+    if res is None or len(res.lw) < 2:
+        return True
+    fast = float(np.exp(np.quantile(res.lw, _FAST_Q)))
+    return fast >= cfg.global_ratio * state.iteration.work_ref_ms
+
+
+_FAST_Q = 0.25
+"""The quantile of the ranks' own work that is the fast side (:func:`_every_rank_slow`)."""
 
 
 def with_changes(
