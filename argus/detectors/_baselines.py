@@ -109,8 +109,11 @@ def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float =
     change opened on them in a few steps and paged, six times in one quiet job); warn: worth a look, never a
     page (a straggler since the start, a one-off stall, a layout or workload imbalance), or
     not yet one (a small fault seen in fewer steps: noise that runs in streaks confirms a
-    few steps and ends)."""
-    if e.persistent or e.cause in _WARN_CAUSES or e.hits < 1:
+    few steps and ends). Nor while it fades (:func:`_fading`): one shock of strongly
+    autocorrelated noise (a rank 1.21x, then 1.17x, 1.14x, ... back in ten steps) opened a
+    change and paged at once on a quiet small job; a change's fault pages once seen in
+    ``_HELD`` steps that did not fade, a fault holds its level."""
+    if e.persistent or e.cause in _WARN_CAUSES or e.hits < 1 or _fading(e, cfg):
         return "warn"
     streaky = e.suspect_kind in STREAK_KINDS and streak >= cfg.min_steps
     costly = (
@@ -119,7 +122,12 @@ def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float =
         and e.hits >= cfg.min_steps
         and e.added_ms_sum / e.hits >= cfg.page_cost_frac * step_ms
     )
-    return "page" if e.hits >= page_hits or costly or (e.change_onset >= 0 and not streaky) else "warn"
+    changed = e.change_onset >= 0 and not streaky and len(e.added_at) >= _HELD
+    return "page" if e.hits >= page_hits or costly or changed else "warn"
+
+
+_HELD = 8
+"""Sightings after which a change point's fault that did not fade pages (:func:`_severity`)."""
 
 
 def _page_hits(cfg: DiagnoserConfig, n_ranks: int, level: str, streak: int = 0) -> int:

@@ -786,6 +786,10 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     is_open = ready & (onset >= 0) & ~opens
     half = np.maximum(csize / 2, k)
     t_new = np.where(is_open, np.maximum(t + half - dc, 0.0), t)
+    # a step at the change's full size again halves what that sum gathered: a rank flapping
+    # off for 28 steps built a sum its next 18 steps on did not undo, the next stretch off
+    # closed its change, and the hundreds of steps it flapped on were no fault
+    t_new = np.where(is_open & (d >= size), t_new / 2, t_new)
     t_from = np.where(is_open & (t <= 0) & (t_new > 0), step, t_from)
     ends = is_open & (t_new >= np.maximum(2 * h, cfg.cp_end_steps * half))
     # an open change's size follows it while it holds (a ramp grows)

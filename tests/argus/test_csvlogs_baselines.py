@@ -272,3 +272,22 @@ def test_half_a_small_job_slow_every_other_step_is_no_global_step() -> None:
     res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time)
     (a,) = res.anomalies
     assert list(a.ranks) == [1, 3] and abs(a.start_step - 200) <= 3 and abs(a.end_step - 270) <= 3, a
+
+
+@pytest.mark.parametrize(
+    ("seed", "rank", "start", "end"), [(8_000_094, 1, 86, 195), (8_000_131, 4, 336, 700)]
+)
+def test_a_flapping_rank_of_a_slow_host_is_one_anomaly_over_its_flapping(
+    seed: int, rank: int, start: int, end: int
+) -> None:
+    """Jobs of the noise space: a worker of a host slower since the start flaps, 1.2-1.4x
+    slower on and off at random for hundreds of steps (stretches of one to forty steps).
+    Its change's closing sum gathered in a long stretch off what its next stretch on did
+    not undo: no sighting while it stood, and the next stretch off closed it. The anomaly
+    was its first stretches only (86-130 of 86-247; 336-569 of 336-950). A step at the
+    change's size again halves that sum: one anomaly over its flapping."""
+    job = draw_job(seed, faulty=True)
+    log = job.log()
+    res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time)
+    (a,) = [a for a in res.anomalies if rank in a.ranks]
+    assert a.suspect == f"rank:{rank}" and abs(a.start_step - start) <= 3 and a.end_step >= end, a

@@ -414,12 +414,14 @@ def test_a_flapping_faults_edges_do_not_make_its_rank_look_autocorrelated(seed: 
     (noise: 1 % SD, autocorrelation 0.3). Each edge is one capped lag-1 difference but two
     capped lag-2 ones: the rank's autocorrelation went to its bound (0.95) and its sigma ten
     times, and after its first stretch nothing of the fault opened again. An edge weighs in
-    the lag-2 mean square as an AR(1) of the rank's autocorrelation would have it."""
+    the lag-2 mean square as an AR(1) of the rank's autocorrelation would have it. Each
+    stretch on halves what the change's closing sum gathered in the stretch off: the change
+    holds through the flapping."""
     rng = np.random.default_rng(seed)
     n, rho = 6, 0.3
     own = np.zeros(n)
     st = ChangeState()
-    opened = []
+    opened, open_at = [], []
     for t in range(600):
         own = rho * own + np.sqrt(1 - rho**2) * 0.01 * rng.standard_normal(n)
         lw = np.log(300.0) + own
@@ -429,5 +431,10 @@ def test_a_flapping_faults_edges_do_not_make_its_rank_look_autocorrelated(seed: 
             np.arange(n), lw, np.zeros(n, np.int8), 300.0, np.array(["h"] * n), np.arange(n), np.zeros(n)
         )
         opened += [t for r, _ in track(st, res, t, d.DiagnoserConfig()).opened if r == 3]
+        open_at += [t] if st.onset[0, 3] >= 0 else []
     assert st.ac[0, 3] < 0.7 and st.sig[0, 3] < 0.05, (st.ac[0, 3], st.sig[0, 3])
-    assert len(opened) >= 3 and opened[0] <= 105, opened
+    assert opened and opened[0] <= 105, opened
+    # each stretch on halves what the closing sum gathered off: one change, open through
+    # the flapping, closed after it
+    flapping = set(range(opened[0], 500))
+    assert len(flapping & set(open_at)) >= 0.9 * len(flapping) and 590 not in open_at, (opened, len(open_at))
