@@ -13,10 +13,14 @@ ARGUS_CACHE ?= $(HOME)/.cache/argus
 HELM_VERSION ?= v3.16.4
 HELM := $(ARGUS_CACHE)/bin/helm
 
-# Idempotent: re-installs only when pyproject.toml changed since the last setup.
-setup: $(VENV)/.installed
+# Idempotent: re-installs only when pyproject.toml changed since the last setup with these
+# EXTRAS (one stamp per set: `make setup EXTRAS=cli` first, then `make setup` or `make demo`,
+# installs the rest).
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+setup: $(STAMP)
 
-$(VENV)/.installed: pyproject.toml
+$(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
 	@# PYTHONWARNINGS: setuptools warns on every editable install of a flat layout that the

@@ -36,6 +36,7 @@ class LogDiagnosis:
     notes: tuple[str, ...] = ()
     higher_is_better: bool = False
     transient_at: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
+    transient_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def slowdown(self, a: Anomaly) -> float:
         """What the suspect adds to a typical step, as a fraction of it (unit-free)."""
@@ -109,5 +110,12 @@ def diagnose_log(
     higher = bool(options.get("higher_is_better", False))
     state = diag.state
     return LogDiagnosis(
-        out, log.labels, dict(state.transients), scale, notes, higher, dict(state.transient_at)
+        out,
+        log.labels,
+        dict(state.transients),
+        scale,
+        notes,
+        higher,
+        dict(state.transient_at),
+        dict(state.transient_kinds),
     )

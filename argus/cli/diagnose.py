@@ -246,7 +246,7 @@ def _transients_json(result: LogDiagnosis, rows: LogRows) -> list[dict[str, Any]
     for k, n in _transients_by_count(result):
         at = [[_label(result, w, rows.iso) for w in ab] for ab in result.transient_at.get(k, [])]
         label = {"suspect_label": _named(k, rows)} if rows.labels else {}
-        kind = k.partition(":")[0]
+        kind = result.transient_kinds.get(k, k.partition(":")[0])
         out.append({"suspect": k, "suspect_kind": kind, **label, "count": n, "at": at})
     return out
 

@@ -97,8 +97,9 @@ class JobState:
     ``iteration``: the step-time baseline; ``episodes``: open suspects by
     ``cause|suspect``; ``last_step``: the last step diagnosed; ``first_step``: the first
     step past the warm-up; ``transients``: per suspect, the sightings that never became
-    an anomaly (one-step blips), at most ``max_open`` suspects, and ``transient_at`` the first
-    and last step of each suspect's last ``TRANSIENTS_KEPT`` of them; ``closed``: anomalies closed
+    an anomaly (one-step blips), at most ``max_open`` suspects, ``transient_at`` the first
+    and last step of each suspect's last ``TRANSIENTS_KEPT`` of them and ``transient_kinds``
+    each suspect's kind (a host is named by its name alone); ``closed``: anomalies closed
     lately, which the same fault confirmed again continues (:func:`_recurring`);
     ``global_run``: how many steps in a row every rank has been far slower than usual;
     ``fast_run``: how many steps in a row the job has been far faster than ``fast_ref``, its
@@ -120,6 +121,7 @@ class JobState:
     first_step: int = -1
     transients: dict[str, int] = field(default_factory=dict)
     transient_at: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    transient_kinds: dict[str, str] = field(default_factory=dict)
     closed: dict[str, Episode] = field(default_factory=dict)
     steps: int = 0
     last_end_ns: int = 0
@@ -167,6 +169,7 @@ class JobState:
             "settled": self.settled,
             "transients": dict(self.transients),
             "transient_at": {k: [list(w) for w in v] for k, v in self.transient_at.items()},
+            "transient_kinds": dict(self.transient_kinds),
             "closed": {k: asdict(e) for k, e in self.closed.items()},
             "changes": self.changes.to_dict(),
             "flagged": {str(r): n for r, n in self.flagged.items()},
@@ -206,6 +209,7 @@ class JobState:
             transient_at={
                 str(k): [(int(a), int(b)) for a, b in v] for k, v in data.get("transient_at", {}).items()
             },
+            transient_kinds={str(k): str(v) for k, v in data.get("transient_kinds", {}).items()},
             closed={k: _episode(v) for k, v in data.get("closed", {}).items()},
             changes=ChangeState.from_dict(data.get("changes")),
             flagged={int(r): int(n) for r, n in data.get("flagged", {}).items()},

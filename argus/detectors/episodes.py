@@ -771,6 +771,7 @@ def _count_transient(state: JobState, e: Episode, cfg: DiagnoserConfig) -> None:
         state.transients[e.suspect] = state.transients.get(e.suspect, 0) + 1
         at = state.transient_at.get(e.suspect, [])
         state.transient_at[e.suspect] = [*at[1 - TRANSIENTS_KEPT :], (e.onset, e.last_seen)]
+        state.transient_kinds[e.suspect] = e.suspect_kind
 
 
 def forget_stale(state: JobState, cfg: DiagnoserConfig) -> None:

@@ -220,9 +220,9 @@ def test_a_piped_table_keeps_to_columns_and_a_transient_s_end_on_its_day_is_its_
     js = json.loads(
         subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, check=True).stdout
     )
-    assert js["transients"] and all(
-        t["suspect_kind"] == t["suspect"].partition(":")[0] for t in js["transients"]
-    )
+    kinds = {t["suspect"]: t["suspect_kind"] for t in js["transients"]}
+    assert kinds and all(k in {"rank", "ranks", "host", "link", "job"} for k in kinds.values()), kinds
+    assert all(kind == "rank" for s, kind in kinds.items() if s.startswith("rank:")), kinds
 
 
 def test_a_log_with_worker_labels_and_day_first_local_times_is_read_and_named_by_its_labels(
@@ -634,3 +634,37 @@ def test_a_schedule_in_a_log_whose_workers_clocks_drift_is_no_anomaly(tmp_path: 
     assert set(by) == {"gpu-node-1", "rank:10"}, found
     assert by["gpu-node-1"]["ranks"] == [4, 5, 6, 7] and by["gpu-node-1"]["period_steps"] is None
     assert 5 <= by["rank:10"]["period_steps"] <= 7 and by["rank:10"]["ranks"] == [10]
+
+
+def test_a_hosts_transient_is_of_kind_host(tmp_path: Path) -> None:
+    """(A new user's trial: ``--json`` gave a host's transient the kind ``host1``, the
+    host's own name, where its anomalies say ``host``.) A transient keeps its suspect's kind."""
+    rng = np.random.default_rng(3)
+    path = tmp_path / "hosts.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["step", "worker", "host", "step_ms"])
+        for step in range(300):
+            for r in range(16):
+                v = 100 * (1 + 0.02 * rng.standard_normal()) * (3.0 if step == 150 and r < 8 else 1.0)
+                w.writerow([step, r, f"host{r // 8}", f"{v:.3f}"])
+    run = CliRunner().invoke(
+        app,
+        [
+            "diagnose",
+            "--steps-csv",
+            str(path),
+            "--step-col",
+            "step",
+            "--rank-col",
+            "worker",
+            "--value-col",
+            "step_ms",
+            "--json",
+        ],
+    )
+    assert run.exit_code == 0, run.output
+    js = json.loads(run.output)
+    assert not js["anomalies"], js["anomalies"]
+    kinds = {t["suspect"]: t["suspect_kind"] for t in js["transients"]}
+    assert kinds.get("host0") == "host", kinds
