@@ -291,3 +291,14 @@ def test_a_flapping_rank_of_a_slow_host_is_one_anomaly_over_its_flapping(
     res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time)
     (a,) = [a for a in res.anomalies if rank in a.ranks]
     assert a.suspect == f"rank:{rank}" and abs(a.start_step - start) <= 3 and a.end_step >= end, a
+
+
+def test_a_shock_of_autocorrelated_noise_dying_away_does_not_page() -> None:
+    """A quiet job of the noise space: six workers, noise of autocorrelation 0.8 with
+    t(1.5) innovations. One shock put a worker at 1.21x, then 1.17x, 1.14x, ... (back in ten
+    steps): its change opened and paged at once. A fault that fades pages no one; what is
+    left is at most a warning."""
+    job = draw_job(7_000_187, faulty=False)
+    log = job.log()
+    res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time)
+    assert all(a.severity != "page" for a in res.anomalies), res.anomalies
