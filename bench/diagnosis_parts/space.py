@@ -200,16 +200,12 @@ def space_job(seed: int, faulty: bool) -> SpaceJobResult:
                 tuple(anomalies[i].cause for i in mine),
             )
         )
-    extras = [
-        (a.severity, a.start_step == a.end_step, a.cause)
-        for i, a in enumerate(anomalies)
-        if i not in matched_any
-    ]
+    unexplained = [a for i, a in enumerate(anomalies) if i not in matched_any]
+    extras = [(a.severity, a.start_step == a.end_step, a.cause) for a in unexplained]
     on = [
         a.severity
-        for i, a in enumerate(anomalies)
-        if i not in matched_any
-        and any(
+        for a in unexplained
+        if any(
             r in a.ranks and a.start_step <= hi + SPACE_SLACK and a.end_step >= lo - SPACE_SLACK
             for r, lo, hi in events
         )
