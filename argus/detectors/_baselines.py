@@ -28,7 +28,6 @@ from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._robust import MAD_TO_SIGMA
 from ._state import _SILENT, Episode, JobState
-from .cost import step_ms_added
 from .iteration import IterationVerdict
 
 _WARN_CAUSES = frozenset({PIPELINE_STAGE_IMBALANCE, SEQUENCE_LENGTH_IMBALANCE})
@@ -89,16 +88,27 @@ def _decaying(at: Sequence[float]) -> bool:
     """Whether the last (up to eight) sightings fall one after the other (none more than
     2 % above the one before) and by a tenth in all: one shock of autocorrelated noise
     dying away step by step (to 0.8 of the step before with an autocorrelation of 0.8,
-    0.95 with 0.95), which a sustained fault does not do for long."""
+    0.95 with 0.95), which a sustained fault does not do for long; or whether the last
+    (up to ``_DECAY_SEEN``) die away from a peak among their first three, with the next
+    shocks' noise on them: from the peak on, the trend falls by a fifth of it."""
     recent = at[-8:]
     if len(recent) < 3:
         return False
     if all(b <= 1.02 * a for a, b in pairwise(recent)) and recent[-1] < 0.9 * recent[0]:
         return True
-    # falling with the next shock's noise on it: the first the largest, the trend down a fifth
-    y = np.asarray(recent, dtype=float)
+    # (a fault holds its level or grows: a ramp, a sawtooth's rise; heavy-tailed noise of
+    # strong autocorrelation stacks a second shock on the first's decay, its peak the
+    # second or third sighting, and fell 620 -> 147 over 28 steps, not one after the other)
+    y = np.asarray(at[-_DECAY_SEEN:], dtype=float)
+    y = y[int(np.argmax(y[:3])) :]
+    if len(y) < 3 or y[0] < y.max():
+        return False
     slope = float(theilslopes(y).slope)
-    return bool(y[0] >= y.max() and slope * (len(y) - 1) <= -0.2 * y[0])
+    return bool(slope * (len(y) - 1) <= -0.2 * y[0])
+
+
+_DECAY_SEEN = 16
+"""Sightings :func:`_decaying` follows a decay over."""
 
 
 def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float = 0.0, streak: int = 0) -> str:
@@ -237,7 +247,7 @@ def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, change: Episod
     usual noise does not carry on a change that one hiccup opened."""
     if not (base.persistent or base.reported == _SILENT) or base.hits <= 0 or sf.step_ms <= 0:
         return False
-    added = step_ms_added(f.step_ms_added, sf.step_ms)
+    added = max(float(f.step_ms_added), 0.0)
     ms, frac = _level(base, sf.step_ms)
     by_ms = by_frac = _BEYOND_FRAC
     if change is not None and change.hits > 0:

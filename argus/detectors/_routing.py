@@ -31,9 +31,14 @@ def _group_index(state: JobState) -> dict[tuple[str, int], str]:
     a large group would add up to one sustained fault. The same for a host before it is
     confirmed: a blip of one of its ranks is no sighting of the host. Ranks whose own
     changes began together are theirs from the first (each rank's own evidence, not a
-    step's flags: four workers slowed together were two anomalies sharing one)."""
+    step's flags: four workers slowed together were two anomalies sharing one). A
+    baseline's ranks stay its own (a speed group's slower replica): four hosts slowed
+    together, some of their ranks of that replica, were sighted by those ranks' baseline
+    for the 140 steps the job had left once the fault ended."""
     out: dict[tuple[str, int], str] = {}
-    for k, e in sorted(state.episodes.items(), key=lambda kv: kv[1].suspect_kind in _GROUP_KINDS):
+    for k, e in sorted(
+        state.episodes.items(), key=lambda kv: (kv[1].reported == _SILENT, kv[1].suspect_kind in _GROUP_KINDS)
+    ):
         if k.endswith("|change"):  # a change from a baseline: its own test's sightings only
             continue
         if e.suspect_kind not in ("ranks", "host") or e.emitted or e.decided_by == CHANGE_FIGURE:

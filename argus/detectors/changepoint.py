@@ -45,6 +45,7 @@ __all__ = [
     "ChangeState",
     "ChangeStep",
     "RankResiduals",
+    "building",
     "rank_residuals",
     "residuals",
     "step_residuals",
@@ -685,11 +686,16 @@ def stirring(st: ChangeState, cfg: DiagnoserConfig) -> bool:
     typical rank's work, and the job was paged a step before their change opened)."""
     if not st.n_ranks:
         return False
-    if (st.onset >= 0).any():
-        return True
+    return bool((st.onset >= 0).any() or building(st, cfg).any())
+
+
+def building(st: ChangeState, cfg: DiagnoserConfig) -> np.ndarray:
+    """Per series and rank ((len(SERIES), n_ranks)), whether a change is open or building:
+    its opening sum at half its threshold or more, over two deviations or more."""
     rho, _ = _rho(st, cfg, st.ac)
     h = _scales(st, slice(None), cfg, rho)[3]
-    return bool(((st.s >= h / 2) & (st.s_cnt >= 2)).any())
+    out: np.ndarray = (st.onset >= 0) | ((st.s >= h / 2) & (st.s_cnt >= 2))
+    return out
 
 
 def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) -> ChangeStep:

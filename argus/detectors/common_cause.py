@@ -28,7 +28,7 @@ from argus.schemas.causes import (
 
 from ._config import DiagnoserConfig
 from ._finding import Finding
-from .changepoint import ChangeState, RankResiduals
+from .changepoint import ChangeState, RankResiduals, building
 from .cross_rank import OWN_WORK
 
 __all__ = ["CHANGE_FIGURE", "cause_findings", "named_hosts", "ranks_label", "smallest_group"]
@@ -104,14 +104,21 @@ def _where(ranks: np.ndarray, rows: np.ndarray, res: RankResiduals, group_column
     named = not any(h == f"rank-{int(r)}" for h, r in zip(res.hosts[rows], ranks, strict=True))
     if named and len(hosts) == 1:
         return "host", hosts.pop()
+    # (the fewest ranks of the step: four hosts of a stage of 512 ranks are the hosts, not
+    # the stage; hosts only where the ranks are most of theirs, or nothing else holds them:
+    # three ranks of three hosts in a slowed stage are the stage's, not three hosts')
+    held: list[tuple[bool, int, int, str]] = []  # (a few ranks of hosts, ranks held, order, name)
     dp = np.unique(res.dp[rows])
     if len(dp) == 1 and res.replicas:
-        return "ranks", f"dp:{int(dp[0])}"
+        held.append((False, int(np.count_nonzero(res.dp == dp[0])), 0, f"dp:{int(dp[0])}"))
     grp = np.unique(res.group[rows])
     if len(grp) == 1 and len(np.unique(res.group)) > 1:
-        return "ranks", f"{group_column}:{int(grp[0])}"
+        held.append((False, int(np.count_nonzero(res.group == grp[0])), 1, f"{group_column}:{int(grp[0])}"))
     if named and len(hosts) <= _MAX_HOSTS_NAMED:
-        return "ranks", "hosts:" + ",".join(sorted(hosts))
+        on_hosts = int(np.isin(res.hosts, sorted(hosts)).sum())
+        held.append((2 * len(ranks) < on_hosts, on_hosts, 2, "hosts:" + ",".join(sorted(hosts))))
+    if held:
+        return "ranks", min(held)[3]
     return "ranks", "ranks:" + ranks_label(sorted(int(r) for r in ranks))
 
 
@@ -145,6 +152,16 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
     ranks = np.array(present)
     rows = np.array([row_of[r] for r in present])
     keys, sizes = np.unique(res.group, return_counts=True)
+    if len(keys) > 1:
+        # against its replica only, nothing building against its group's peers: its group
+        # (pp stage) moved, the stage's finding (a stage ramping to 1.3x crossed the line
+        # rank by rank: seven anomalies)
+        alone = (st.onset[1, ranks] >= 0) & (st.onset[0, ranks] < 0)
+        if alone.any():
+            own = ~alone | building(st, cfg)[0, ranks]
+            ranks, rows = ranks[own], rows[own]
+            if not len(ranks):
+                return []
     if len(keys) > 1:  # half a stage or more changed at once: the stage's finding (the layout's)
         at = np.searchsorted(keys, res.group[rows])
         share = np.bincount(at, minlength=len(keys)) / sizes

@@ -266,11 +266,17 @@ def _same_cause(a: Episode, b: Episode, res: RankResiduals | None, cfg: Diagnose
     if not _alike(_lately(a), _lately(b), cfg, cfg.cp_size_ratio**2):
         return False
     group = _layout_group([a, b], sorted(ra | rb), res, cfg)
-    if group is None or group[1].startswith(("ranks:", "hosts:", f"{cfg.group_column}:")):
+    if group is None or (group[0] != "host" and not _one_replica(sorted(ra | rb), res)):
         return False
     # (two single ranks of one host, or one a group already: two ranks' noise of one stage
     # of 128 ranks paged so)
     return group[0] == "host" or max(len(ra), len(rb)) >= 2
+
+
+def _one_replica(ranks: list[int], res: RankResiduals) -> bool:
+    """Whether the ``ranks`` this step holds are of one data-parallel replica of the layout."""
+    rows = np.isin(res.ranks, ranks)
+    return res.replicas and rows.sum() >= 2 and len(np.unique(res.dp[rows])) == 1
 
 
 def _layout_group(
@@ -407,11 +413,17 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig, opene
     one scores as high, or it is not confirmed yet) its evidence and ranks; the step time
     it added. ``opened``: the ranks whose own change is open (None without change points)."""
     added = step_ms_added(f.step_ms_added, sf.step_ms)
+    # (its level and shape: what it adds uncut, a cost at most the step, a shock of 3x dying
+    # away was a level held at one step added, a fault, twelve times in a quiet job)
+    excess = max(float(f.step_ms_added), 0.0)
     e.last_seen = sf.step
     e.idle = 0
     e.hits_at = [*e.hits_at[-7:], sf.step]
-    e.added_at = [*e.added_at[1 - LEVEL_SIGHTINGS :], round(added, 3)]
-    e.share_at = [*e.share_at[1 - LEVEL_SIGHTINGS :], round(added / sf.step_ms, 5) if sf.step_ms > 0 else 0.0]
+    e.added_at = [*e.added_at[1 - LEVEL_SIGHTINGS :], round(excess, 3)]
+    e.share_at = [
+        *e.share_at[1 - LEVEL_SIGHTINGS :],
+        round(excess / sf.step_ms, 5) if sf.step_ms > 0 else 0.0,
+    ]
     e.hits += 1
     e.added_ms_sum += added
     e.gpu_hours += gpu_hours(added, sf.n_ranks)

@@ -119,11 +119,12 @@ def test_a_change_from_a_speed_group_has_its_own_onset() -> None:
     ]
 
 
-def test_ranks_slowed_together_on_several_hosts_are_one_anomaly_of_their_replica() -> None:
-    """24 ranks of replica 2 (3 of its 4 hosts) 15 % slower together: one anomaly naming them."""
+def test_ranks_slowed_together_on_several_hosts_are_one_anomaly_of_their_hosts() -> None:
+    """24 ranks of replica 2 (3 of its 4 hosts) 15 % slower together: one anomaly naming them
+    and the smallest group that holds them, their three hosts (not the replica's 32 ranks)."""
     ranks = [r for r in range(N) if (r // TP) % DP == 2 and r // (TP * DP) < 3]
     (a,) = found(job(400, seed=4, effect=slow(ranks, 150, 349, 1.15)))
-    assert a.suspect == "dp:2" and sorted(a.ranks) == ranks
+    assert a.suspect == "hosts:node-002,node-010,node-018" and sorted(a.ranks) == ranks
     assert abs(a.start_step - 150) <= 3 and abs(a.end_step - 349) <= 5
 
 
@@ -139,14 +140,17 @@ def ramp(ranks: object, first: int, last: int, peak: float) -> Effect:
 
 
 @pytest.mark.parametrize("seed", [6, 7])
-def test_a_ramp_over_a_replica_s_hosts_is_one_anomaly_of_the_replica(seed: int) -> None:
+def test_a_ramp_over_a_replica_s_hosts_is_one_anomaly_of_the_hosts(seed: int) -> None:
     """24 ranks of replica 2 (3 of its 4 hosts) slowing by degrees to 1.3x over 200 steps
-    cross the thresholds rank by rank, tens of steps apart: still one anomaly, of their
-    replica (the noise space's ramp over a replica's three hosts was eight)."""
+    cross the thresholds rank by rank, tens of steps apart: still one anomaly (ranks of one
+    replica), of their three hosts (the noise space's ramp over a replica's three hosts was
+    eight)."""
     ranks = [r for r in range(N) if (r // TP) % DP == 2 and r // (TP * DP) < 3]
     out = found(job(450, seed=seed, effect=ramp(ranks, 150, 349, 1.3)))
     (a,) = out
-    assert a.suspect == "dp:2" and set(a.ranks) <= set(ranks) and len(a.ranks) >= 12, a
+    assert (
+        a.suspect == "hosts:node-002,node-010,node-018" and set(a.ranks) <= set(ranks) and len(a.ranks) >= 12
+    ), a
     assert 150 <= a.start_step <= 260 and abs(a.end_step - 349) <= 10, a
 
 
@@ -438,3 +442,32 @@ def test_a_flapping_faults_edges_do_not_make_its_rank_look_autocorrelated(seed: 
     # the flapping, closed after it
     flapping = set(range(opened[0], 500))
     assert len(flapping & set(open_at)) >= 0.9 * len(flapping) and 590 not in open_at, (opened, len(open_at))
+
+
+def test_ranks_are_named_by_the_smallest_group_that_holds_them() -> None:
+    """A stage of 512 ranks on 64 hosts (8 a host, replicas of 2 ranks across the stages):
+    four whole hosts slowed are the four hosts, not their stage (a fault so named was later
+    sighted by the stage's other ranks); three ranks on three hosts are not three hosts of
+    24 ranks but their stage; ranks of one replica and one stage, the smaller of the two."""
+    from argus.detectors.common_cause import smallest_group
+
+    n = 1024
+    ranks = np.arange(n)
+    res = RankResiduals(
+        ranks,
+        np.zeros(n),
+        np.zeros(n, np.int8),
+        100.0,
+        np.array([f"node-{r // 8:03d}" for r in ranks], dtype=object),
+        ranks % 512,
+        ranks // 512,
+        replicas=True,
+    )
+    assert smallest_group(list(range(120, 152)), res, "pp") == (
+        "ranks",
+        "hosts:node-015,node-016,node-017,node-018",
+    )
+    assert smallest_group([275, 286, 307], res, "pp") == ("ranks", "pp:0")
+    assert smallest_group([5, 517], res, "pp") == ("ranks", "dp:5")
+    assert smallest_group([8, 9], res, "pp") == ("host", "node-001")
+    assert smallest_group([3, 900], res, "pp") == ("ranks", "hosts:node-000,node-112")

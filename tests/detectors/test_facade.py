@@ -202,3 +202,13 @@ def test_what_counts_as_a_shock_dying_away() -> None:
     assert not _decaying([0.15, 0.2, 0.26, 0.3])
     assert not _decaying([0.4, 0.22, 0.21, 0.23, 0.22, 0.21, 0.22])
     assert not _decaying([0.3, 0.2])
+    # heavy-tailed noise of autocorrelation 0.94 (t(1.9) innovations, a quiet 1,024-rank job
+    # of the noise space): a second shock on the first's decay, its peak the third sighting,
+    # falling 212 -> 95 ms added over 15 steps but not one after the other (12 warnings)
+    assert _decaying([195, 183, 212, 199, 190, 188, 172, 162, 144, 139, 141, 132, 121, 104, 113])
+    assert _decaying([230, 251, 243, 198, 185, 180, 208, 183, 180, 177, 155, 166, 150, 142])
+    assert _decaying([620, 592, 538, 511, 500, 486, 432, 411, 379, 360, 348, 346, 317, 309])
+    # a sawtooth's rise and fall, a level held after a rise, a level held after a spike
+    assert not _decaying([100, 140, 180, 220, 260, 220, 180, 140, 100])
+    assert not _decaying([150, 210, 260, 250, 262, 255, 258, 249, 260, 251])
+    assert not _decaying([400, 220, 210, 230, 220, 212, 221, 215, 224, 218, 211, 222, 219, 216])

@@ -44,11 +44,14 @@ def test_a_job_rise_that_two_slowed_workers_make_is_theirs() -> None:
 
 
 def test_hosts_whose_ranks_were_baselines_are_one_anomaly_when_they_slow() -> None:
-    """Four hosts of a 1,024-rank job 1.33x slower from step 253, their ranks silent
-    baselines of their replicas since the start: the change of their stage (``pp:0``) was
-    one anomaly and 21 more, one per rank whose change from its baseline opened with it."""
-    found = [(a.suspect, a.start_step) for a in _live(8_000_157) if 245 <= a.start_step <= 300]
-    assert len(found) == 1 and abs(found[0][1] - 253) <= 3, found
+    """Four hosts of a 1,024-rank job 1.33x slower over steps 253-293, some of their ranks
+    silent baselines of their (slower) replicas since the start: the change of their stage
+    was one anomaly and 21 more, one per rank whose change from its baseline opened with it.
+    Then one, named by their stage (``pp:0``, 512 ranks) and sighted to the job's end (step
+    429) by those ranks' baseline slowness. It is the four hosts', over 253-293."""
+    found = [(a.suspect, a.start_step, a.end_step) for a in _live(8_000_157) if 245 <= a.start_step <= 300]
+    assert len(found) == 1 and abs(found[0][1] - 253) <= 3 and abs(found[0][2] - 293) <= 5, found
+    assert found[0][0] == "hosts:node-00015,node-00016,node-00017,node-00018", found
 
 
 def test_shocks_no_longer_than_a_streaky_jobs_own_runs_do_not_page() -> None:
@@ -88,3 +91,13 @@ def test_one_link_slow_since_the_start_is_still_a_warning() -> None:
     final.update((a.id, a) for a in diag.flush())
     found = [(a.cause, a.severity, bool(a.evidence.get("persistent"))) for a in final.values()]
     assert found == [("link_degradation", "warn", True)], found
+
+
+def test_a_stage_ramping_is_the_stage_s_finding_not_its_ranks() -> None:
+    """A pipeline stage of a 1,024-rank job (256 ranks) slowing by degrees to 1.3x over
+    steps 109-188: against their stage's peers its ranks do not move, against their
+    replicas' (across the stages) they cross the line one by one. That was six anomalies of
+    one or two of its ranks, paged, beside the stage's imbalance. A change seen against the
+    replica only is the stage's: one anomaly, the stage's."""
+    found = [(a.suspect, a.cause, a.start_step) for a in _live(8_000_121) if 100 <= a.start_step <= 190]
+    assert [(s, c) for s, c, _ in found] == [("pp:3", "pipeline_stage_imbalance")], found
