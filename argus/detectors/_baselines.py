@@ -28,6 +28,7 @@ from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._robust import MAD_TO_SIGMA
 from ._state import _SILENT, Episode, JobState
+from .cost import excess_ms
 from .iteration import IterationVerdict
 
 _WARN_CAUSES = frozenset({PIPELINE_STAGE_IMBALANCE, SEQUENCE_LENGTH_IMBALANCE})
@@ -247,7 +248,7 @@ def _beyond_baseline(base: Episode, f: Finding, sf: StepFindings, change: Episod
     usual noise does not carry on a change that one hiccup opened."""
     if not (base.persistent or base.reported == _SILENT) or base.hits <= 0 or sf.step_ms <= 0:
         return False
-    added = max(float(f.step_ms_added), 0.0)
+    added = excess_ms(f.step_ms_added)
     ms, frac = _level(base, sf.step_ms)
     by_ms = by_frac = _BEYOND_FRAC
     if change is not None and change.hits > 0:

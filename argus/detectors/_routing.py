@@ -34,7 +34,7 @@ def _group_index(state: JobState) -> dict[tuple[str, int], str]:
     step's flags: four workers slowed together were two anomalies sharing one). A
     baseline's ranks stay its own (a speed group's slower replica): four hosts slowed
     together, some of their ranks of that replica, were sighted by those ranks' baseline
-    for the 140 steps the job had left once the fault ended."""
+    for the 136 steps the job had left once the fault ended."""
     out: dict[tuple[str, int], str] = {}
     for k, e in sorted(
         state.episodes.items(), key=lambda kv: (kv[1].reported == _SILENT, kv[1].suspect_kind in _GROUP_KINDS)

@@ -162,7 +162,7 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
             ranks, rows = ranks[own], rows[own]
             if not len(ranks):
                 return []
-    if len(keys) > 1:  # half a stage or more changed at once: the stage's finding (the layout's)
+        # half a stage or more changed at once: the stage's finding (the layout's)
         at = np.searchsorted(keys, res.group[rows])
         share = np.bincount(at, minlength=len(keys)) / sizes
         keep = share[at] < _STAGE_SHARE

@@ -58,7 +58,7 @@ from ._routing import (
 from ._state import _SILENT, LEVEL_SIGHTINGS, TRANSIENTS_KEPT, Episode, JobState
 from .changepoint import RankResiduals, shared_rhythm
 from .common_cause import CHANGE_FIGURE, named_hosts, ranks_label, smallest_group
-from .cost import gpu_hours, step_ms_added
+from .cost import excess_ms, gpu_hours, step_ms_added
 from .deepen import Deepening
 from .iteration import IterationVerdict
 
@@ -415,7 +415,7 @@ def _sight(e: Episode, f: Finding, sf: StepFindings, cfg: DiagnoserConfig, opene
     added = step_ms_added(f.step_ms_added, sf.step_ms)
     # (its level and shape: what it adds uncut, a cost at most the step, a shock of 3x dying
     # away was a level held at one step added, a fault, twelve times in a quiet job)
-    excess = max(float(f.step_ms_added), 0.0)
+    excess = excess_ms(f.step_ms_added)
     e.last_seen = sf.step
     e.idle = 0
     e.hits_at = [*e.hits_at[-7:], sf.step]
