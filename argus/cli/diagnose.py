@@ -160,8 +160,6 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
         *(Column(f"{h} ({when})", min_width=fit, no_wrap=True) for h in ("start", "end")),
         *(Column(h, overflow="fold") for h in ("class", "severity", "score", "seen in")),
         Column("slowdown" if phase_of(value_col) is None else f"added to {value_col}", overflow="fold"),
-        caption=caption,
-        caption_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 1),
         collapse_padding=True,
@@ -193,6 +191,7 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
     out = console if wide else Console(width=max(console.width, 250))
     if Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width:
         out.print(table)
+        out.print(caption, highlight=False, markup=False)  # (no table caption: padded to its width)
         return
     # narrower than the table: an anomaly in three lines (cells wrapped letter by letter at
     # 80 columns read "suspec/t", "unkno/wn")

@@ -220,13 +220,16 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
 
 _FIELDS = (
     "n", "base", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s2", "s2_from", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
-    "t_from", "seen", "zsum", "zcnt", "zdirty", "ew", "peak", "lxy", "lxx",
+    "t_from", "seen", "zsum", "zcnt", "zdirty", "ew", "peak", "lxy", "lxx", "hush",
 )  # fmt: skip
 _SPIKES = 6
 """Spikes whose regular gaps make a rank slow every k-th step."""
+_SPIKE = 4.0
+"""A spike: a deviation of this many of the rank's own (marginal) sigmas or more, at least
+``cp_spike``."""
 _BEATS = 2
 """Gaps of a rank's last spikes at a period that make it beat with it (:func:`shared_rhythm`)."""
-_INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen", "zdirty"})
+_INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen", "zdirty", "hush"})
 
 
 def _rows() -> np.ndarray:
@@ -255,7 +258,9 @@ class ChangeState:
     ``lxy``, ``lxx``: the regression of the deviation on the last one (the pooled
     autocorrelation); ``zsum``, ``zcnt``, ``zdirty``: the job's check of the noise models
     (a rank's summed deviations, their count, the step until which it is left out), and
-    per series its result ``scale`` after ``checks`` steps. ``phase``: per rank, the
+    per series its result ``scale`` after ``checks`` steps; ``hush``: whether the last
+    sample (bit 0) and the one before (bit 1) were a spike of a rhythm, left out of the
+    noise model (:func:`_spikes`). ``phase``: per rank, the
     own-work phase that rose when its change opened. ``beats``: the first steps of the job's
     last ``_SPIKES`` global runs (every rank far slower: :func:`job_beat`)."""
 
@@ -285,6 +290,7 @@ class ChangeState:
     ew: np.ndarray = field(default_factory=_rows)
     lxy: np.ndarray = field(default_factory=_rows)
     lxx: np.ndarray = field(default_factory=_rows)
+    hush: np.ndarray = field(default_factory=_int_rows)
     peak: np.ndarray = field(default_factory=_rows)
     zsum: np.ndarray = field(default_factory=_rows)
     zcnt: np.ndarray = field(default_factory=_rows)
@@ -458,27 +464,65 @@ def _scales(
     return sig, k, c, h, lr
 
 
-def _periodic(
+def _spikes(
     st: ChangeState,
     cols: np.ndarray,
     d: np.ndarray,
     ready: np.ndarray,
     c: np.ndarray,
+    sig: np.ndarray,
+    step: int,
+    cfg: DiagnoserConfig,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per rank of ``cols`` (``d``: its group series' deviation): whether it spikes, whether
+    that spike keeps a rhythm, and whether its open rhythm is due.
+
+    A spike is over ``_SPIKE`` of the rank's own sigma (at most the clip), and at least
+    ``cp_spike``: one slow step is a shock on one step, which the marginal sigma weighs (the
+    clip, of the long-run sigma that the autocorrelation widens, kept a rank 1.6x on every
+    sixth step among AR(0.9) noise under it). Where its rhythm is open and the step is due
+    (within one of a multiple of its gap after its last spike: a step the log lacks skips a
+    beat), a spike is over half the rhythm's spikes' size: its beat is its size (the
+    noise's spikes of a third of it held one 14 steps past its end). A spike keeps a rhythm
+    when due, or when its gap from the last spike is within one of the gap before: such a
+    spike is left out of the noise model, whose sigma the spikes' differences widened
+    until they no longer cleared it."""
+    per = st.period[:, cols]
+    # (a beat or two after its last spike: a step the log lacks, an evaluation, skips one)
+    since, k = step - per[2], np.maximum(per[1], 1)
+    due = (per[0] >= 0) & (np.abs(since - k * np.maximum(np.round(since / k), 1)) <= 1)
+    clip = np.minimum(c, _SPIKE * sig)
+    floor = np.maximum(np.where(due, st.spike_size[cols] / 2, clip), cfg.cp_spike)
+    spike = ready & (d > floor)
+    last, before = st.spikes[cols, -1], st.spikes[cols, -2]
+    prior = last - before
+    kept = (before >= 0) & (prior >= 2) & (prior <= cfg.cp_max_period) & (np.abs(step - last - prior) <= 1)
+    return spike, spike & (due | kept), due
+
+
+def _periodic(
+    st: ChangeState,
+    cols: np.ndarray,
+    spike: np.ndarray,
+    due: np.ndarray,
+    d: np.ndarray,
     step: int,
     cfg: DiagnoserConfig,
 ) -> None:
-    """Slow every k-th step: a rank's last ``_SPIKES`` spikes (over ``max(clip,
-    cp_spike)``), at regular gaps (within a step of each other, 2 to ``cp_max_period``)
+    """Slow every k-th step: a rank's last ``_SPIKES`` spikes (``spike``: :func:`_spikes`),
+    at regular gaps (within a step of each other, 2 to ``cp_max_period``)
     open a periodic change at the first of them; it ends ``2k`` steps after its last spike
     (``period``: onset, gap, last spike per rank; ``spike_size``: the spikes' mean
-    deviation, EW). One spike adds at most the clip to the
+    deviation, EW); an open rhythm is held and sized by its spikes that were ``due`` only
+    (two spikes of the noise off its beat held one 14 steps past its end). One spike adds
+    at most the clip to the
     CUSUM, so a slowdown of every fifth step or rarer is found here, not there."""
-    spike = ready & (d > np.maximum(c, cfg.cp_spike))
     rows = cols[spike]
     per = st.period
     if len(rows):
         st.spikes[rows] = np.concatenate((st.spikes[rows, 1:], np.full((len(rows), 1), step)), axis=1)
-        st.spike_size[rows] += 0.25 * (d[spike] - st.spike_size[rows])
+        beat = (per[0, rows] < 0) | due[spike]
+        st.spike_size[rows] += np.where(beat, 0.25 * (d[spike] - st.spike_size[rows]), 0.0)
         sp = st.spikes[rows]
         gaps = np.diff(sp, axis=1)
         regular = (
@@ -491,7 +535,7 @@ def _periodic(
         new, gap = new[mine], gap[mine]
         per[0, new] = st.spikes[new, 0]
         per[1, new] = gap
-        per[2, rows] = np.where(per[0, rows] >= 0, step, per[2, rows])
+        per[2, rows] = np.where((per[0, rows] >= 0) & beat, step, per[2, rows])
     live = cols[per[0, cols] >= 0]
     over = live[step - per[2, live] > 2 * per[1, live] + 1]
     per[0, over] = -1
@@ -536,6 +580,7 @@ def _noise(
     cfg: DiagnoserConfig,
     evidence: np.ndarray,
     ac: np.ndarray,
+    hushed: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
     """The noise model of each rank's residual from its differences: ``v1`` and ``v2``, the
     EW mean squares of ``r`` minus the residual one and two samples before (both Winsorized
@@ -551,11 +596,15 @@ def _noise(
     from the differences of consecutive blocks' means, but not across a block in which
     ``evidence`` built (a change open or building: a fault's onset in a difference of block
     means is no noise); ``ac``: each rank's autocorrelation (:attr:`ChangeState.ac`) as the
-    step began. Returns the new ``v1``, ``v2``."""
+    step began; ``hushed``: per rank, a spike of a rhythm, which no difference takes in
+    (nor the next two: ``hush``) and its block sums as its baseline. Returns the new ``v1``,
+    ``v2``."""
     v1, v2 = st.v1[:, idx], st.v2[:, idx]
     prev, prev2 = st.prev[:, idx], st.prev2[:, idx]
-    d1 = np.where(ok & (n >= 1), r - prev, np.nan)
-    d2 = np.where(ok & (n >= 2), r - prev2, np.nan)
+    was = st.hush[:, idx]
+    d1 = np.where(ok & (n >= 1) & ~hushed & (was & 1 == 0), r - prev, np.nan)
+    d2 = np.where(ok & (n >= 2) & ~hushed & (was & 2 == 0), r - prev2, np.nan)
+    st.hush[:, idx] = np.where(ok, ((was & 1) << 1) | hushed, was)
     # both Winsorized at 4 of the lag-1 RMS (a shift's difference, at each one's own RMS,
     # weighed 1.6 times more in the lag-2 mean square, twice: a fault's onset raised the
     # autocorrelation they give from 0.6 to 0.85 before its change opened)
@@ -564,7 +613,7 @@ def _noise(
     # but two capped lag-2 ones, and took the autocorrelation to its bound (0.8 to 0.95 on
     # one rank's first edges, its sigma 2.5 times, and the fault's later stretches went
     # unfound): in the two lag-2 differences across it the jump weighs (1 + ac) / 2 each
-    jump = (np.abs(np.nan_to_num(d1)) > cap) | ((n >= 3) & (np.abs(prev - prev2) > cap))
+    jump = (np.abs(np.nan_to_num(d1)) > cap) | ((n >= 3) & (was == 0) & (np.abs(prev - prev2) > cap))
     cap2 = np.where(jump, np.sqrt((1.0 + ac) / 2.0), 1.0) * cap
     out = []
     for v, dd, need, cp in ((v1, d1, 1, cap), (v2, d2, 2, cap2)):
@@ -578,7 +627,7 @@ def _noise(
     # each sample Winsorized as the differences are (about its baseline): one spike in a
     # block of 16 moved its mean by a twentieth and the long-run sigma with it for a hundred
     base = st.base[:, idx]
-    bsum = st.bsum[:, idx] + np.where(ok, base + np.clip(r - base, -cap, cap), 0.0)
+    bsum = st.bsum[:, idx] + np.where(ok, base + np.where(hushed, 0.0, np.clip(r - base, -cap, cap)), 0.0)
     closes = ok & ((n + 1) % _BLOCK == 0)
     mean = bsum / _BLOCK
     blocks = (n + 1) // _BLOCK  # blocks closed with this one
@@ -812,7 +861,11 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     lim = np.where(n >= 4, 3 * own_sig, np.inf)
     new_base = np.where(back, base + ew, base + a * np.clip(d, -lim, lim))  # its recent level
     s_new = np.where(back, 0.0, s_new)
-    v1, v2 = _noise(st, idx, r, ok, n, cfg, ~quiet & ok, ac[:, idx])
+    rhythm = st.period[0, cols] >= 0
+    # (a change that opens in this step still lets its spike count: two workers 3.5x on
+    # every other step, one's change opening as the other's rhythm did, were two anomalies)
+    spike, hushed, due = _spikes(st, cols, d[0], closed_now[0], c[0], sig[0], step, cfg)
+    v1, v2 = _noise(st, idx, r, ok, n, cfg, ~quiet & ok, ac[:, idx], hushed[None, :])
     # write back
     st.n[:, idx] = n + ok
     st.base[:, idx], st.v1[:, idx], st.v2[:, idx] = new_base, v1, v2
@@ -827,8 +880,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     st.onset[:, idx] = np.where(ends, -1, onset)
     st.size[:, idx] = size
     st.seen[:, idx] = np.where(ok, step, st.seen[:, idx])
-    rhythm = st.period[0, cols] >= 0
-    _periodic(st, cols, np.where(ok[0], d[0], 0.0), ready[0] & (onset[0] < 0), c[0], step, cfg)
+    _periodic(st, cols, spike, due, d[0], step, cfg)
     oi, oj = np.nonzero(opens)
     # the phase that rose when a change opened, or on the spike that made a rhythm (a log's
     # slow every fifth step was a compute straggler there, unknown to the step's own test:

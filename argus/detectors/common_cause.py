@@ -169,9 +169,10 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
         ranks, rows = ranks[keep], rows[keep]
         if not len(ranks):
             return []
-    shift = (st.onset[:, ranks] >= 0).any(axis=0)
     per = st.period[:, ranks]
-    # a sustained shift first; else slow every k-th step: its mean excess per step
+    # slow every k-th step first (its clipped spikes open a change too: its rhythm is the
+    # finer word), else a sustained shift; a rhythm's size is its mean excess per step
+    shift = (st.onset[:, ranks] >= 0).any(axis=0) & (per[0] < 0)
     on = np.where(
         shift,
         np.where(st.onset[:, ranks] >= 0, st.onset[:, ranks], np.iinfo(np.int64).max).min(axis=0),

@@ -77,8 +77,7 @@ def _anomaly(state: JobState, e: Episode) -> Anomaly:
     if e.persistent:
         ev["persistent"] = 1.0
     since = " since the job's start" if e.persistent else ""
-    # ranks of a job of one group flagged together: named by their ranks (its id keeps "ranks")
-    suspect = "ranks:" + ranks_label(sorted(e.ranks)) if e.suspect == "ranks" and e.ranks else e.suspect
+    suspect = _shown(e)
     summary = (
         f"{e.cause} at {suspect}{since}: decided by {e.decided_by}="
         f"{ev.get(e.decided_by, float('nan')):.4g}, seen in {e.hits} step(s)"
@@ -357,7 +356,7 @@ def _episode_of(
             if f.suspect_kind not in ("ranks", "host"):
                 groups.update({(_family(f.cause), r): key for r in f.ranks})
     elif f.decided_by == CHANGE_FIGURE:
-        _grow(e, f, cfg)
+        _grow(e, f, sf.residuals, cfg)
     return key, e
 
 
@@ -380,17 +379,22 @@ def _change_key(state: JobState, f: Finding, cfg: DiagnoserConfig) -> str:
     return f"{f.key}|change"
 
 
-def _grow(e: Episode, f: Finding, cfg: DiagnoserConfig) -> None:
+def _grow(e: Episode, f: Finding, res: RankResiduals | None, cfg: DiagnoserConfig) -> None:
     """A change of more ranks that began with an episode's is that fault seen whole
-    (:func:`grows`): the episode takes its ranks and its name, or the name of all their
-    ranks where it saw only some of them (its anomaly keeps the id it was first sent with)."""
+    (:func:`grows`): the episode takes its ranks and its name, or where each saw only some
+    of them, the smallest group of the layout holding them all (:func:`_layout_group`; a
+    host's first five ranks and its last three were ``ranks:16-23``), else their ranks (its
+    anomaly keeps the id it was first sent with)."""
     if not grows(e, f, cfg):
         return
     whole = sorted(set(e.ranks) | set(f.ranks))
     if set(whole) == set(f.ranks):  # its name (a host, a replica) holds them all
         kind, name = f.suspect_kind, f.suspect
     elif len(whole) > len(e.ranks) or e.suspect_kind == "ranks":  # (a sighting added ranks)
-        kind, name = "ranks", "ranks:" + ranks_label(whole)
+        group = _layout_group([e], whole, res, cfg)
+        kind, name = (
+            group if group and not group[1].startswith("ranks:") else ("ranks", "ranks:" + ranks_label(whole))
+        )
     else:  # a host seen without some of its ranks is still the host
         return
     if name == e.suspect:  # (a host named by two of its ranks, seen whole now)
@@ -777,13 +781,21 @@ def _cap_closed(state: JobState, cfg: DiagnoserConfig) -> None:
         del state.closed[min(state.closed, key=lambda k: state.closed[k].last_seen)]
 
 
+def _shown(e: Episode) -> str:
+    """The suspect an episode is shown as: ranks of a job of one group flagged together by
+    their ranks (``ranks:4-6,8``; its id keeps ``ranks``)."""
+    return "ranks:" + ranks_label(sorted(e.ranks)) if e.suspect == "ranks" and e.ranks else e.suspect
+
+
 def _count_transient(state: JobState, e: Episode, cfg: DiagnoserConfig) -> None:
-    """An unconfirmed episode closed: one more transient of its suspect, its steps kept."""
-    if e.suspect in state.transients or len(state.transients) < cfg.max_open:
-        state.transients[e.suspect] = state.transients.get(e.suspect, 0) + 1
-        at = state.transient_at.get(e.suspect, [])
-        state.transient_at[e.suspect] = [*at[1 - TRANSIENTS_KEPT :], (e.onset, e.last_seen)]
-        state.transient_kinds[e.suspect] = e.suspect_kind
+    """An unconfirmed episode closed: one more transient of its suspect (as shown: a blip of
+    several ranks names them), its steps kept."""
+    name = _shown(e)
+    if name in state.transients or len(state.transients) < cfg.max_open:
+        state.transients[name] = state.transients.get(name, 0) + 1
+        at = state.transient_at.get(name, [])
+        state.transient_at[name] = [*at[1 - TRANSIENTS_KEPT :], (e.onset, e.last_seen)]
+        state.transient_kinds[name] = e.suspect_kind
 
 
 def forget_stale(state: JobState, cfg: DiagnoserConfig) -> None:

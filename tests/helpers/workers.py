@@ -25,3 +25,25 @@ def offset_workers(seed: int, fault: bool) -> tuple[np.ndarray, np.ndarray, np.n
         ms[8:12, 350:470] *= 1.18
     hosts = {r: f"node-{r // 4}" for r in range(w)}
     return np.tile(np.arange(w), steps), np.repeat(np.arange(steps), w), ms.T.ravel(), hosts
+
+
+def heavy_workers(
+    seed: int, *, host_end: int = 550, periodic: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, str]]:
+    """32 workers on 4 hosts, 800 steps of ~900 ms: each worker's own AR(0.9) noise of
+    Student-t (2 degrees of freedom) innovations (one step of 4x from noise alone), a 1 %
+    job-wide per-step factor; host2's 8 workers 1.2x slower from step 300 to ``host_end``
+    (none where it is 300 or less), and with ``periodic`` worker 5 1.6x slower on every
+    sixth step from 600 to 756 (a new user's log, session 30)."""
+    rng = np.random.default_rng(seed)
+    w, steps = 32, 800
+    own = np.zeros(w)
+    ms = np.empty((steps, w))
+    for s in range(steps):
+        own = 0.9 * own + 0.006 * rng.standard_t(2, w)
+        ms[s] = 900.0 * (1 + 0.01 * rng.standard_normal()) * np.exp(own)
+    ms[300:host_end, 16:24] *= 1.2
+    if periodic:
+        ms[600:757:6, 5] *= 1.6
+    hosts = {r: f"host{r // 8}" for r in range(w)}
+    return np.tile(np.arange(w), steps), np.repeat(np.arange(steps), w), ms.ravel(), hosts
