@@ -70,14 +70,15 @@ class DiagnoserConfig:
     first ``cp_learn`` samples and followed with weight ``cp_alpha`` while nothing is open.
     A CUSUM with reference ``max(cp_k * sigma, cp_min_shift / 2)`` and each step's deviation
     clipped at ``max(cp_clip * sigma, cp_fast_shift)`` (sigma: the long-run one, widened by
-    the autocorrelation) opens a change at ``max(cp_h * sigma, cp_min_evidence)``: a shift of
-    ``cp_fast_shift`` or more in about three steps (in a job of fewer than ``small_job`` ranks
-    one of ``cp_small_shift`` or more adds that much a step), one of ``cp_min_shift`` or less never; it
+    the autocorrelation) opens a change at ``max(cp_h * sigma, cp_min_evidence)`` from three
+    samples adding evidence or more (fewer are blips): a shift of ``cp_fast_shift`` or more
+    in about three steps (in a job of fewer than ``small_job`` ranks one of
+    ``cp_small_shift`` or more adds that much a step), one of ``cp_min_shift`` or less never; it
     ends after about ``cp_end_steps`` steps back below half its size (its size follows it
     with weight ``cp_size_alpha``). Changes whose onsets are within ``cp_onset_within``
     steps and whose sizes are within a factor ``cp_size_ratio`` are one cause
     (:mod:`detectors.common_cause`). A rank whose last six spikes (``cp_spike`` or more
-    over its baseline) came at regular gaps (2 to ``cp_max_period`` steps) is slow every
+    over its baseline, and four of its own sigmas) came at regular gaps (2 to ``cp_max_period`` steps) is slow every
     k-th step: one change from the first of them. A job of fewer than ``small_job`` ranks leads with the
     rank's own past: a rank that only stands out against its few peers (a naturally slower
     worker) is never paged.
@@ -147,7 +148,7 @@ class DiagnoserConfig:
     cp_small_shift: float = 0.2
     cp_h: float = 16.0
     cp_min_shift: float = 0.08
-    cp_min_evidence: float = 0.5
+    cp_min_evidence: float = 0.3
     cp_end_steps: float = 3.0
     cp_size_alpha: float = 0.1
     cp_onset_within: int = 4

@@ -73,6 +73,8 @@ _FADE = 0.75
 """A building change whose recent level fell under this share of its peak is fading."""
 _FALLEN = 0.5
 """A building change whose last deviation fell under this share of its run's mean waits."""
+_MIN_RUN = 3
+"""Samples adding evidence a change opens from at the least: fewer are blips (transients)."""
 _FADE_AC = 0.5
 """...where the rank's noise is this autocorrelated or more (a shock of it dies away)."""
 _POOL = 32
@@ -220,7 +222,7 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
 
 _FIELDS = (
     "n", "base", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s2", "s2_from", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
-    "t_from", "seen", "zsum", "zcnt", "zdirty", "ew", "peak", "lxy", "lxx", "hush",
+    "t_from", "seen", "zsum", "zcnt", "zdirty", "ew", "peak", "lxy", "lxx", "hush", "s_up",
 )  # fmt: skip
 _SPIKES = 6
 """Spikes whose regular gaps make a rank slow every k-th step."""
@@ -291,6 +293,7 @@ class ChangeState:
     lxy: np.ndarray = field(default_factory=_rows)
     lxx: np.ndarray = field(default_factory=_rows)
     hush: np.ndarray = field(default_factory=_int_rows)
+    s_up: np.ndarray = field(default_factory=_rows)
     peak: np.ndarray = field(default_factory=_rows)
     zsum: np.ndarray = field(default_factory=_rows)
     zcnt: np.ndarray = field(default_factory=_rows)
@@ -807,6 +810,9 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     s_sum = np.where(building, np.where(fresh, 0.0, s_sum) + np.minimum(u, 4 * c), 0.0)
     s_cnt = np.where(building, np.where(fresh, 0.0, s_cnt) + 1.0, 0.0)
     c_sum = np.where(building, np.where(fresh, 0.0, c_sum) + dc, 0.0)
+    # (the samples of the run that added evidence: two spikes of an evaluation four samples
+    # apart are no shift)
+    s_up = np.where(building, np.where(fresh, 0.0, st.s_up[:, idx]) + (fast > k), 0.0)
     # a sharper sum (reference half the clip) places the onset: noise that rose a step or
     # two before a clear shift started the first sum there, not this one
     s2 = st.s2[:, idx]
@@ -826,7 +832,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     fading = ((ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC)) | (
         lvl < _FALLEN * s_sum / np.maximum(s_cnt, 1.0)
     )
-    due = closed_now & (s_new >= h)
+    due = closed_now & (s_new >= h) & (s_up >= _MIN_RUN)
     # (the peers' fences only on a step where some change would open)
     back = (
         due & _to_the_pack(st, base, s_sum / np.maximum(s_cnt, 1.0), cfg) if due.any() else np.zeros_like(due)
@@ -874,6 +880,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     st.s[:, idx], st.s_from[:, idx] = s_new, s_from
     st.s2[:, idx], st.s2_from[:, idx] = s2_new, s2_from
     st.s_sum[:, idx], st.s_cnt[:, idx], st.c_sum[:, idx] = s_sum, s_cnt, c_sum
+    st.s_up[:, idx] = s_up
     st.csize[:, idx] = csize
     st.t[:, idx], st.t_from[:, idx] = np.where(ends, 0.0, t_new), t_from
     end_step = t_from - 1
