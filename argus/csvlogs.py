@@ -96,8 +96,13 @@ def diagnose_log(
         for a in sorted(final.values(), key=lambda a: (a.start_step, a.suspect))
     ]
     needed = cfg.warmup_steps + cfg.iter_min_steps + cfg.min_steps
+    few = f"{len(batches)} window(s): too few for the peers' test (it needs about {needed})"
     notes: tuple[str, ...] = (
-        (f"{len(batches)} window(s): too few to call anything (the engine needs about {needed})",)
+        (
+            f"{few}; what is found is each rank's change against its own past"
+            if cfg.change_points
+            else f"{few}: too few to call anything",
+        )
         if len(batches) < needed
         else ()
     )

@@ -231,11 +231,20 @@ _SPIKE = 4.0
 ``cp_spike``."""
 _BEATS = 2
 """Gaps of a rank's last spikes at a period that make it beat with it (:func:`shared_rhythm`)."""
-_INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen", "zdirty", "hush"})
+_INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen", "zdirty", "hush", "s_up"})
+_BYTE_FIELDS = frozenset({"hush", "s_up"})
+"""Fields that hold small counts: a byte each in the state's document."""
 
 
 def _rows() -> np.ndarray:
     return np.zeros((len(SERIES), 0))
+
+
+def _dtype(name: str) -> type[np.generic]:
+    """The dtype a state field is written with."""
+    if name == "phase" or name in _BYTE_FIELDS:
+        return np.int8
+    return np.int32 if name in _INT_FIELDS else np.float32
 
 
 def _int_rows() -> np.ndarray:
@@ -293,7 +302,7 @@ class ChangeState:
     lxy: np.ndarray = field(default_factory=_rows)
     lxx: np.ndarray = field(default_factory=_rows)
     hush: np.ndarray = field(default_factory=_int_rows)
-    s_up: np.ndarray = field(default_factory=_rows)
+    s_up: np.ndarray = field(default_factory=_int_rows)
     peak: np.ndarray = field(default_factory=_rows)
     zsum: np.ndarray = field(default_factory=_rows)
     zcnt: np.ndarray = field(default_factory=_rows)
@@ -366,7 +375,7 @@ class ChangeState:
         }
         for name in (*_FIELDS, "phase"):
             a = getattr(self, name)
-            a = a.astype(np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32)
+            a = a.astype(_dtype(name))
             out[name] = base64.b64encode(a.tobytes()).decode()
         return out
 
@@ -387,7 +396,7 @@ class ChangeState:
         st.scale = np.asarray(data.get("scale", [1.0] * len(SERIES)), float)
         st.checks = np.asarray(data.get("checks", [0.0] * len(SERIES)), float)
         for name in (*_FIELDS, "phase"):
-            dt = np.int32 if name in _INT_FIELDS else np.int8 if name == "phase" else np.float32
+            dt = _dtype(name)
             if name not in data:  # a state from before the field: nothing learned of it yet
                 setattr(st, name, np.zeros((len(SERIES), n), np.int64 if name in _INT_FIELDS else float))
                 continue
@@ -513,7 +522,9 @@ def _periodic(
     cfg: DiagnoserConfig,
 ) -> None:
     """Slow every k-th step: a rank's last ``_SPIKES`` spikes (``spike``: :func:`_spikes`),
-    at regular gaps (within a step of each other, 2 to ``cp_max_period``)
+    at regular gaps (within a step of each other, 2 to ``cp_max_period``; one of them may
+    be twice that: a rank 1.5x on every fifth step whose third slow step was the job's
+    evaluation, left out, was found from its fourth)
     open a periodic change at the first of them; it ends ``2k`` steps after its last spike
     (``period``: onset, gap, last spike per rank; ``spike_size``: the spikes' mean
     deviation, EW); an open rhythm is held and sized by its spikes that were ``due`` only
@@ -528,12 +539,17 @@ def _periodic(
         st.spike_size[rows] += np.where(beat, 0.25 * (d[spike] - st.spike_size[rows]), 0.0)
         sp = st.spikes[rows]
         gaps = np.diff(sp, axis=1)
+        # (a beat may be missed: a step the log lacks, an evaluation's, skips one)
+        g = gaps.min(axis=1, keepdims=True)
+        beat_gap = np.abs(gaps - g) <= 1
         regular = (
-            (sp[:, 0] >= 0) & (gaps.min(axis=1) >= 2) & (gaps.max(axis=1) - gaps.min(axis=1) <= 1)
-            & (gaps.max(axis=1) <= cfg.cp_max_period)
+            (sp[:, 0] >= 0) & (g[:, 0] >= 2) & (beat_gap | (np.abs(gaps - 2 * g) <= 2)).all(axis=1)
+            & (beat_gap.sum(axis=1) >= gaps.shape[1] - 1) & (gaps.max(axis=1) <= cfg.cp_max_period)
         )  # fmt: skip
         new = rows[regular & (per[0, rows] < 0)]
-        gap = np.median(np.diff(st.spikes[new], axis=1), axis=1).astype(np.int64)
+        gap = np.array(
+            [np.median(x[np.abs(x - x.min()) <= 1]) for x in np.diff(st.spikes[new], axis=1)], np.int64
+        ).reshape(-1)
         mine = np.array([not shared_rhythm(st, int(k)) for k in gap.tolist()], bool)
         new, gap = new[mine], gap[mine]
         per[0, new] = st.spikes[new, 0]
@@ -807,12 +823,12 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     building = closed_now & (s_new > 0)
     fresh = building & (s <= 0)
     s_from = np.where(fresh, step, s_from)
-    s_sum = np.where(building, np.where(fresh, 0.0, s_sum) + np.minimum(u, 4 * c), 0.0)
+    s_sum = np.where(building, np.where(fresh, 0.0, s_sum) + np.minimum(d, 4 * c), 0.0)
     s_cnt = np.where(building, np.where(fresh, 0.0, s_cnt) + 1.0, 0.0)
     c_sum = np.where(building, np.where(fresh, 0.0, c_sum) + dc, 0.0)
     # (the samples of the run that added evidence: two spikes of an evaluation four samples
     # apart are no shift)
-    s_up = np.where(building, np.where(fresh, 0.0, st.s_up[:, idx]) + (fast > k), 0.0)
+    s_up = np.where(building, np.minimum(np.where(fresh, 0, st.s_up[:, idx]) + (fast > k), _MIN_RUN), 0)
     # a sharper sum (reference half the clip) places the onset: noise that rose a step or
     # two before a clear shift started the first sum there, not this one
     s2 = st.s2[:, idx]
@@ -829,8 +845,12 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     # a change in a small job, the noise model's autocorrelation under the gate; the mean,
     # not the peak, as one spike within a shift, 2.1x amid 1.35x, held a GPU straggler's
     # change shut to its end)
-    fading = ((ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC)) | (
-        lvl < _FALLEN * s_sum / np.maximum(s_cnt, 1.0)
+    # (or under half the last one: a shock of 1.5x, 2.2x, then 1.35x reached the evidence
+    # on its fall; a step's wait, as a shift goes on)
+    fading = (
+        ((ew < _FADE * peak) & (np.maximum(rho, typ_ac).max(axis=0) >= _FADE_AC))
+        | (lvl < _FALLEN * s_sum / np.maximum(s_cnt, 1.0))
+        | (follows & ~fresh & (d < _FALLEN * d_prev))
     )
     due = closed_now & (s_new >= h) & (s_up >= _MIN_RUN)
     # (the peers' fences only on a step where some change would open)
@@ -855,7 +875,7 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     ends = is_open & (t_new >= np.maximum(2 * h, cfg.cp_end_steps * half))
     # an open change's size follows it while it holds (a ramp grows)
     holds = is_open & (t_new <= 0)
-    size = np.where(holds, size + cfg.cp_size_alpha * (np.minimum(u, 4 * c) - size), size)
+    size = np.where(holds, size + cfg.cp_size_alpha * (np.minimum(d, 4 * c) - size), size)
     csize = np.where(holds, csize + cfg.cp_size_alpha * (dc - csize), csize)
     # the baseline: learned, then followed slowly, from samples that add no evidence
     quiet = ok & (onset < 0) & ~opens & (s_new < h / 2)
