@@ -215,9 +215,7 @@ def _together(
             h.hosts = sorted(set(h.hosts) | set(m.hosts))[:_HOSTS_KEPT]
         if head in was and not h.named:
             h.named = h.suspect
-        group = _layout_group(eps, whole, res, cfg)
-        if group is not None and group[1].startswith("ranks:"):
-            group = None
+        group = _layout_name(eps, whole, res, cfg)
         if held is not None and held[1] == "ranks":  # (a job of one group's ranks: named by them)
             held = None
         kind, name = group or held or ("ranks", "ranks:" + ranks_label(whole))
@@ -294,6 +292,15 @@ def _layout_group(
     if len(hosts) == 1 and all(e.hosts for e in eps):
         return "host", hosts.pop()
     return group
+
+
+def _layout_name(
+    eps: list[Episode], whole: list[int], res: RankResiduals | None, cfg: DiagnoserConfig
+) -> tuple[str, str] | None:
+    """:func:`_layout_group` where the layout names one (a host, a replica, the hosts), None
+    where only their ranks would (``ranks:…``)."""
+    group = _layout_group(eps, whole, res, cfg)
+    return None if group is None or group[1].startswith("ranks:") else group
 
 
 _HOSTS_KEPT = 8
@@ -391,10 +398,8 @@ def _grow(e: Episode, f: Finding, res: RankResiduals | None, cfg: DiagnoserConfi
     if set(whole) == set(f.ranks):  # its name (a host, a replica) holds them all
         kind, name = f.suspect_kind, f.suspect
     elif len(whole) > len(e.ranks) or e.suspect_kind == "ranks":  # (a sighting added ranks)
-        group = _layout_group([e], whole, res, cfg)
-        kind, name = (
-            group if group and not group[1].startswith("ranks:") else ("ranks", "ranks:" + ranks_label(whole))
-        )
+        group = _layout_name([e], whole, res, cfg)
+        kind, name = group or ("ranks", "ranks:" + ranks_label(whole))
     else:  # a host seen without some of its ranks is still the host
         return
     if name == e.suspect:  # (a host named by two of its ranks, seen whole now)
