@@ -47,3 +47,21 @@ def heavy_workers(
         ms[600:757:6, 5] *= 1.6
     hosts = {r: f"host{r // 8}" for r in range(w)}
     return np.tile(np.arange(w), steps), np.repeat(np.arange(steps), w), ms.ravel(), hosts
+
+
+def sawtooth_workers(seed: int, *, fault: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """8 workers, 900 steps of ~420 ms: each worker's own AR(0.7) noise (1.8 %), a 1.7 %
+    job-wide per-step factor; with ``fault``, workers 0 and 7 throttling in a sawtooth
+    from step 180 to 579: up to 1.24x over 13 steps, then back, over and over (a small job
+    of the noise space, session 32)."""
+    rng = np.random.default_rng(seed)
+    w, steps, phi = 8, 900, 0.7
+    own = np.zeros(w)
+    ms = np.empty((steps, w))
+    for s in range(steps):
+        own = phi * own + 0.018 * np.sqrt(1 - phi**2) * rng.standard_normal(w)
+        ms[s] = 420.0 * (1 + 0.017 * rng.standard_normal()) * np.exp(own)
+    if fault:
+        tooth = 1 + 0.24 * (np.arange(400) % 13 + 1) / 13
+        ms[180:580, [0, 7]] *= tooth[:, None]
+    return np.tile(np.arange(w), steps), np.repeat(np.arange(steps), w), ms.ravel()
