@@ -77,8 +77,8 @@ _MIN_RUN = 3
 """Samples adding evidence a change opens from at the least: fewer are blips (transients)."""
 _TESTING = 4
 """A change building whose opening sum is a ``1 / _TESTING`` share of its threshold or more
-holds its rank's own noise model (:func:`track`; quiet AR(1) noise, simulated with its true
-model, gets there in about one sample in a thousand)."""
+holds its rank's own noise model, as an open one does (:func:`track`; quiet AR(1) noise,
+simulated with its true model, gets there in about one sample in a thousand)."""
 _FADE_AC = 0.5
 """...where the rank's noise is this autocorrelated or more (a shock of it dies away)."""
 _POOL = 32
@@ -622,7 +622,7 @@ def _noise(
     means is no noise); ``ac``: each rank's autocorrelation (:attr:`ChangeState.ac`) as the
     step began; ``hushed``: per rank, a spike of a rhythm, which no difference takes in
     (nor the next two: ``hush``) and its block sums as its baseline; ``testing``: a change
-    under test, whose differences are left out (:func:`track`). Returns the new ``v1``,
+    under test or open, whose differences are left out but for a jump (:func:`track`). Returns the new ``v1``,
     ``v2``."""
     v1, v2 = st.v1[:, idx], st.v2[:, idx]
     prev, prev2 = st.prev[:, idx], st.prev2[:, idx]
@@ -901,12 +901,13 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     # (a change that opens in this step still lets its spike count: two workers 3.5x on
     # every other step, one's change opening as the other's rhythm did, were two anomalies)
     spike, hushed, due = _spikes(st, cols, d[0], closed_now[0], c[0], sig[0], step, cfg)
-    # a change under test does not teach the rank's own noise model: a ramp's steady rises
-    # read as autocorrelation in the differences, and two workers' 1.24x sawtooth took theirs
-    # from 0.5 to 0.95 and their threshold twelvefold in fifteen steps, never to open. (Not
-    # where the ranks pool their autocorrelation, which a few ranks' ramps do not move:
-    # there heavy-tailed shocks, held out so, left the models short and paged.)
-    testing = closed_now & (s_new >= h / _TESTING) & ~many
+    # a change under test or open does not teach the rank's own noise model: a ramp's steady
+    # rises read as autocorrelation in the differences, and two workers' 1.24x sawtooth took
+    # theirs from 0.5 to 0.95 and their threshold twelvefold in fifteen steps, never to open
+    # (or, open, closed mid-fault). (Not where the ranks pool their autocorrelation, which a
+    # few ranks' ramps do not move: there heavy-tailed shocks, held out so, left the models
+    # short and paged.)
+    testing = ((closed_now & (s_new >= h / _TESTING)) | is_open) & ~many
     v1, v2 = _noise(st, idx, r, ok, n, cfg, ~quiet & ok, ac[:, idx], hushed[None, :], testing)
     # write back
     st.n[:, idx] = n + ok
