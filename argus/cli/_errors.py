@@ -9,6 +9,8 @@ code  name              meaning
                         does not have; an extra the command needs is not installed
 3     EXIT_UNAVAILABLE  a service could not be reached or refused: Kafka, ClickHouse,
                         Grafana; a part ``doctor`` or ``node-agent`` needs is absent
+4     EXIT_FOUND        ``argus diagnose --fail-on SEVERITY`` found an anomaly of that
+                        severity or above (its output is printed all the same)
 130   EXIT_INTERRUPTED  interrupted (Ctrl-C)
 
 :data:`ERROR_EXITS` says which error is which, most specific first (the first row whose
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 __all__ = [
     "ERROR_EXITS",
     "EXIT_BAD_INPUT",
+    "EXIT_FOUND",
     "EXIT_INTERRUPTED",
     "EXIT_MISSED",
     "EXIT_OK",
@@ -43,6 +46,7 @@ EXIT_OK = 0
 EXIT_MISSED = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNAVAILABLE = 3
+EXIT_FOUND = 4
 EXIT_INTERRUPTED = 130
 
 

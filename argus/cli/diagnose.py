@@ -23,6 +23,7 @@ from ..csvlogs import LogDiagnosis, diagnose_log
 from ..detectors import DiagnoserConfig
 from ..schemas import Anomaly
 from ._app import app, console, err_console, exit_on_error, fail, n_anomalies
+from ._errors import EXIT_FOUND
 
 
 @app.command()
@@ -53,11 +54,19 @@ def diagnose(
         help="also test each rank against its own past (jobs of up to 1,024 ranks: "
         "docs/architecture.md#change-points)",
     ),
+    fail_on: str | None = typer.Option(
+        None,
+        "--fail-on",
+        help="exit 4 when an anomaly of this severity or above is found (page, warn or info), "
+        "after printing as usual: for scripts and CI",
+    ),
 ) -> None:
     """Anomalous windows and suspect ranks from a CSV of per-rank values, by the same engine as
     the live workers (the CSV becomes one step batch per window)."""
     if (time_col is None) == (step_col is None):
         fail("give exactly one of --time-col or --step-col")
+    if fail_on is not None and fail_on not in _RANKED:
+        fail(f"--fail-on {fail_on}: give one of {', '.join(_RANKED)}")
     t_col = time_col or step_col or ""
     with exit_on_error(ValueError):  # diagnose_log's ValueError: the CSV's values
         rows = read_series(steps_csv, rank_col, t_col, value_col, host_col, time_format)
@@ -74,22 +83,34 @@ def diagnose(
             higher_is_better=higher_is_better, job=steps_csv.stem or "log", hosts=rows.hosts,
             config=DiagnoserConfig(change_points=change_points),
         )  # fmt: skip
-    for note in (*rows.notes, *result.notes):
+    clock = rows.iso or (time_col is not None and _epoch_seconds(rows.t))
+    notes = (*rows.notes, *result.notes)
+    if clock and not rows.iso and not as_json:
+        notes += (
+            f"{time_col} read as seconds since the epoch: shown as UTC times (--json keeps the numbers)",
+        )
+    for note in notes:
         err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    unit = "time" if time_col else "step"
     if as_json:
         out = {
-            "anomalies": [_as_json(a, result, rows, value_col) for a in result.anomalies],
+            "anomalies": [_as_json(a, result, rows, value_col, unit) for a in result.anomalies],
             "transients": _transients_json(result, rows),
         }
         sys.stdout.write(json.dumps(out, allow_nan=False) + "\n")
-        return
-    unit = "time" if time_col else "step"
-    _print_table(result, rows, value_col, unit)
-    for line in _transient_lines(result, rows, unit):
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    else:
+        _print_table(result, rows, value_col, unit, clock)
+        for line in _transient_lines(result, rows, unit, clock):
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
+    if fail_on is not None and any(_RANKED[a.severity] >= _RANKED[fail_on] for a in result.anomalies):
+        raise typer.Exit(EXIT_FOUND)
 
 
-def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) -> dict[str, Any]:
+_RANKED = {"page": 2, "warn": 1, "info": 0}
+"""Severities, the most urgent highest (``--fail-on``)."""
+
+
+def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str, unit: str) -> dict[str, Any]:
     """One anomaly of ``--json``: its window in the log's own steps or times (ISO 8601
     strings when the log wrote its times so); the log's rank labels beside the numbers
     (and the suspect's, ``suspect_label``) when it has labels."""
@@ -114,11 +135,11 @@ def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) ->
         "period_steps": int(k) if (k := a.evidence.get("period_steps")) else None,
         "added": _finite(result.added(a)),
         "slowdown": _finite(round(result.slowdown(a), 4)),
-        "summary": _summary(a, result, rows, value_col),
+        "summary": _summary(a, result, rows, value_col, unit),
     }
 
 
-def _summary(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) -> str:
+def _summary(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str, unit: str) -> str:
     """The anomaly in the log's own words: its suspect as the log names it and what it
     adds to the value, in place of the engine's statistic (the engine's pattern and
     detail kept: "slow every 8 steps")."""
@@ -133,13 +154,20 @@ def _summary(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str) ->
         what = f"{value_col} {result.added(a):+.4g} (-{100 * f / (1 + f):.1f} %) against {against}"
     else:
         what = f"{value_col} +{100 * f:.1f} % against {against}"
-    return f"{a.cause} at {_named(a.suspect, rows)}{since}: {what}, seen in {seen} window(s){rest}"
+    return f"{a.cause} at {_named(a.suspect, rows)}{since}: {what}, seen in {_counted(seen, unit)}{rest}"
 
 
-def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str) -> None:
+def _counted(n: int, unit: str) -> str:
+    """How many of the log's windows: its logged steps (``--step-col``), else its time windows."""
+    word = "step" if unit == "step" else "window"
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str, iso: bool) -> None:
     """The anomalies as a table (ranks by the log's own labels when it has them), the
-    transients counted in its caption (listed below it: :func:`_transient_lines`)."""
-    found, iso, n_ranks = result.anomalies, rows.iso, len(np.unique(rows.rank))
+    transients counted in its caption (listed below it: :func:`_transient_lines`); times
+    as UTC clock times with ``iso``."""
+    found, n_ranks = result.anomalies, len(np.unique(rows.rank))
     n_tr = sum(result.transients.values())
     caption = (
         f"{n_anomalies(len(found))} in {n_ranks} ranks; "
@@ -178,7 +206,7 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str)
             a.cause + (f", every {k:.0f} steps" if (k := a.evidence.get("period_steps")) else ""),
             a.severity,
             f"{_finite(a.score) or 0:.1f}",
-            f"{int(a.evidence.get('steps_seen', 0))}",
+            _counted(int(a.evidence.get("steps_seen", 0)), unit),
             f"+{100 * result.slowdown(a):.1f} %",
         )
         for a in found
@@ -219,7 +247,7 @@ def _transients_by_count(result: LogDiagnosis) -> list[tuple[str, int]]:
     )
 
 
-def _transient_lines(result: LogDiagnosis, rows: LogRows, unit: str) -> list[str]:
+def _transient_lines(result: LogDiagnosis, rows: LogRows, unit: str, iso: bool) -> list[str]:
     """The transients' suspects, the most frequent first, each with the windows of its last
     few blips in the log's own steps or times (one line each, so a narrow terminal does not
     break them)."""
@@ -230,7 +258,7 @@ def _transient_lines(result: LogDiagnosis, rows: LogRows, unit: str) -> list[str
     width = max(len(n) for n in names)
     out = [f"transients (seen too briefly to be an anomaly), the {unit}s of the last few:"]
     for name, (k, n) in zip(names, top, strict=False):
-        at = [_window(result, w, rows.iso) for w in result.transient_at.get(k, [])]
+        at = [_window(result, w, iso) for w in result.transient_at.get(k, [])]
         more = "…, " if n > len(at) else ""
         out.append(f"  {name:<{width}}  ×{n:<3} {more}{', '.join(at)}")
     if len(top) > _LISTED:
@@ -261,6 +289,15 @@ def _window(result: LogDiagnosis, w: tuple[int, int], iso: bool) -> str:
     if a == b:
         return a
     return f"{a}–{b[11:]}" if iso and a[:11] == b[:11] else f"{a}–{b}"
+
+
+_EPOCH_S = (1e9, 4.2e9)
+"""Times in this range read as seconds since the epoch (2001-09-09 to 2103)."""
+
+
+def _epoch_seconds(t: np.ndarray) -> bool:
+    """Whether a log's times are seconds since the epoch (every one of them in :data:`_EPOCH_S`)."""
+    return bool(len(t)) and bool(((t >= _EPOCH_S[0]) & (t <= _EPOCH_S[1])).all())
 
 
 def _named(suspect: str, rows: LogRows) -> str:

@@ -69,6 +69,7 @@ over the caller's data), or None when there is no such data yet."""
 
 
 def _anomaly(state: JobState, e: Episode) -> Anomaly:
+    _absorb_transients(state, e)
     steps = max(e.hits, 1)
     ev = dict(e.evidence)
     ev["steps_seen"] = float(e.hits)
@@ -801,6 +802,24 @@ def _count_transient(state: JobState, e: Episode, cfg: DiagnoserConfig) -> None:
         at = state.transient_at.get(name, [])
         state.transient_at[name] = [*at[1 - TRANSIENTS_KEPT :], (e.onset, e.last_seen)]
         state.transient_kinds[name] = e.suspect_kind
+
+
+def _absorb_transients(state: JobState, e: Episode) -> None:
+    """The blips of an anomaly's suspect, or of one of its ranks, inside its window were
+    its fault (an onset dated back to where a change began covers blips counted before
+    it was confirmed): they leave the transients ("never an anomaly")."""
+    names = {_shown(e), *(f"rank:{r}" for r in e.ranks)}
+    for name in names & state.transients.keys():
+        at = state.transient_at.get(name, [])
+        keep = [w for w in at if not (e.onset <= w[0] and w[1] <= e.last_seen)]
+        if len(keep) == len(at):
+            continue
+        left = state.transients[name] - (len(at) - len(keep))
+        if left > 0:
+            state.transients[name], state.transient_at[name] = left, keep
+        else:
+            for held in (state.transients, state.transient_at, state.transient_kinds):
+                held.pop(name, None)
 
 
 def forget_stale(state: JobState, cfg: DiagnoserConfig) -> None:

@@ -237,7 +237,14 @@ class Streams(CrossRankStage, SideInputs):
         held_bytes = int(doc.get("held_bytes", 0))
         pace = Pace.from_list(doc.get("pace"))
         if sf.step in held:
-            self.metrics.summaries["duplicate"] += 1  # replayed after a restart: summarized when released
+            held_key = _held_key(state_key, sf.step)
+            if self.held_findings.get(held_key) is None:
+                # The state that lists it was written, its copy was not (a worker killed
+                # between the two table writes): the replay is the copy.
+                self.held_findings[held_key] = bytes(event.value or b"")
+                log.info("job %.100s run %d: held step %d taken again from its replay", sf.job, sf.run, sf.step)
+            else:
+                self.metrics.summaries["duplicate"] += 1  # replayed after a restart: summarized when released
             return
         if sf.step <= state.last_step:
             if not take_late(gaps, sf.step):

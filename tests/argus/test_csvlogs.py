@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -261,6 +262,31 @@ def test_a_log_with_worker_labels_and_day_first_local_times_is_read_and_named_by
     assert rows.labels[9] == "worker-10" and rows.hosts[7] == "node-0" and rows.label(15) == "worker-16"
     table = CliRunner().invoke(app, [*args, "--time-format", "%d/%m/%Y %H:%M:%S.%f"]).stdout
     assert "worker-8" in table and "rank:7" not in table
+
+
+def test_an_epoch_seconds_log_is_shown_in_utc_and_fail_on_exits_4_on_what_was_found(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "steps.csv")
+    head, *rows = log.read_text().splitlines()
+    epoch = [f"{float(ts) + 1_795_392_000:.3f},{rest}" for ts, _, rest in (r.partition(",") for r in rows)]
+    log.write_text("\n".join([head, *epoch]) + "\n")
+    args = ["diagnose", "--steps-csv", str(log), "--time-col", "ts", "--value-col", "step_ms"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output  # no --fail-on: found or not, done
+    assert "2026-11-23 (UTC)" in res.stdout and "1795392" not in res.stdout, res.stdout
+    assert "seconds since the epoch" in " ".join(res.stderr.split())
+    assert re.search(r"page +\S+ +\d+ windows", res.stdout), res.stdout  # "seen in" says what it counts
+    (o,) = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["anomalies"]
+    assert 1_795_392_110 <= o["start"] <= 1_795_392_130  # JSON: the times as written
+    assert o["summary"].endswith(f"seen in {o['windows']} windows"), o["summary"]
+    for severity in ("page", "warn", "info"):
+        run = CliRunner().invoke(app, [*args, "--json", "--fail-on", severity])
+        assert run.exit_code == 4 and json.loads(run.stdout)["anomalies"], run.output  # printed all the same
+    quiet = tmp_path / "quiet.csv"
+    quiet.write_text("\n".join([head, *(r for r in epoch if ",7,node-0," not in r)]) + "\n")
+    run = CliRunner().invoke(app, [*args[:2], str(quiet), *args[3:], "--fail-on", "warn"])
+    assert run.exit_code == 0 and run.stdout.startswith("0 anomalies"), run.output
+    bad = CliRunner().invoke(app, [*args, "--fail-on", "critical"])
+    assert bad.exit_code == 2 and "page, warn, info" in bad.output
 
 
 def test_cli_table_says_nothing_found_without_an_empty_frame(tmp_path: Path) -> None:

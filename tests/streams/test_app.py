@@ -178,6 +178,34 @@ def test_a_step_that_overtakes_an_earlier_one_waits_for_it_and_a_gap_times_out(t
     assert out.sent["dead"] == [] and out.sent["anomalies"] == []
 
 
+def test_a_held_step_whose_copy_a_killed_worker_lost_is_taken_from_its_replay(tmp_path) -> None:
+    """The job's state lists a held step; its copy in the held-findings table is a separate
+    write, which a worker killed between the two never made. The step's findings read
+    again after the restart are that copy: its summary is sent when the gap fills."""
+    job = "kept"
+    found = findings_of(job, 3)
+    streams, out = make(tmp_path, start_wait_s=0.0, reorder_wait_s=30.0)
+
+    def held() -> list[int]:
+        raw = streams.job_states.get(b"kept|0")
+        return json.loads(raw)["held"] if raw else []
+
+    async def run() -> None:
+        async with streams.agents["diagnose"].test_context() as agent:
+            await agent.put(found[0], key=job_key(job))
+            await agent.put(found[2], key=job_key(job))  # overtook step 1: held
+            await until(lambda: held() == [2])
+            del streams.held_findings.data[b"kept|0|2"]  # the copy the killed worker never wrote
+            await agent.put(found[2], key=job_key(job))  # read again after the restart
+            await until(lambda: streams.held_findings.get(b"kept|0|2") == found[2])
+            await agent.put(found[1], key=job_key(job))
+            await until(lambda: len(out.sent["summaries"]) == 3)
+
+    asyncio.run(run())
+    assert [decode(v).step for _, v in out.sent["summaries"]] == [0, 1, 2]
+    assert streams.metrics.summaries["lost"] == 0 and streams.metrics.summaries["duplicate"] == 0
+
+
 def test_the_findings_topic_takes_findings_and_job_orders_the_rest_is_dead_lettered(tmp_path) -> None:
     """Everything on the findings topic has a schema: the cross-rank stage's StepFindings and
     the expire timer's JobOrder; anything else (garbage, the JSON of older builds, another
