@@ -694,3 +694,25 @@ def test_a_hosts_transient_is_of_kind_host(tmp_path: Path) -> None:
     assert not js["anomalies"], js["anomalies"]
     kinds = {t["suspect"]: t["suspect_kind"] for t in js["transients"]}
     assert kinds.get("host0") == "host", kinds
+
+
+@pytest.mark.parametrize("seed", [8_000_059, 8_000_064])
+def test_an_anomaly_s_own_blips_inside_its_window_are_not_its_transients(seed: int) -> None:
+    """A blip of a rank counted as a transient before its fault was confirmed, with an
+    onset dated back over it, was listed as "never an anomaly" inside that rank's own
+    anomaly (noise-space jobs where that happened: a group's rank blipping at its onset)."""
+    from argus.producers.simulator import draw_job
+
+    job = draw_job(seed, faulty=True)
+    log = job.log()
+    res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time, job=job.name)
+    assert res.anomalies and res.transients
+    inside = [
+        (a.suspect, name, w)
+        for a in res.anomalies
+        for name in {a.suspect, *(f"rank:{r}" for r in a.ranks)}
+        for w in res.transient_at.get(name, [])
+        if a.start_step <= w[0] and w[1] <= a.end_step
+    ]
+    assert inside == []
+    assert sum(res.transients.values()) >= sum(len(w) for w in res.transient_at.values())
