@@ -105,8 +105,9 @@ def _where(ranks: np.ndarray, rows: np.ndarray, res: RankResiduals, group_column
     if named and len(hosts) == 1:
         return "host", hosts.pop()
     # (the fewest ranks of the step: four hosts of a stage of 512 ranks are the hosts, not
-    # the stage; hosts only where the ranks are most of theirs, or nothing else holds them:
-    # three ranks of three hosts in a slowed stage are the stage's, not three hosts')
+    # the stage; hosts only where the ranks are at least half of theirs: three ranks of
+    # three hosts in a slowed stage are the stage's, and gpu0 of two hosts whose other
+    # GPUs are fine is those two ranks, not the hosts)
     held: list[tuple[bool, int, int, str]] = []  # (a few ranks of hosts, ranks held, order, name)
     dp = np.unique(res.dp[rows])
     if len(dp) == 1 and res.replicas:
@@ -117,8 +118,8 @@ def _where(ranks: np.ndarray, rows: np.ndarray, res: RankResiduals, group_column
     if named and len(hosts) <= _MAX_HOSTS_NAMED:
         on_hosts = int(np.isin(res.hosts, sorted(hosts)).sum())
         held.append((2 * len(ranks) < on_hosts, on_hosts, 2, "hosts:" + ",".join(sorted(hosts))))
-    if held:
-        return "ranks", min(held)[3]
+    if held and not (best := min(held))[0]:
+        return "ranks", best[3]
     return "ranks", "ranks:" + ranks_label(sorted(int(r) for r in ranks))
 
 

@@ -478,7 +478,8 @@ def test_ranks_are_named_by_the_smallest_group_that_holds_them() -> None:
     """A stage of 512 ranks on 64 hosts (8 a host, replicas of 2 ranks across the stages):
     four whole hosts slowed are the four hosts, not their stage (a fault so named was later
     sighted by the stage's other ranks); three ranks on three hosts are not three hosts of
-    24 ranks but their stage; ranks of one replica and one stage, the smaller of the two."""
+    24 ranks but their stage; ranks of one replica and one stage, the smaller of the two;
+    a GPU of each of two hosts is those two ranks, half of each host's GPUs the hosts."""
     from argus.detectors.common_cause import smallest_group
 
     n = 1024
@@ -500,4 +501,5 @@ def test_ranks_are_named_by_the_smallest_group_that_holds_them() -> None:
     assert smallest_group([275, 286, 307], res, "pp") == ("ranks", "pp:0")
     assert smallest_group([5, 517], res, "pp") == ("ranks", "dp:5")
     assert smallest_group([8, 9], res, "pp") == ("host", "node-001")
-    assert smallest_group([3, 900], res, "pp") == ("ranks", "hosts:node-000,node-112")
+    assert smallest_group([3, 900], res, "pp") == ("ranks", "ranks:3,900")  # a GPU of each of two hosts
+    assert smallest_group([*range(4), *range(896, 900)], res, "pp") == ("ranks", "hosts:node-000,node-112")
