@@ -242,7 +242,9 @@ class Streams(CrossRankStage, SideInputs):
                 # The state that lists it was written, its copy was not (a worker killed
                 # between the two table writes): the replay is the copy.
                 self.held_findings[held_key] = bytes(event.value or b"")
-                log.info("job %.100s run %d: held step %d taken again from its replay", sf.job, sf.run, sf.step)
+                log.info(
+                    "job %.100s run %d: held step %d taken again from its replay", sf.job, sf.run, sf.step
+                )
             else:
                 self.metrics.summaries["duplicate"] += 1  # replayed after a restart: summarized when released
             return
