@@ -716,3 +716,29 @@ def test_an_anomaly_s_own_blips_inside_its_window_are_not_its_transients(seed: i
     ]
     assert inside == []
     assert sum(res.transients.values()) >= sum(len(w) for w in res.transient_at.values())
+
+
+@pytest.mark.parametrize(("seed", "ranks"), [(8_000_270, (2,)), (8_000_184, (0, 1, 2))])
+def test_staggered_samples_of_a_small_log_are_referred_to_their_peers_less_their_levels(
+    seed: int, ranks: tuple[int, ...]
+) -> None:
+    """Logs of four and six workers sampled at staggered times (two or three of them in a
+    window) with static offsets up to 10 %: a window's reference of raw peers jumped with
+    who reported in it, and a rank's noise model widened fourfold. 8000270: a worker's 1.2x
+    sawtooth was missed; 8000184: three of six workers ramping to 1.25x were one worker."""
+    from argus.producers.simulator import draw_job
+
+    for faulty in (True, False):
+        job = draw_job(seed, faulty=faulty)
+        log = job.log()
+        res = diagnose_log(log.rank, log.t, log.value, by_time=log.by_time, job=job.name)
+        if not faulty:
+            assert res.anomalies == [], res.anomalies  # the same job without its fault: quiet
+            continue
+        (fault,) = job.faults
+        lo, hi = (
+            int(np.searchsorted(res.labels, log.step_t[s], side="right")) - 1
+            for s in (fault.first_step, fault.last_step)
+        )
+        (a,) = res.anomalies
+        assert a.ranks == ranks and a.start_step <= hi and a.end_step >= lo, (a, lo, hi)
