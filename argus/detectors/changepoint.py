@@ -559,7 +559,9 @@ def _periodic(
         gap = np.array(
             [np.median(x[np.abs(x - x.min()) <= 1]) for x in np.diff(st.spikes[new], axis=1)], np.int64
         ).reshape(-1)
-        mine = np.array([not shared_rhythm(st, int(k)) for k in gap.tolist()], bool)
+        mine = np.array(
+            [not shared_rhythm(st, int(k), int(r)) for r, k in zip(new.tolist(), gap.tolist(), strict=True)], bool
+        )
         new, gap = new[mine], gap[mine]
         per[0, new] = st.spikes[new, 0]
         per[1, new] = gap
@@ -575,28 +577,35 @@ def job_beat(st: ChangeState, step: int) -> None:
     st.beats = np.append(st.beats[1:], step)
 
 
-def _beating(spikes: np.ndarray, period: int) -> np.ndarray:
+def _beating(spikes: np.ndarray, period: float | np.ndarray) -> np.ndarray:
     """Per row of spike steps, whether ``_BEATS`` of their gaps are ``period`` (or twice
-    it: a beat missed) within a tenth."""
+    it: a beat missed) within a tenth (``period``: one, or a column of one per row)."""
     gaps = np.diff(spikes, axis=-1)
-    tol = max(1.0, period / 10)
+    tol = np.maximum(1.0, np.asarray(period) / 10)
     near = (spikes[..., :-1] >= 0) & ((np.abs(gaps - period) <= tol) | (np.abs(gaps - 2 * period) <= 2 * tol))
     return np.asarray(near.sum(axis=-1) >= _BEATS)
 
 
-def shared_rhythm(st: ChangeState, period: int) -> bool:
+def shared_rhythm(st: ChangeState, period: int, rank: int = -1) -> bool:
     """Whether slow every ``period`` steps is the job's schedule (an evaluation every so
     many steps), not a fault: the whole job was (its global runs), or half its ranks or
     more are, each at its own phase. In a log whose workers' clocks drift apart, each
     rank's evaluation falls in other windows than its peers' and stands out of them: the
     job's first few, still together, and later every rank's own; one rank's or a few's
-    rhythm is a fault."""
-    seen = st.n[0] > 0
-    if not seen.any() or period < 3:
+    rhythm is a fault. A log sampled by time counts windows, not steps: with ``rank``
+    (whose rhythm it is), a rank ``x`` times slower beats the same schedule every ``x``
+    times the windows (a worker 10 % faster than its peers beat the evaluations every 34
+    windows, they every 38 to 39, and it paged "slow every 34 steps")."""
+    seen = np.flatnonzero(st.n[0] > 0)
+    if not len(seen) or period < 3:
         return False
     if _beating(st.beats, period):
         return True
-    return 2 * int(_beating(st.spikes[seen], period).sum()) >= int(seen.sum())
+    beating = _beating(st.spikes[seen], period)
+    if 0 <= rank < st.n_ranks:
+        ratio = np.exp(st.base[0, seen] - st.base[0, rank])
+        beating |= _beating(st.spikes[seen], (period * ratio)[:, None])
+    return 2 * int(beating.sum()) >= len(seen)
 
 
 def _noise(

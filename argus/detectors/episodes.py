@@ -745,7 +745,8 @@ def _rhythm(state: JobState, key: str, e: Episode, sf: StepFindings) -> bool:
     gaps = np.diff(at)
     if gaps.min() < 3 or gaps.max() > _MAX_PERIOD or gaps.max() - gaps.min() > 1:
         return False
-    if shared_rhythm(state.changes, int(np.median(gaps))):  # the schedule, clocks drifting
+    own = e.ranks[0] if e.suspect_kind == "rank" and e.ranks else -1
+    if shared_rhythm(state.changes, int(np.median(gaps)), own):  # the schedule, clocks drifting
         return False
     e.onset, e.hits, e.hits_at = at[0], len(at), at
     e.added_ms_sum *= len(at)

@@ -742,3 +742,18 @@ def test_staggered_samples_of_a_small_log_are_referred_to_their_peers_less_their
         )
         (a,) = res.anomalies
         assert a.ranks == ranks and a.start_step <= hi and a.end_step >= lo, (a, lo, hi)
+
+
+@pytest.mark.parametrize("seed", [3, 14, 15])
+def test_a_log_of_workers_on_their_own_clocks_is_no_rhythm_of_its_evaluations(seed: int) -> None:
+    """Workers at their own pace logged by time: a faster one runs the job's evaluation
+    schedule (every 288 steps) every fewer windows than its peers (34 against 38-39), and
+    its evaluations paged as "slow every 34 steps" from the log's first minute (seed 3);
+    the sawtooth of worker 2 is found, and nothing else (seeds 14 and 15 missed it)."""
+    from tests.helpers.workers import own_clock_workers
+
+    res = diagnose_log(*own_clock_workers(seed), by_time=True)
+    (a,) = res.anomalies
+    assert a.suspect == "rank:2" and "period_steps" not in a.evidence, a
+    assert 450 <= res.start(a) <= 600 and res.end(a) <= 700, (res.start(a), res.end(a))
+    assert diagnose_log(*own_clock_workers(seed, fault=False), by_time=True).anomalies == []

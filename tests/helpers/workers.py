@@ -65,3 +65,38 @@ def sawtooth_workers(seed: int, *, fault: bool = True) -> tuple[np.ndarray, np.n
         tooth = 1 + 0.24 * (np.arange(400) % 13 + 1) / 13
         ms[180:580, [0, 7]] *= tooth[:, None]
     return np.tile(np.arange(w), steps), np.repeat(np.arange(steps), w), ms.ravel()
+
+
+def own_clock_workers(seed: int, *, fault: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """4 workers, 2,400 steps of ~300 ms each at its own pace (static offsets up to +-10 %:
+    a faster worker is further on in time), sampled by time: each logs the mean of its
+    steps since its last row every 1.6-3.2 s at moments of its own (staggered); its own
+    AR(0.6) noise (1.8 %), an evaluation step every 288 steps (4.6x); with ``fault``, worker
+    2 throttling in a sawtooth from step 1,670 to 1,899: up to 1.2x over 40 steps, then
+    back (session 33). Returns (rank, time in s, mean step ms) rows."""
+    rng = np.random.default_rng(seed)
+    w, steps, phi = 4, 2400, 0.6
+    own = np.zeros(w)
+    ms = np.empty((steps, w))
+    for s in range(steps):
+        own = phi * own + 0.018 * np.sqrt(1 - phi**2) * rng.standard_normal(w)
+        ms[s] = 300.0 * np.exp(own)
+    ms *= 1 + rng.uniform(-0.1, 0.1, w)
+    ms[::288] *= 4.6
+    if fault:
+        ms[1670:1900, 2] *= 1 + 0.2 * (np.arange(230) % 40 + 1) / 40
+    rows = []
+    for r in range(w):
+        ends = np.cumsum(ms[:, r]) / 1e3
+        at = float(rng.uniform(0, 2.4))
+        last = 0
+        while True:
+            k = int(np.searchsorted(ends, at, side="right"))
+            if k >= steps:
+                break
+            if k > last:
+                rows.append((r, at, float(ms[last:k, r].mean())))
+                last = k
+            at += float(rng.uniform(1.6, 3.2))
+    a = np.array(rows)
+    return a[:, 0].astype(int), a[:, 1], a[:, 2]
