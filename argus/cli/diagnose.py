@@ -180,7 +180,7 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str,
     # ISO times truncated at 80 columns to "2026-11-23T…")
     at = {as_written(x, iso) for a in found for x in (result.start(a), result.end(a))}
     day = next(iter(at))[:11] if iso and len({t[:11] for t in at}) == 1 else ""
-    when = "UTC" if day else unit
+    when = "UTC" if iso else unit  # (ISO times over several days: whole, still UTC)
     caption = f"{day[:10]} (UTC): {caption}" if day else caption
     fit = max(len(t) for t in at) - (len(day) + 1 if day else 0)
     table = Table(
@@ -256,7 +256,9 @@ def _transient_lines(result: LogDiagnosis, rows: LogRows, unit: str, iso: bool) 
     top = _transients_by_count(result)
     names = [_named(k, rows) for k, _ in top[:_LISTED]]
     width = max(len(n) for n in names)
-    out = [f"transients (seen too briefly to be an anomaly), the {unit}s of the last few:"]
+    out = [
+        f"transients (not confirmed as an anomaly: too brief, too few sightings or too faint), the {unit}s of the last few:"
+    ]
     for name, (k, n) in zip(names, top, strict=False):
         at = [_window(result, w, iso) for w in result.transient_at.get(k, [])]
         more = "…, " if n > len(at) else ""

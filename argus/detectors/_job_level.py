@@ -35,7 +35,7 @@ def job_level(
     findings (without the rank ones on a global step; with the job's own when no rank
     explains a rise) and whether the step is global; the baseline and step counts updated."""
     step = sf.step
-    job_ms = sf.job_ms if sf.job_ms >= 0 else sf.step_ms
+    job_ms = (sf.job_ms if sf.job_ms >= 0 else sf.step_ms) * _as_if_all(state, sf, cfg)
     verdict = iteration_level(state.iteration, step, job_ms, sf.job_median, cfg)
     if _settle(state, verdict, cfg):
         state.settled = True
@@ -67,6 +67,23 @@ def job_level(
     if not glob:
         _follow_baseline(state, sf, verdict, cfg)
     return verdict, findings, glob
+
+
+def _as_if_all(state: JobState, sf: StepFindings, cfg: DiagnoserConfig) -> float:
+    """The factor that makes a step's job time what it would be had every rank reported:
+    a step of a small job or log that lacks some of its ranks is the time of those it holds,
+    their known levels against their peers (their own baselines) taken out. Workers on
+    their own clocks end a log at different times, and its last windows, only the slower
+    workers', paged the job (1 if every rank reported, or too few levels are known)."""
+    res, ch = sf.residuals, state.changes
+    if res is None or not cfg.change_points or len(res.ranks) >= ch.n_ranks or ch.n_ranks >= cfg.small_job:
+        return 1.0
+    known = ch.n[0] >= cfg.cp_learn
+    here = res.ranks[(res.ranks < ch.n_ranks)]
+    here = here[known[here]]
+    if known.sum() < 4 or not len(here):
+        return 1.0
+    return float(np.exp(np.median(ch.base[0, known]) - np.median(ch.base[0, here])))
 
 
 def _every_rank_slow(state: JobState, sf: StepFindings, cfg: DiagnoserConfig) -> bool:

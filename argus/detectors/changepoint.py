@@ -560,7 +560,8 @@ def _periodic(
             [np.median(x[np.abs(x - x.min()) <= 1]) for x in np.diff(st.spikes[new], axis=1)], np.int64
         ).reshape(-1)
         mine = np.array(
-            [not shared_rhythm(st, int(k), int(r)) for r, k in zip(new.tolist(), gap.tolist(), strict=True)], bool
+            [not shared_rhythm(st, int(k), int(r)) for r, k in zip(new.tolist(), gap.tolist(), strict=True)],
+            bool,
         )
         new, gap = new[mine], gap[mine]
         per[0, new] = st.spikes[new, 0]
