@@ -157,7 +157,7 @@ class DiagnoserConfig:
     cp_max_period: int = 64
     small_job: int = 33
     baseline_rate: float = 0.25
-    baseline_max_frac: float = 0.15
+    baseline_max_frac: float = 0.25
     flicker_max_frac: float = 0.5
     page_after: float = 2.0
     page_cost_frac: float = 0.2
