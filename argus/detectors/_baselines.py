@@ -212,18 +212,28 @@ def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig)
     or ranks named together, three or more),
     or, in a job of fewer than ``small_job`` ranks, a static offset (it adds at most
     ``baseline_max_frac`` of a step) first seen within twice the sightings a confirmation
-    takes (noise hides a small offset among few peers now and then; among many, a rank as
-    slow so early is a degraded GPU the kernel level and the fleet view want). One rank far
-    slower from the start alone is still reported, as a warning."""
+    takes, its own past not having seen it begin (noise hides a small offset among few
+    peers now and then; among many, a rank as slow so early is a degraded GPU the kernel
+    level and the fleet view want). One rank far slower from the start alone is still
+    reported, as a warning."""
     early = 0 <= e.onset - state.first_step <= 2 * _sightings_needed(cfg, state.n_ranks, e.level)
     modest = e.hits > 0 and e.added_ms_sum / e.hits <= cfg.baseline_max_frac * sf.step_ms
-    if early and modest and state.n_ranks < cfg.small_job:
+    if early and modest and state.n_ranks < cfg.small_job and not _own_change(state, e):
         return True
     since_start = slow_with_it(state, e, cfg)
     # ranks named together are suspects of their own (a log without hosts names a speed
     # group of 200 ranks as one: a warning "since the start" on three quiet jobs)
     together = len(e.ranks) - 1 if e.suspect_kind == "ranks" else 0
     return e.persistent and since_start + together >= 2
+
+
+def _own_change(state: JobState, e: Episode) -> bool:
+    """Whether the own past of ``e``'s ranks saw it begin: a change found, or open on one of
+    them (a trace's rank slowed at its 20th step of 40 is no offset it always had)."""
+    ch = state.changes
+    return e.change_onset >= 0 or any(
+        0 <= r < ch.n_ranks and bool((ch.onset[:, r] >= 0).any()) for r in e.ranks
+    )
 
 
 def is_baseline(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:
