@@ -65,8 +65,8 @@ def diagnose(
     the live workers (the CSV becomes one step batch per window)."""
     if (time_col is None) == (step_col is None):
         fail("give exactly one of --time-col or --step-col")
-    if fail_on is not None and fail_on not in _RANKED:
-        fail(f"--fail-on {fail_on}: give one of {', '.join(_RANKED)}")
+    if fail_on is not None and fail_on not in Anomaly.SEVERITIES:
+        fail(f"--fail-on {fail_on}: give one of {', '.join(reversed(Anomaly.SEVERITIES))}")
     t_col = time_col or step_col or ""
     with exit_on_error(ValueError):  # diagnose_log's ValueError: the CSV's values
         rows = read_series(steps_csv, rank_col, t_col, value_col, host_col, time_format)
@@ -102,12 +102,9 @@ def diagnose(
         _print_table(result, rows, value_col, unit, clock)
         for line in _transient_lines(result, rows, unit, clock):
             console.print(line, highlight=False, soft_wrap=True, markup=False)
-    if fail_on is not None and any(_RANKED[a.severity] >= _RANKED[fail_on] for a in result.anomalies):
+    rank = Anomaly.SEVERITIES.index
+    if fail_on is not None and any(rank(a.severity) >= rank(fail_on) for a in result.anomalies):
         raise typer.Exit(EXIT_FOUND)
-
-
-_RANKED = {"page": 2, "warn": 1, "info": 0}
-"""Severities, the most urgent highest (``--fail-on``)."""
 
 
 def _as_json(a: Anomaly, result: LogDiagnosis, rows: LogRows, value_col: str, unit: str) -> dict[str, Any]:

@@ -230,10 +230,7 @@ def _static(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig)
 def _own_change(state: JobState, e: Episode) -> bool:
     """Whether the own past of ``e``'s ranks saw it begin: a change found, or open on one of
     them (a trace's rank slowed at its 20th step of 40 is no offset it always had)."""
-    ch = state.changes
-    return e.change_onset >= 0 or any(
-        0 <= r < ch.n_ranks and bool((ch.onset[:, r] >= 0).any()) for r in e.ranks
-    )
+    return e.change_onset >= 0 or any(map(state.changes.changed, e.ranks))
 
 
 def is_baseline(state: JobState, e: Episode, sf: StepFindings, cfg: DiagnoserConfig) -> bool:

@@ -361,7 +361,11 @@ class ChangeState:
         samples, and nothing is open on it (a change, a rhythm)."""
         if not 0 <= rank < self.n_ranks or self.n[0, rank] < learn:
             return False
-        return not bool((self.onset[:, rank] >= 0).any()) and self.period[0, rank] < 0
+        return not self.changed(rank) and self.period[0, rank] < 0
+
+    def changed(self, rank: int) -> bool:
+        """Whether a change is open on ``rank`` (on any series)."""
+        return 0 <= rank < self.n_ranks and bool((self.onset[:, rank] >= 0).any())
 
     def learning(self, rank: int, learn: int) -> bool:
         """Whether ``rank``'s own baseline is not learned yet (fewer than ``learn`` samples)."""

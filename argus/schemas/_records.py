@@ -494,7 +494,8 @@ class Anomaly(EvidenceRecord):
     severity: str = "page"
 
     LEVELS: ClassVar[frozenset[str]] = frozenset({"iteration", "cross_rank", "kernel", "hang"})
-    SEVERITIES: ClassVar[frozenset[str]] = frozenset({"page", "warn", "info"})
+    SEVERITIES: ClassVar[tuple[str, ...]] = ("info", "warn", "page")
+    """From the least severe to the most."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -325,7 +325,7 @@ def _anomaly(a: Anomaly) -> None:
     if a.level not in Anomaly.LEVELS:
         raise _fail(a, f"level {a.level!r} not one of {sorted(Anomaly.LEVELS)}")
     if a.severity not in Anomaly.SEVERITIES:
-        raise _fail(a, f"severity {a.severity!r} not one of {sorted(Anomaly.SEVERITIES)}")
+        raise _fail(a, f"severity {a.severity!r} not one of {list(Anomaly.SEVERITIES)}")
     if not 0 <= a.start_step <= a.end_step < LIMITS["max_step"]:
         raise _fail(a, f"window {a.start_step}..{a.end_step} is not a window")
     _text(a, "suspect_kind", a.suspect_kind)
