@@ -862,10 +862,13 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     # two before a clear shift started the first sum there, not this one
     s2 = st.s2[:, idx]
     s2_new = np.where(closed_now, np.maximum(s2 + np.clip(d, -c, c) - c / 2, 0.0), 0.0)
-    # (and a deviation of three clips or more right after one under a clip starts it anew:
-    # a clear shift begins there, not at the noise before it; a rank 6x slower from step 30
-    # under DDP was dated from a 1.3x blip at step 28 and the step of noise after it)
-    jump = closed_now & follows & (d >= 3 * c) & (d_prev < c)
+    # (and a deviation of three clips or more, right after one under a clip and a sum of
+    # under one clip, starts it anew: a clear shift begins there, not at the noise before
+    # it; a rank 6x slower from step 30 under DDP was dated from a 1.3x blip at step 28 and
+    # the step of noise after it. A sum grown further is a shift already: a heavy-tailed
+    # spike seven steps into a 1.3x one moved its onset there; and a run whose level reached
+    # two clips before is its pattern already: slow every other step moved it each beat)
+    jump = closed_now & follows & (d >= 3 * c) & (d_prev < c) & (s2 < c) & (st.peak[:, idx] < 2 * c)
     s2_new = np.where(jump, c / 2, s2_new)
     s2_from = np.where(closed_now & (s2_new > 0) & ((s2 <= 0) | jump), step, st.s2_from[:, idx])
     # a shock of autocorrelated noise dying away is no change: the deviation's recent
