@@ -867,8 +867,8 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     # it; a rank 6x slower from step 30 under DDP was dated from a 1.3x blip at step 28 and
     # the step of noise after it. A sum grown further is a shift already: a heavy-tailed
     # spike seven steps into a 1.3x one moved its onset there; and a run whose level reached
-    # two clips before is its pattern already: slow every other step moved it each beat)
-    jump = closed_now & follows & (d >= 3 * c) & (d_prev < c) & (s2 < c) & (st.peak[:, idx] < 2 * c)
+    # three clips before is its pattern already: slow every other step moved it each beat)
+    jump = closed_now & follows & (d >= 3 * c) & (d_prev < c) & (s2 < c) & (st.peak[:, idx] < 3 * c)
     s2_new = np.where(jump, c / 2, s2_new)
     s2_from = np.where(closed_now & (s2_new > 0) & ((s2 <= 0) | jump), step, st.s2_from[:, idx])
     # a shock of autocorrelated noise dying away is no change: the deviation's recent

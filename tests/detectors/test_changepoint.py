@@ -190,6 +190,21 @@ def test_a_1_2x_straggler_is_emitted_within_5_steps() -> None:
     assert first is not None and first - 120 <= 5
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_clear_shift_is_dated_from_its_first_step_not_a_blip_two_steps_before(seed: int) -> None:
+    """Three ranks; rank 1 6x slower for steps 30-54, a 1.3x blip at step 28 and a step of
+    noise after it (a real DDP run on CI): the anomaly is the slowed steps, not from the blip."""
+    rng = np.random.default_rng(seed)
+    ms = 15.0 * np.exp(0.03 * rng.standard_normal((90, 3)))
+    ms[28, 1] *= 1.3
+    ms[29, 1] *= 1.08
+    ms[30:55, 1] *= 6.0
+    res = diagnose_log(
+        np.tile(np.arange(3), 90), np.repeat(np.arange(90.0), 3), ms.ravel(), by_time=False, job="ddp"
+    )
+    assert [(a.ranks, a.start_step, a.end_step) for a in res.anomalies] == [((1,), 30, 54)]
+
+
 def _small(seed: int, slow_from: int = -1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """10 workers' step times, 400 steps: workers 0 and 3 always 10 % slower (their
     machines); from ``slow_from`` workers 2, 5, 6 and 9 1.25x slower than their own past."""
