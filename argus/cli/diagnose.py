@@ -300,11 +300,19 @@ def _epoch_seconds(t: np.ndarray) -> bool:
 
 
 def _named(suspect: str, rows: LogRows) -> str:
-    """A rank suspect (``rank:7``) as the log names it (``gpu-7``) when it has labels."""
-    kind, _, rank = suspect.partition(":")
-    if rows.labels and kind == "rank" and rank.isdigit():
-        return rows.label(int(rank))
-    return suspect
+    """A rank suspect (``rank:7``) or several (``ranks:2,4-6``) as the log names them
+    (``gpu-7``; ``node2,node4,node5,node6``, eight at most) when it has labels."""
+    kind, _, named = suspect.partition(":")
+    if not rows.labels or kind not in ("rank", "ranks"):
+        return suspect
+    ranks: list[int] = []
+    for part in named.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) - int(lo) > 1024:
+            return suspect
+        ranks += range(int(lo), int(hi or lo) + 1)
+    shown = ",".join(rows.label(r) for r in ranks[:8])
+    return shown + (f",… ({len(ranks)})" if len(ranks) > 8 else "")
 
 
 def _number(x: float) -> float | int:

@@ -276,6 +276,32 @@ def test_a_log_with_worker_labels_and_day_first_local_times_is_read_and_named_by
     assert "worker-8" in table and "rank:7" not in table
 
 
+def test_workers_named_together_are_named_by_their_labels(tmp_path: Path) -> None:
+    """Two labelled workers slowed together: the suspect reads ``w1,w7``, not ``ranks:1,7``
+    (a new user's table said ``ranks:2,4`` beside ``node2,node4``)."""
+    rank, t, v = irregular(10, 120, seed=8, slow={1: (60, 3.0), 7: (60, 3.0)}, static={})
+    path = tmp_path / "workers.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["ts", "worker", "step_ms"])
+        w.writerows((f"{x:.3f}", f"w{r}", f"{y:.3f}") for r, x, y in zip(rank, t, v, strict=True))
+    args = [
+        "diagnose",
+        "--steps-csv",
+        str(path),
+        "--rank-col",
+        "worker",
+        "--time-col",
+        "ts",
+        "--value-col",
+        "step_ms",
+    ]
+    (o,) = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["anomalies"]
+    assert (o["suspect"], o["suspect_label"], o["labels"]) == ("ranks:1,7", "w1,w7", ["w1", "w7"]), o
+    table = CliRunner().invoke(app, args).stdout
+    assert "w1,w7" in table and "ranks:1,7" not in table
+
+
 def test_an_epoch_seconds_log_is_shown_in_utc_and_fail_on_exits_4_on_what_was_found(tmp_path: Path) -> None:
     log = write_log(tmp_path / "steps.csv")
     head, *rows = log.read_text().splitlines()
