@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,8 +195,7 @@ def _print_table(result: LogDiagnosis, rows: LogRows, value_col: str, unit: str,
     cells = [
         (
             _named(a.suspect, rows),
-            ",".join(rows.label(r) for r in a.ranks[:8])
-            + (f",… ({len(a.ranks)})" if len(a.ranks) > 8 else ""),
+            _listed(a.ranks, rows),
             *(
                 as_written(x, iso).removeprefix(day).removesuffix("Z" if day else "")
                 for x in (result.start(a), result.end(a))
@@ -311,6 +311,11 @@ def _named(suspect: str, rows: LogRows) -> str:
         if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) - int(lo) > 1024:
             return suspect
         ranks += range(int(lo), int(hi or lo) + 1)
+    return _listed(ranks, rows)
+
+
+def _listed(ranks: Sequence[int], rows: LogRows) -> str:
+    """Ranks by the log's labels, eight at most (then how many in all)."""
     shown = ",".join(rows.label(r) for r in ranks[:8])
     return shown + (f",… ({len(ranks)})" if len(ranks) > 8 else "")
 
