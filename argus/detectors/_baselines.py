@@ -134,7 +134,11 @@ def _severity(e: Episode, cfg: DiagnoserConfig, page_hits: int, step_ms: float =
         and e.added_ms_sum / e.hits >= cfg.page_cost_frac * step_ms
     )
     changed = e.change_onset >= 0 and not streaky and len(e.added_at) >= _HELD
-    return "page" if e.hits >= page_hits or costly or changed else "warn"
+    # (a change's steps before it was first sighted are its evidence building, not a fault
+    # seen: a weak one's onset is where its sum began, tens of steps before it opened, and
+    # a quiet job's rank paged on two sightings "seen in 85 steps")
+    seen = min(e.hits, len(e.added_at)) if e.change_onset >= 0 else e.hits
+    return "page" if seen >= page_hits or costly or changed else "warn"
 
 
 _HELD = 8

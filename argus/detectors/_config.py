@@ -76,7 +76,8 @@ class DiagnoserConfig:
     ``cp_small_shift`` or more adds that much a step), one of ``cp_min_shift`` or less never; it
     ends after about ``cp_end_steps`` steps back below half its size (its size follows it
     with weight ``cp_size_alpha``). Changes whose onsets are within ``cp_onset_within``
-    steps and whose sizes are within a factor ``cp_size_ratio`` are one cause
+    steps, or within the spread of a weak change's onset (at most ``cp_onset_within_max``),
+    and whose sizes are within a factor ``cp_size_ratio`` are one cause
     (:mod:`detectors.common_cause`). A rank whose last six spikes (``cp_spike`` or more
     over its baseline, and four of its own sigmas) came at regular gaps (2 to ``cp_max_period`` steps) is slow every
     k-th step: one change from the first of them. A job of fewer than ``small_job`` ranks leads with the
@@ -152,6 +153,7 @@ class DiagnoserConfig:
     cp_end_steps: float = 3.0
     cp_size_alpha: float = 0.1
     cp_onset_within: int = 4
+    cp_onset_within_max: int = 127
     cp_size_ratio: float = 2.0
     cp_spike: float = 0.25
     cp_max_period: int = 64

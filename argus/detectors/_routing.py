@@ -13,7 +13,7 @@ from argus.schemas.causes import COMPUTE_STRAGGLER, MASKED_COMPUTE_STRAGGLER
 from ._config import DiagnoserConfig
 from ._finding import Finding
 from ._state import _SILENT, Episode, JobState
-from .common_cause import CHANGE_FIGURE
+from .common_cause import CHANGE_FIGURE, ONSET_SPREAD, OPENED, began_together
 
 _GROUP_KINDS = ("host", "link", "ranks")
 
@@ -112,7 +112,7 @@ def _split(
 def grows(e: Episode, f: Finding, cfg: DiagnoserConfig) -> bool:
     """Whether change finding ``f`` is episode ``e``'s fault, seen whole or from another
     side: at least half of ``e``'s ranks among its own, its change begun within
-    ``cp_onset_within`` steps of ``e``'s onset (the first member's change opened a few
+    ``cp_onset_within`` steps of ``e``'s onset (or as :func:`common_cause.began_together` says) (the first member's change opened a few
     steps before the others'; a member's change on noisy samples closes for a step and
     opens again, and the group is seen without it: four workers slowed together were two
     anomalies, ``ranks:5-6,9`` and ``rank:2``)."""
@@ -123,7 +123,17 @@ def grows(e: Episode, f: Finding, cfg: DiagnoserConfig) -> bool:
         and onset is not None
         and shared > 0
         and 2 * shared >= len(e.ranks)
-        and abs(e.onset - onset) <= cfg.cp_onset_within
+        and bool(
+            began_together(
+                cfg,
+                onset,
+                f.evidence.get(ONSET_SPREAD, 0.0),
+                f.evidence.get(OPENED, -1.0),
+                e.onset,
+                e.evidence.get(ONSET_SPREAD, 0.0),
+                e.evidence.get(OPENED, -1.0),
+            )
+        )
     )
 
 

@@ -231,7 +231,7 @@ def rank_residuals(batch: StepBatch, x: np.ndarray, group_column: str = "pp") ->
 
 _FIELDS = (
     "n", "base", "v1", "v2", "prev", "prev2", "bsum", "bprev", "bdirty", "vb", "s2", "s2_from", "s", "s_from", "s_sum", "s_cnt", "c_sum", "onset", "size", "csize", "t",
-    "t_from", "seen", "zsum", "zcnt", "zdirty", "ew", "peak", "lxy", "lxx", "hush", "s_up",
+    "t_from", "seen", "zsum", "zcnt", "zdirty", "ew", "peak", "lxy", "lxx", "hush", "s_up", "lag", "spread",
 )  # fmt: skip
 _SPIKES = 6
 """Spikes whose regular gaps make a rank slow every k-th step."""
@@ -240,8 +240,10 @@ _SPIKE = 4.0
 ``cp_spike``."""
 _BEATS = 2
 """Gaps of a rank's last spikes at a period that make it beat with it (:func:`shared_rhythm`)."""
-_INT_FIELDS = frozenset({"n", "s_from", "s2_from", "onset", "t_from", "seen", "zdirty", "hush", "s_up"})
-_BYTE_FIELDS = frozenset({"hush", "s_up"})
+_INT_FIELDS = frozenset(
+    {"n", "s_from", "s2_from", "onset", "t_from", "seen", "zdirty", "hush", "s_up", "lag"}
+)
+_BYTE_FIELDS = frozenset({"hush", "s_up", "lag", "bdirty"})
 """Fields that hold small counts: a byte each in the state's document."""
 
 
@@ -280,7 +282,9 @@ class ChangeState:
     (a rank's summed deviations, their count, the step until which it is left out), and
     per series its result ``scale`` after ``checks`` steps; ``hush``: whether the last
     sample (bit 0) and the one before (bit 1) were a spike of a rhythm, left out of the
-    noise model (:func:`_spikes`). ``phase``: per rank, the
+    noise model (:func:`_spikes`); ``lag``: the steps from an open change's onset to the
+    step it opened in, ``spread``: the steps within which its onset is known, as it opened
+    (:func:`track`; both at most 127: :meth:`began`). ``phase``: per rank, the
     own-work phase that rose when its change opened. ``beats``: the first steps of the job's
     last ``_SPIKES`` global runs (every rank far slower: :func:`job_beat`)."""
 
@@ -312,6 +316,8 @@ class ChangeState:
     lxx: np.ndarray = field(default_factory=_rows)
     hush: np.ndarray = field(default_factory=_int_rows)
     s_up: np.ndarray = field(default_factory=_int_rows)
+    lag: np.ndarray = field(default_factory=_int_rows)
+    spread: np.ndarray = field(default_factory=_int_rows)
     peak: np.ndarray = field(default_factory=_rows)
     zsum: np.ndarray = field(default_factory=_rows)
     zcnt: np.ndarray = field(default_factory=_rows)
@@ -371,6 +377,19 @@ class ChangeState:
         """Whether ``rank``'s own baseline is not learned yet (fewer than ``learn`` samples)."""
         return not 0 <= rank < self.n_ranks or bool(self.n[0, rank] < learn)
 
+    def began(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank of ``cols``, of its open change (on its series of the earliest onset):
+        the steps within which its onset is known and the step it opened in (0 and -1
+        where none is open)."""
+        none = np.iinfo(np.int64).max
+        on = np.where(self.onset[:, cols] >= 0, self.onset[:, cols], none)
+        first = np.argmin(on, axis=0)[None, :]
+        at = np.take_along_axis(on, first, axis=0)[0]
+        lag = np.take_along_axis(self.lag[:, cols], first, axis=0)[0]
+        spread = np.take_along_axis(self.spread[:, cols], first, axis=0)[0]
+        is_open = at < none
+        return np.where(is_open, spread, 0), np.where(is_open, at + lag, -1)
+
     def open_ranks(self) -> np.ndarray:
         """Ranks with a change open on any series, or slow every k-th step."""
         return np.flatnonzero((self.onset >= 0).any(axis=0) | (self.period[0] >= 0))
@@ -413,7 +432,10 @@ class ChangeState:
             if name not in data:  # a state from before the field: nothing learned of it yet
                 setattr(st, name, np.zeros((len(SERIES), n), np.int64 if name in _INT_FIELDS else float))
                 continue
-            a = np.frombuffer(base64.b64decode(data[name]), dt)
+            raw = base64.b64decode(data[name])
+            if name != "phase" and len(raw) != len(SERIES) * n * np.dtype(dt).itemsize:
+                dt = np.int32 if name in _INT_FIELDS else np.float32  # an older build's width
+            a = np.frombuffer(raw, dt)
             if name == "phase":
                 st.phase = a.astype(np.int8)
             else:
@@ -795,6 +817,10 @@ def building(st: ChangeState, cfg: DiagnoserConfig) -> np.ndarray:
     return out
 
 
+_ONSET_Z = 4.0
+"""Squared z of a CUSUM's onset bound (``spread``): about 95 % of onsets."""
+
+
 def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) -> ChangeStep:
     """Fold one step's residuals into ``st`` (in place): learn baselines, accumulate
     evidence, open and close changes. Ranks absent from the step keep their state.
@@ -896,7 +922,20 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     )
     opens = due & ~fading & ~back
     _calibrate(st, idx, dc, ready, (onset >= 0) | opens, lr, step)
-    onset = np.where(opens, np.where(s2_new > 0, s2_from, s_from), onset)
+    # (the sharper sum's onset only for a change that drifts it up, its size a clip or more:
+    # of a weaker one it is as likely zero as not, and dated a replica 1.07x from 20-40
+    # steps into it, each rank at another step)
+    sharp = (s2_new > 0) & (s_sum >= c * np.maximum(s_cnt, 1.0))
+    onset = np.where(opens, np.where(sharp, s2_from, s_from), onset)
+    # where the sum last left zero wanders as a walk of drift size - k and step lr does
+    # after the true onset, which comes back to zero within about _ONSET_Z (lr / (size -
+    # k))^2 steps: a strong change's onset is its step, a weak one's tens of steps late (a
+    # replica 1.07x among AR(0.83) noise: its ranks' onsets 120 to 168 for a fault from 120)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        drift = np.maximum(s_sum / np.maximum(s_cnt, 1.0) - k, 1e-6)
+        spread = np.minimum(_ONSET_Z * (lr / drift) ** 2, 127.0)
+    st.lag[:, idx] = np.where(opens, np.minimum(step - onset, 127), st.lag[:, idx])
+    st.spread[:, idx] = np.where(opens, np.round(np.nan_to_num(spread, nan=127.0)), st.spread[:, idx])
     size = np.where(opens, s_sum / np.maximum(s_cnt, 1.0), size)
     csize = np.where(opens, c_sum / np.maximum(s_cnt, 1.0), csize)
     t = np.where(opens, 0.0, t)

@@ -1,8 +1,10 @@
 """One finding per common cause: open change points (:mod:`detectors.changepoint`) that
 started together with a similar size are one suspect.
 
-Ranks whose changes opened within ``cp_onset_within`` steps of the first of them, with
-sizes within a factor ``cp_size_ratio`` of that first one's, are one cause, named by the
+Ranks whose changes opened within ``cp_onset_within`` steps of the first of them (or within
+their onsets' spread, :meth:`detectors.changepoint.ChangeState.began`: a weak change's onset is
+known to tens of steps), with sizes within a factor ``cp_size_ratio`` of that first one's,
+are one cause, named by the
 smallest group of the layout that holds them: one rank, its host, its data-parallel
 replica, its group (pp stage), the hosts (a few), else the ranks themselves (a log without
 a host column: ``ranks:8-15``). Its cause is the own-work phase that rose (compute: a
@@ -14,8 +16,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 from argus.schemas.causes import (
     COMPUTE_STRAGGLER,
@@ -31,7 +36,16 @@ from ._finding import Finding
 from .changepoint import ChangeState, RankResiduals, building
 from .cross_rank import OWN_WORK
 
-__all__ = ["CHANGE_FIGURE", "cause_findings", "named_hosts", "ranks_label", "smallest_group"]
+__all__ = [
+    "CHANGE_FIGURE",
+    "ONSET_SPREAD",
+    "OPENED",
+    "began_together",
+    "cause_findings",
+    "named_hosts",
+    "ranks_label",
+    "smallest_group",
+]
 
 CHANGE_FIGURE = "change_size"
 """The deciding figure of a change-point finding: the shift of the ranks' residual (log
@@ -44,6 +58,12 @@ _BY_PHASE = {
     "compile_ms": JIT_COMPILE_STALL,
     "unaccounted_ms": MASKED_COMPUTE_STRAGGLER,
 }
+ONSET_SPREAD = "change_onset_spread"
+"""Evidence of a change-point finding: the steps within which its onset is known (the
+median of its ranks' :meth:`detectors.changepoint.ChangeState.began`)."""
+OPENED = "change_opened"
+"""Evidence of a change-point finding: the step its ranks' changes opened in (their median;
+-1 for slow every k-th step)."""
 _MAX_HOSTS_NAMED = 8
 _STAGE_SHARE = 0.5
 """Share of a group's (pp stage's) ranks with a change open from which the changes are the
@@ -66,34 +86,77 @@ def ranks_label(ranks: list[int]) -> str:
     return ",".join(out)
 
 
+def began_together(
+    cfg: DiagnoserConfig,
+    onset_a: Any,
+    spread_a: Any,
+    opened_a: Any,
+    onset_b: Any,
+    spread_b: Any,
+    opened_b: Any,
+) -> Any:
+    """Whether changes (scalars, or arrays that broadcast) began together, as one cause's
+    do: their onsets within ``cp_onset_within`` steps, or the wider of their onsets'
+    spreads (:meth:`detectors.changepoint.ChangeState.began`, at most ``cp_onset_within_max``);
+    or found together, both more than ``cp_onset_within`` steps after their onsets, ``opened``
+    within ``cp_onset_within`` steps of each other (-1: not known), each one's onset before
+    the other opened: a ramp's ranks each cross the test's reference at a step of their own,
+    15 windows apart among three workers, and are found in the same few."""
+    cap = max(cfg.cp_onset_within, cfg.cp_onset_within_max)
+    within = np.clip(np.maximum(spread_a, spread_b), cfg.cp_onset_within, cap)
+    near = np.abs(np.subtract(onset_a, onset_b)) <= within
+    # (both long in the finding: a change found a few steps after its onset is dated by
+    # it, and a rank's flapping 1.23x joined a host's fault whose change reopened beside it)
+    slow = np.minimum(np.subtract(opened_a, onset_a), np.subtract(opened_b, onset_b)) > cfg.cp_onset_within
+    found = (
+        (np.minimum(opened_a, opened_b) >= 0)
+        & slow
+        & (np.abs(np.subtract(opened_a, opened_b)) <= cfg.cp_onset_within)
+        & (np.less_equal(onset_a, opened_b))
+        & (np.less_equal(onset_b, opened_a))
+    )
+    return near | found
+
+
 def _clusters(
-    onset: np.ndarray, size: np.ndarray, period: np.ndarray, cfg: DiagnoserConfig
+    onset: np.ndarray,
+    size: np.ndarray,
+    period: np.ndarray,
+    spread: np.ndarray,
+    opened: np.ndarray,
+    cfg: DiagnoserConfig,
 ) -> list[np.ndarray]:
-    """Indexes of changes that are one cause: by onset, each joining the first cluster
-    whose last change opened at most ``cp_onset_within`` steps before it (and its first at
-    most twice that: ranks of one fault seen every few seconds open a step or two apart,
-    four workers over seven steps) with a size within ``cp_size_ratio`` of the first's, and
-    of its shape: a sustained shift (``period`` 0) or slow every k-th step within a step of
-    its k (a rank slow every sixth step and a host's ramp crossing its thresholds in the
-    same steps were one suspect)."""
+    """Indexes of changes that are one cause, in order of their first onset: the connected
+    sets of changes linked pairwise as begun together (:func:`began_together`, from their
+    onsets, their ``spread`` and the steps they ``opened`` in: ranks of one fault seen every
+    few seconds open a step or two apart, a weak one's tens of steps apart), sizes within
+    ``cp_size_ratio``, and one shape: a sustained shift (``period`` 0) or slow every k-th step
+    within a step of its k (a rank slow every sixth step and a host's ramp crossing its
+    thresholds in the same steps were one suspect). Connected, not first come: a cause seen
+    whole holds every part of it seen before (as each step's first-come clusters were
+    formed, a replica 1.07x split anew as its ranks opened, 8 to 10 anomalies)."""
+    if not len(onset):
+        return []
+    a = np.abs(size)
+    lo, hi = np.minimum(a[:, None], a[None, :]), np.maximum(a[:, None], a[None, :])
+    shift = period == 0
+    shape = (shift[:, None] == shift[None, :]) & (np.abs(period[:, None] - period[None, :]) <= 1)
+    together = began_together(
+        cfg,
+        onset[:, None],
+        spread[:, None],
+        opened[:, None],
+        onset[None, :],
+        spread[None, :],
+        opened[None, :],
+    )
+    link = together & shape & (hi <= cfg.cp_size_ratio * np.maximum(lo, 1e-9))
+    _, label = connected_components(csr_matrix(link), directed=False)
     order = np.lexsort((-size, onset))
-    heads: list[tuple[int, float, int]] = []
-    last: list[int] = []
-    members: list[list[int]] = []
+    firsts: dict[int, list[int]] = {}
     for i in order.tolist():
-        for c, (o, sz, k) in enumerate(heads):
-            lo, hi = sorted((abs(float(size[i])), abs(sz)))
-            near = onset[i] - last[c] <= cfg.cp_onset_within and onset[i] - o <= 2 * cfg.cp_onset_within
-            shape = (k == 0) == (period[i] == 0) and abs(k - int(period[i])) <= 1
-            if near and shape and hi <= cfg.cp_size_ratio * max(lo, 1e-9):
-                members[c].append(i)
-                last[c] = int(onset[i])
-                break
-        else:
-            heads.append((int(onset[i]), float(size[i]), int(period[i])))
-            last.append(int(onset[i]))
-            members.append([i])
-    return [np.array(m) for m in members]
+        firsts.setdefault(int(label[i]), []).append(i)
+    return [np.array(m) for m in firsts.values()]
 
 
 def _where(ranks: np.ndarray, rows: np.ndarray, res: RankResiduals, group_column: str) -> tuple[str, str]:
@@ -189,11 +252,13 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
     sig = np.where(st.onset[:, ranks] >= 0, st.sig[:, ranks], np.inf).min(axis=0)
     sig = np.where(shift, sig, st.sig[0, ranks])
     period = np.where(shift, 0, per[1])
+    spread, opened = st.began(ranks)
+    spread, opened = np.where(shift, spread, 0), np.where(shift, opened, -1)
     # a change whose closing sum is building (back below half its size) is no sighting
     back: np.ndarray = np.asarray((np.where(st.onset[:, ranks] >= 0, st.t[:, ranks], np.inf) > 0).all(axis=0))
     back = np.where(shift, back, per[2] != st.seen[0, ranks])  # periodic: sighted on its spikes
     out = []
-    for c in _clusters(on, size, period, cfg):
+    for c in _clusters(on, size, period, spread, opened, cfg):
         if back[c].all():
             continue
         members, mrows = ranks[c], rows[c]
@@ -213,6 +278,8 @@ def cause_findings(st: ChangeState, res: RankResiduals, cfg: DiagnoserConfig) ->
             "change_onset": float(np.median(on[c]).round()),
             "change_ranks": float(len(c)),
             "change_sigmas": round(float(np.median(size[c] / np.maximum(sig[c], 1e-9))), 4),
+            ONSET_SPREAD: round(min(float(np.median(spread[c])), float(cfg.cp_onset_within_max)), 1),
+            OPENED: float(np.median(opened[c]).round()),
             "step_ms": round(res.work_ms, 4),
         }
         k = int(np.median(period[c]))

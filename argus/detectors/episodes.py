@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -57,7 +57,15 @@ from ._routing import (
 )
 from ._state import _SILENT, LEVEL_SIGHTINGS, TRANSIENTS_KEPT, Episode, JobState
 from .changepoint import RankResiduals, shared_rhythm
-from .common_cause import CHANGE_FIGURE, named_hosts, ranks_label, smallest_group
+from .common_cause import (
+    CHANGE_FIGURE,
+    ONSET_SPREAD,
+    OPENED,
+    began_together,
+    named_hosts,
+    ranks_label,
+    smallest_group,
+)
 from .cost import excess_ms, gpu_hours, step_ms_added
 from .deepen import Deepening
 from .iteration import IterationVerdict
@@ -245,7 +253,7 @@ def _same_cause(a: Episode, b: Episode, res: RankResiduals | None, cfg: Diagnose
     shared = len({s + d for s in a.hits_at for d in (-1, 0, 1)} & set(b.hits_at))
     if 2 * shared < min(len(a.hits_at), len(b.hits_at)) or a.hits <= 0 or b.hits <= 0:
         return False
-    near = abs(a.onset - b.onset) <= cfg.cp_onset_within
+    near = _began_together(cfg, a.onset, a.evidence, b.onset, b.evidence)
     # (hosts slow since the start stay each its own warning: a layout's degraded hosts)
     steady = "host" in (a.suspect_kind, b.suspect_kind) and (a.persistent or b.persistent)
     if near and not steady and _alike(a.added_ms_sum / a.hits, b.added_ms_sum / b.hits, cfg):
@@ -269,6 +277,25 @@ def _same_cause(a: Episode, b: Episode, res: RankResiduals | None, cfg: Diagnose
     # (two single ranks of one host, or one a group already: two ranks' noise of one stage
     # of 128 ranks paged so)
     return group[0] == "host" or max(len(ra), len(rb)) >= 2
+
+
+def _began_together(
+    cfg: DiagnoserConfig, onset_a: float, ev_a: Mapping[str, float], onset_b: float, ev_b: Mapping[str, float]
+) -> bool:
+    """:func:`common_cause.began_together` of two changes' onsets and evidence (a finding's
+    or an episode's: the spread of its onset, the step it opened in; none said, its onset
+    alone)."""
+    return bool(
+        began_together(
+            cfg,
+            onset_a,
+            ev_a.get(ONSET_SPREAD, 0.0),
+            ev_a.get(OPENED, -1.0),
+            onset_b,
+            ev_b.get(ONSET_SPREAD, 0.0),
+            ev_b.get(OPENED, -1.0),
+        )
+    )
 
 
 def _one_replica(ranks: list[int], res: RankResiduals) -> bool:
@@ -381,7 +408,10 @@ def _change_key(state: JobState, f: Finding, cfg: DiagnoserConfig) -> str:
             if (
                 (k.endswith("|change") or joined)
                 and members & set(o.ranks)
-                and (abs(o.onset - onset) <= cfg.cp_onset_within or (joined and members <= set(o.ranks)))
+                and (
+                    _began_together(cfg, onset, f.evidence, o.onset, o.evidence)
+                    or (joined and members <= set(o.ranks))
+                )
             ):
                 return k
     return f"{f.key}|change"

@@ -518,3 +518,64 @@ def test_ranks_are_named_by_the_smallest_group_that_holds_them() -> None:
     assert smallest_group([8, 9], res, "pp") == ("host", "node-001")
     assert smallest_group([3, 900], res, "pp") == ("ranks", "ranks:3,900")  # a GPU of each of two hosts
     assert smallest_group([*range(4), *range(896, 900)], res, "pp") == ("ranks", "hosts:node-000,node-112")
+
+
+def _weak_ranks_log(seed: int, ranks: np.ndarray, n: int = 256, steps: int = 480) -> tuple[np.ndarray, ...]:
+    """A step log without hosts (rank, step, value): AR(0.8) jitter of 1.6 % (its
+    long-run sigma about 5 %), static offsets up to 5 %, and ``ranks`` 7 % slower for steps
+    120-399: a weak fault, each rank's sum gathering its evidence over tens of steps."""
+    rng = np.random.default_rng(seed)
+    from scipy.signal import lfilter
+
+    jitter = lfilter([1.0], [1.0, -0.8], 0.0096 * rng.standard_normal((steps, n)), axis=0)
+    ms = 100.0 * (1 + rng.uniform(-0.05, 0.05, n)) * np.exp(jitter)
+    ms[120:400, ranks] *= 1.07
+    return np.tile(np.arange(n), steps), np.repeat(np.arange(steps), n), ms.ravel()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_weak_fault_of_ranks_on_several_hosts_is_one_anomaly_from_its_onset(seed: int) -> None:
+    """Two hosts' worth of ranks far apart (a replica over four hosts, 16 ranks) 7 % slower
+    in a log without hosts: their changes open 20-50 steps into the fault, each where its own
+    sum last left zero; one anomaly naming them, dated from the fault's first steps (were: 8,
+    9 and 8 anomalies of a few ranks each, from steps 120 to 230: the sharper sum dated each
+    from wherever its noise last sank, and each step's clusters split anew)."""
+    culprits = np.r_[24:32, 152:160]
+    rank, step, value = _weak_ranks_log(seed, culprits)
+    res = diagnose_log(rank, step, value, by_time=False, config=CP)
+    mine = [a for a in res.anomalies if set(a.ranks) & set(culprits.tolist())]
+    assert len(mine) == 1, mine
+    (a,) = mine
+    assert 2 * len(set(a.ranks) & set(culprits.tolist())) >= len(culprits) and set(a.ranks) <= set(
+        culprits.tolist()
+    )
+    assert abs(a.start_step - 120) <= 12 and abs(a.end_step - 399) <= 12, (a.start_step, a.end_step)
+    assert [x for x in res.anomalies if x is not a and x.severity == "page"] == []
+
+
+def test_changes_found_together_are_one_cause_and_clear_ones_steps_apart_are_two() -> None:
+    """The common cause's test of two changes: onsets within their spread (a weak change's
+    is wide), or found together long after their onsets (a ramp's ranks); two clear changes
+    17 steps apart, each found at once, are two causes."""
+    from argus.detectors.common_cause import began_together
+
+    assert began_together(CP, 120, 2, 123, 136, 30, 160)  # the second one weak: its onset is wide
+    assert not began_together(CP, 120, 2, 123, 137, 2, 140)  # both clear: 17 steps apart
+    assert began_together(CP, 142, 3, 164, 157, 1, 166)  # a ramp's: found in the same few steps
+    assert not began_together(CP, 120, 2, 160, 157, 1, 160)  # one found at once, beside the other
+    many = began_together(CP, np.array([120, 137]), np.array([2, 2]), np.array([123, 140]), 120, 2, 123)
+    assert many.tolist() == [True, False]
+
+
+def test_a_change_state_of_an_older_build_is_read_with_its_own_widths() -> None:
+    """A state written before a field became a byte (``bdirty`` as float32) reads back."""
+    import base64
+
+    bs = job(60, seed=3)
+    st = ChangeState()
+    for b in bs:
+        track(st, step_residuals(b, CP), b.step, CP)
+    doc = st.to_dict()
+    doc["bdirty"] = base64.b64encode(st.bdirty.astype(np.float32).tobytes()).decode()
+    back = ChangeState.from_dict(doc)
+    assert np.array_equal(back.bdirty, st.bdirty) and np.array_equal(back.n, st.n)
