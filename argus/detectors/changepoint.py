@@ -162,7 +162,9 @@ def _small_ref(v: np.ndarray, gi: GroupIndex) -> np.ndarray:
     return np.where(size <= 3, peers, np.where(size <= _SMALL_GROUP, med[gi.inverse], ref))
 
 
-def residuals(res: RankResiduals, off: np.ndarray | None = None, whole: int = 0) -> np.ndarray:
+def residuals(
+    res: RankResiduals, off: np.ndarray | None = None, whole: int = 0, levels: np.ndarray | None = None
+) -> np.ndarray:
     """Each rank's residual (len(SERIES), n): the log of its own work over its peers' on
     each series (NaN where there is none). With ``off`` (len(SERIES), n), the ranks' known
     levels against their peers (their baselines), the reference of a group of four to
@@ -175,7 +177,12 @@ def residuals(res: RankResiduals, off: np.ndarray | None = None, whole: int = 0)
     from its peers. ``whole``: the ranks of the job where the step holds one group: a step
     that holds two or three of a log's four or more ranks (staggered samples) takes its
     reference less their levels too (of raw peers, a rank's residual jumped by their
-    offsets, 10 %, in one sample of eight, and its noise model widened fourfold)."""
+    offsets, 10 %, in one sample of eight, and its noise model widened fourfold).
+    ``levels``: the known levels of every rank of such a job (on the first series), whose
+    fast side is the one added back, not that of the ranks that reported in the step: with
+    offsets of 10 %, the second-fastest level of the step's six ranks of eight is another
+    rank's than of all eight, and every rank's residual moved with it, 1-3 % from sample
+    to sample (five times its own noise: a worker's 9 % sawtooth went unfound)."""
     r = np.full((len(SERIES), len(res.lw)), np.nan)
     if len(res.lw) < 2:
         return r
@@ -193,6 +200,10 @@ def residuals(res: RankResiduals, off: np.ndarray | None = None, whole: int = 0)
                 r[i] = res.lw - _peer_ref(res.lw, gi)
                 continue
             o = np.where(fits[gi.inverse], off[i], 0.0)
+            if i == 0 and levels is not None and len(levels) > 3 and gi.n_groups == 1 and fits.all():
+                low = _low_ref(levels, GroupIndex.of(np.zeros(len(levels), np.int64)))[0]
+                r[i] = res.lw - _peer_ref(res.lw - o, gi) - low
+                continue
             r[i] = res.lw - _peer_ref(res.lw - o, gi) - _low_ref(o, gi)[gi.inverse]
     return r
 
@@ -841,7 +852,8 @@ def track(st: ChangeState, res: RankResiduals, step: int, cfg: DiagnoserConfig) 
     ac = st.ac  # once a step: the noise model's autocorrelation, for every rank
     base = st.base[:, idx]
     own_sig = np.sqrt(st.v1[:, idx] / (2.0 * (1.0 - ac[:, idx])))
-    r = residuals(res, base, st.n_ranks if len(cols) < cfg.small_job else 0)
+    small = len(cols) < cfg.small_job
+    r = residuals(res, base, st.n_ranks if small else 0, st.base[0, st.n[0] > 0] if small else None)
     ok = np.isfinite(r)
     rho_all, typ_ac = _rho(st, cfg, ac)
     sig, k, c, h, lr = _scales(st, idx, cfg, rho_all)

@@ -313,6 +313,34 @@ def test_the_noise_model_learns_an_autocorrelated_ranks_scale_and_opens_nothing(
     assert 0.45 < float(np.median(st.ac[0])) < 0.75
 
 
+def test_a_small_job_s_staggered_samples_leave_each_rank_its_own_noise() -> None:
+    """Eight workers 10 % apart (static offsets), 0.4 % noise of their own, and each sample
+    of the log holding five to eight of them (staggered, time-sampled): each rank's residual
+    is its own noise, whichever peers reported (their levels' fast side taken from all eight
+    ranks, not the sample's: the second-fastest level of six ranks of eight is another rank's,
+    and every rank's residual moved with it, 1-3 % from sample to sample)."""
+    rng = np.random.default_rng(5)
+    n, steps = 8, 300
+    offsets = np.linspace(-0.05, 0.05, n)
+    rng.shuffle(offsets)
+    st = ChangeState()
+    cfg = d.DiagnoserConfig()
+    for t in range(steps):
+        here = np.sort(rng.choice(n, int(rng.integers(5, n + 1)), replace=False))
+        lw = (
+            np.log(300.0)
+            + offsets[here]
+            + 0.004 * rng.standard_normal(len(here))
+            + 0.01 * rng.standard_normal()
+        )
+        m = len(here)
+        res = RankResiduals(here, lw, np.zeros(m, np.int8), 300.0, np.array(["h"] * m), here, np.zeros(m))
+        step = track(st, res, t, cfg)
+        assert not step.opened, (t, step.opened)
+    # (the residual is the rank's noise less its peers' median: a little over its own 0.4 %)
+    assert float(np.median(st.sig[0])) < 0.0065, st.sig[0]  # (0.0096 with the sample's levels)
+
+
 @pytest.mark.parametrize("seed", [8, 10, 20261127])
 def test_a_host_of_a_24_worker_job_with_static_offsets_is_one_anomaly(seed: int) -> None:
     """Without change points an 18 % slowdown of one host among workers up to 5 % apart
