@@ -201,10 +201,10 @@ def residuals(
                 continue
             o = np.where(fits[gi.inverse], off[i], 0.0)
             if i == 0 and levels is not None and len(levels) > 3 and gi.n_groups == 1 and fits.all():
-                low = _low_ref(levels, GroupIndex.of(np.zeros(len(levels), np.int64)))[0]
-                r[i] = res.lw - _peer_ref(res.lw - o, gi) - low
-                continue
-            r[i] = res.lw - _peer_ref(res.lw - o, gi) - _low_ref(o, gi)[gi.inverse]
+                low = _low_ref(levels, GroupIndex.of(np.zeros(len(levels), np.int64)))
+            else:
+                low = _low_ref(o, gi)
+            r[i] = res.lw - _peer_ref(res.lw - o, gi) - low[gi.inverse]
     return r
 
 
